@@ -1,0 +1,310 @@
+//! Records shared by trainbpf's eBPF programs and its userspace collector.
+//!
+//! Every record a program writes to the ring buffer starts with [`Header`];
+//! `Header::kind` says which struct follows. Kind numbers are part of the
+//! recording format (docs/recording-format.md): they are explicit and never
+//! reused. All structs are `#[repr(C)]` with explicit padding so that the bytes
+//! the kernel writes are the bytes userspace decodes, with no implicit holes.
+#![no_std]
+
+/// Length of `task_struct::comm` (TASK_COMM_LEN).
+pub const COMM_LEN: usize = 16;
+/// Bytes of an exec'd filename kept; longer paths are cut (and flagged).
+pub const FILENAME_LEN: usize = 128;
+/// Bytes of a kernel log line kept.
+pub const MSG_LEN: usize = 240;
+
+/// A process forked a new process (not a thread). [`ForkEvent`].
+pub const KIND_FORK: u16 = 1;
+/// A process exec'd. [`ExecEvent`].
+pub const KIND_EXEC: u16 = 2;
+/// The last thread of a process exited. [`ExitEvent`].
+pub const KIND_EXIT: u16 = 3;
+/// A process's memory moved by the threshold, or a heartbeat. [`MemEvent`].
+pub const KIND_MEM: u16 = 4;
+/// `oom:mark_victim` (tp_btf or classic): the kernel chose a victim. [`OomEvent`].
+pub const KIND_OOM_VICTIM: u16 = 5;
+/// `oom_kill_process` entry (fentry or kprobe): the kill's context. [`OomEvent`].
+pub const KIND_OOM_KILL: u16 = 6;
+/// An OOM-related kernel log line seen at `printk:console`. [`PrintkEvent`].
+pub const KIND_PRINTK: u16 = 7;
+/// One past the largest kernel-side kind; sizes the lost-event counters.
+pub const KIND_MAX: u16 = 8;
+
+/// `Header::flags`: the process belongs to the recorded job's tree.
+pub const FLAG_IN_JOB: u16 = 1 << 0;
+/// `ExecEvent::flags`: the filename did not fit and was cut.
+pub const FLAG_TRUNCATED: u16 = 1 << 1;
+
+/// `MemEvent::reason`: memory moved by at least the threshold.
+pub const MEM_REASON_THRESHOLD: u32 = 1;
+/// `MemEvent::reason`: a small change, reported because the heartbeat expired.
+pub const MEM_REASON_HEARTBEAT: u32 = 2;
+/// `MemEvent::reason`: first sight of the process.
+pub const MEM_REASON_FIRST: u32 = 3;
+
+/// Index into `counters` arrays, in the kernel's own order
+/// (`enum { MM_FILEPAGES, MM_ANONPAGES, MM_SWAPENTS, MM_SHMEMPAGES }`,
+/// include/linux/mm_types_task.h).
+pub const MM_FILEPAGES: usize = 0;
+pub const MM_ANONPAGES: usize = 1;
+pub const MM_SWAPENTS: usize = 2;
+pub const MM_SHMEMPAGES: usize = 3;
+pub const NR_MM_COUNTERS: usize = 4;
+
+/// `OomEvent::source`: which probe produced the record.
+pub const SRC_FENTRY: u32 = 1;
+pub const SRC_KPROBE: u32 = 2;
+pub const SRC_TP_BTF: u32 = 3;
+pub const SRC_TRACEPOINT: u32 = 4;
+
+/// Counters in `OomEvent::counters` are in pages (kernel probes read
+/// `mm->rss_stat`) unless this flag is set: the classic tracepoint already
+/// converts to kB.
+pub const OOM_FLAG_COUNTERS_KB: u32 = 1 << 0;
+/// `OomEvent` carries `oom_control` fields (constraint, points, totalpages).
+pub const OOM_FLAG_HAS_OC: u32 = 1 << 1;
+
+/// Common prefix of every ring-buffer record.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Header {
+    pub kind: u16,
+    pub flags: u16,
+    /// Process (thread-group) id the record is about.
+    pub tgid: u32,
+    /// `bpf_ktime_get_ns()`: CLOCK_MONOTONIC.
+    pub ts_ns: u64,
+    /// The group leader's `start_time` (CLOCK_MONOTONIC ns): with `tgid` it
+    /// names a process uniquely even when pids are recycled.
+    pub start_ns: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ForkEvent {
+    pub hdr: Header,
+    pub parent_tgid: u32,
+    pub _pad: u32,
+    pub parent_start_ns: u64,
+    pub comm: [u8; COMM_LEN],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExecEvent {
+    pub hdr: Header,
+    pub comm: [u8; COMM_LEN],
+    pub filename: [u8; FILENAME_LEN],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExitEvent {
+    pub hdr: Header,
+    /// `task->exit_code` of the last thread (wait-status encoding).
+    pub exit_code: u32,
+    /// `signal->group_exit_code`, non-zero when the whole group was told to
+    /// exit (a fatal signal, `exit_group`).
+    pub group_exit_code: u32,
+    pub comm: [u8; COMM_LEN],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemEvent {
+    pub hdr: Header,
+    /// `mm->rss_stat[]` in pages, kernel order (`MM_FILEPAGES`…).
+    pub counters: [i64; NR_MM_COUNTERS],
+    /// User page faults of the process so far, counted in the kernel.
+    pub faults: u64,
+    pub reason: u32,
+    pub _pad: u32,
+    pub comm: [u8; COMM_LEN],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OomEvent {
+    /// `tgid` is the victim's process id.
+    pub hdr: Header,
+    /// The victim thread the kernel named (usually the group leader).
+    pub victim_pid: u32,
+    /// `current`: the task whose allocation triggered the kill.
+    pub trigger_pid: u32,
+    pub trigger_tgid: u32,
+    pub uid: u32,
+    pub oom_score_adj: i32,
+    /// `SRC_*`.
+    pub source: u32,
+    /// `OOM_FLAG_*`.
+    pub oom_flags: u32,
+    /// `enum oom_constraint` when `OOM_FLAG_HAS_OC`.
+    pub constraint: u32,
+    /// Victim's `mm->rss_stat[]`, pages (or kB with `OOM_FLAG_COUNTERS_KB`).
+    pub counters: [i64; NR_MM_COUNTERS],
+    /// Pages (kB with `OOM_FLAG_COUNTERS_KB`).
+    pub total_vm: u64,
+    /// Bytes (kB with `OOM_FLAG_COUNTERS_KB`).
+    pub pgtables: u64,
+    /// `kernfs_node::id` of the victim's memory cgroup (0 when unknown).
+    pub victim_memcg_id: u64,
+    /// `kernfs_node::id` of `oc->memcg` (0: global OOM or unknown).
+    pub oc_memcg_id: u64,
+    pub chosen_points: i64,
+    pub totalpages: u64,
+    pub comm: [u8; COMM_LEN],
+    pub trigger_comm: [u8; COMM_LEN],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PrintkEvent {
+    pub hdr: Header,
+    /// Bytes of `msg` that hold text.
+    pub len: u32,
+    pub _pad: u32,
+    pub msg: [u8; MSG_LEN],
+}
+
+/// Kernel-structure offsets and tunables, resolved by userspace from the
+/// running kernel's BTF and tracefs before load, and frozen into the
+/// program's read-only data. Rust emits no CO-RE relocations, so this is how
+/// one object runs on 5.10 and on 6.18. `-1` marks a field this kernel lacks.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Config {
+    pub task_pid: i64,
+    pub task_tgid: i64,
+    pub task_comm: i64,
+    pub task_mm: i64,
+    pub task_signal: i64,
+    pub task_cgroups: i64,
+    pub task_exit_code: i64,
+    pub task_group_leader: i64,
+    pub task_start_time: i64,
+    pub task_real_cred: i64,
+    pub cred_uid: i64,
+    pub mm_rss_stat: i64,
+    /// Stride of `mm->rss_stat[]` (percpu_counter on 6.2+, atomic_long_t before).
+    pub rss_elem_size: i64,
+    /// Offset of the 64-bit count inside one element.
+    pub rss_count_off: i64,
+    pub mm_total_vm: i64,
+    pub mm_pgtables_bytes: i64,
+    pub signal_oom_score_adj: i64,
+    pub signal_live: i64,
+    pub signal_group_exit_code: i64,
+    pub css_set_subsys: i64,
+    pub memory_cgrp_id: i64,
+    pub css_cgroup: i64,
+    pub cgroup_kn: i64,
+    pub kn_id: i64,
+    pub memcg_css: i64,
+    pub oc_chosen: i64,
+    pub oc_chosen_points: i64,
+    pub oc_totalpages: i64,
+    pub oc_constraint: i64,
+    pub oc_memcg: i64,
+    pub bprm_filename: i64,
+    /// Classic `oom:mark_victim` field offsets (tracefs format file).
+    pub tp_mv_pid: i64,
+    pub tp_mv_comm: i64,
+    pub tp_mv_total_vm: i64,
+    pub tp_mv_anon_rss: i64,
+    pub tp_mv_file_rss: i64,
+    pub tp_mv_shmem_rss: i64,
+    pub tp_mv_uid: i64,
+    pub tp_mv_pgtables: i64,
+    pub tp_mv_oom_score_adj: i64,
+    /// `printk:console` `__data_loc char[] msg`.
+    pub tp_console_msg: i64,
+    /// Report a process when anon+file+shmem moved by this many pages...
+    pub rss_threshold_pages: i64,
+    /// ...or by `total >> rss_relative_shift` pages, whichever is larger
+    /// (0 disables the relative part).
+    pub rss_relative_shift: i64,
+    /// A smaller change is still reported once this much time has passed.
+    pub heartbeat_ns: i64,
+}
+
+impl Config {
+    /// Every offset unknown, thresholds zero: the loader fills it in.
+    pub const UNSET: Config = Config {
+        task_pid: -1,
+        task_tgid: -1,
+        task_comm: -1,
+        task_mm: -1,
+        task_signal: -1,
+        task_cgroups: -1,
+        task_exit_code: -1,
+        task_group_leader: -1,
+        task_start_time: -1,
+        task_real_cred: -1,
+        cred_uid: -1,
+        mm_rss_stat: -1,
+        rss_elem_size: -1,
+        rss_count_off: -1,
+        mm_total_vm: -1,
+        mm_pgtables_bytes: -1,
+        signal_oom_score_adj: -1,
+        signal_live: -1,
+        signal_group_exit_code: -1,
+        css_set_subsys: -1,
+        memory_cgrp_id: -1,
+        css_cgroup: -1,
+        cgroup_kn: -1,
+        kn_id: -1,
+        memcg_css: -1,
+        oc_chosen: -1,
+        oc_chosen_points: -1,
+        oc_totalpages: -1,
+        oc_constraint: -1,
+        oc_memcg: -1,
+        bprm_filename: -1,
+        tp_mv_pid: -1,
+        tp_mv_comm: -1,
+        tp_mv_total_vm: -1,
+        tp_mv_anon_rss: -1,
+        tp_mv_file_rss: -1,
+        tp_mv_shmem_rss: -1,
+        tp_mv_uid: -1,
+        tp_mv_pgtables: -1,
+        tp_mv_oom_score_adj: -1,
+        tp_console_msg: -1,
+        rss_threshold_pages: 1024,
+        rss_relative_shift: 6,
+        heartbeat_ns: 5_000_000_000,
+    };
+}
+
+/// Per-CPU counters that userspace reads and records: nothing is dropped
+/// silently.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Ring-buffer reserves that failed, by record kind.
+    pub lost: [u64; KIND_MAX as usize],
+    /// Processes not tracked because the per-process map was full.
+    pub proc_map_full: u64,
+    /// Job members not added because the job map was full.
+    pub job_map_full: u64,
+}
+
+// The layouts are part of the recording format: pin their sizes.
+const _: () = assert!(core::mem::size_of::<Header>() == 24);
+const _: () = assert!(core::mem::size_of::<ForkEvent>() == 56);
+const _: () = assert!(core::mem::size_of::<ExecEvent>() == 168);
+const _: () = assert!(core::mem::size_of::<ExitEvent>() == 48);
+const _: () = assert!(core::mem::size_of::<MemEvent>() == 88);
+const _: () = assert!(core::mem::size_of::<OomEvent>() == 168);
+const _: () = assert!(core::mem::size_of::<PrintkEvent>() == 272);
+
+#[cfg(feature = "user")]
+mod pod {
+    use super::*;
+    // SAFETY: plain-old-data: #[repr(C)], integers only, no implicit padding.
+    unsafe impl aya::Pod for Config {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for Counters {}
+}

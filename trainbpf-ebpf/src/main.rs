@@ -1,0 +1,679 @@
+//! trainbpf's kernel programs.
+//!
+//! Three jobs, each cheap where it runs often:
+//! - the OOM-kill path (`oom_kill_process` by fentry or kprobe where the
+//!   kernel allows, `mark_victim` by tp_btf or classic tracepoint everywhere);
+//! - process lifecycle of the recorded job (fork, exec, exit), with job
+//!   membership kept in the kernel so that no short-lived child is missed;
+//! - memory growth of every process, aggregated per process in the kernel: a
+//!   record leaves only when a process's memory moved by a threshold, never
+//!   one per fault.
+//!
+//! Struct offsets come from userspace ([`Config`], resolved from the running
+//! kernel's BTF) because Rust emits no CO-RE relocations.
+#![no_std]
+#![no_main]
+// The BPF target has no `AtomicU64::fetch_add`; the intrinsic lowers to the
+// BPF_ATOMIC add that the kernel's own programs use for counters.
+#![allow(internal_features)]
+#![feature(core_intrinsics)]
+
+use core::{
+    intrinsics::{AtomicOrdering, atomic_xadd},
+    ptr::{addr_of, addr_of_mut},
+};
+
+use aya_ebpf::{
+    EbpfContext,
+    helpers::{
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns,
+        bpf_probe_read_kernel, bpf_probe_read_kernel_buf, bpf_probe_read_kernel_str_bytes,
+    },
+    macros::{btf_tracepoint, fentry, kprobe, map, tracepoint},
+    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
+    programs::{BtfTracePointContext, FEntryContext, ProbeContext, TracePointContext},
+};
+use trainbpf_common::*;
+
+#[unsafe(no_mangle)]
+static CONFIG: Config = Config::UNSET;
+
+/// Records for userspace. Its size is set by the loader.
+#[map]
+static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 22, 0);
+
+/// Lost records and full maps, per CPU (one slot).
+#[map]
+static COUNTERS: PerCpuArray<Counters> = PerCpuArray::with_max_entries(1, 0);
+
+/// Processes of the recorded job: tgid → 1. Userspace seeds the root; fork
+/// adds children here, in the kernel, before the child can run.
+#[map]
+static JOB: HashMap<u32, u32> = HashMap::with_max_entries(65536, 0);
+
+/// Per-process memory state, for every process on the machine. LRU so that a
+/// machine with more processes than slots evicts the idle ones.
+#[map]
+static PROCS: LruHashMap<u32, ProcState> = LruHashMap::with_max_entries(32768, 0);
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct ProcState {
+    /// Last values seen, pages, kernel order.
+    cur: [i64; NR_MM_COUNTERS],
+    /// Values in the last record sent.
+    reported: [i64; NR_MM_COUNTERS],
+    last_emit_ns: u64,
+    faults: u64,
+    start_ns: u64,
+}
+
+/// Reads one CONFIG field. Volatile, so that the compiler doesn't fold the
+/// build-time placeholder in: the loader rewrites the value before load.
+macro_rules! conf {
+    ($f:ident) => {
+        read_conf(addr_of!(CONFIG.$f))
+    };
+}
+
+#[inline(always)]
+fn read_conf(p: *const i64) -> i64 {
+    // SAFETY: `p` points into CONFIG, which lives for the program's life.
+    unsafe { core::ptr::read_volatile(p) }
+}
+
+/// Reads a `T` at `base + off` from kernel memory. An unknown offset (-1) or
+/// a NULL base is an error rather than a read of address -1.
+#[inline(always)]
+fn rd<T>(base: u64, off: i64) -> Result<T, u32> {
+    if off < 0 || base == 0 {
+        return Err(0);
+    }
+    // SAFETY: bpf_probe_read_kernel checks the address and fails cleanly.
+    unsafe { bpf_probe_read_kernel((base + off as u64) as *const T) }.map_err(|_| 0u32)
+}
+
+#[inline(always)]
+fn rd_comm(task: u64) -> [u8; COMM_LEN] {
+    rd(task, conf!(task_comm)).unwrap_or([0; COMM_LEN])
+}
+
+/// `mm->rss_stat[member]`: `percpu_counter.count` on 6.2+ (the value
+/// `get_mm_counter()` reports), `atomic_long_t` before. The per-CPU deltas of
+/// a percpu_counter are not summed: like the kernel's own OOM report, we read
+/// the approximate central count.
+#[inline(always)]
+fn read_counter(mm: u64, member: usize) -> i64 {
+    let off = conf!(mm_rss_stat) + member as i64 * conf!(rss_elem_size) + conf!(rss_count_off);
+    rd(mm, off).unwrap_or(0)
+}
+
+#[inline(always)]
+fn read_counters(mm: u64) -> [i64; NR_MM_COUNTERS] {
+    [
+        read_counter(mm, MM_FILEPAGES),
+        read_counter(mm, MM_ANONPAGES),
+        read_counter(mm, MM_SWAPENTS),
+        read_counter(mm, MM_SHMEMPAGES),
+    ]
+}
+
+/// Start time of the task's group leader: with the tgid, a process's name
+/// that survives pid reuse.
+#[inline(always)]
+fn leader_start_ns(task: u64) -> u64 {
+    let leader: u64 = rd(task, conf!(task_group_leader)).unwrap_or(task);
+    rd(leader, conf!(task_start_time)).unwrap_or(0)
+}
+
+#[inline(always)]
+fn in_job(tgid: u32) -> bool {
+    // SAFETY: the value is only tested for presence.
+    unsafe { JOB.get(&tgid) }.is_some()
+}
+
+#[inline(always)]
+fn job_flag(tgid: u32) -> u16 {
+    if in_job(tgid) { FLAG_IN_JOB } else { 0 }
+}
+
+#[inline(always)]
+fn count_lost(kind: u16) {
+    if let Some(c) = COUNTERS.get_ptr_mut(0) {
+        let i = (kind as usize) & (KIND_MAX as usize - 1);
+        // SAFETY: per-CPU slot, this CPU only; programs don't nest here.
+        unsafe { (*c).lost[i] += 1 };
+    }
+}
+
+#[inline(always)]
+fn count_proc_map_full() {
+    if let Some(c) = COUNTERS.get_ptr_mut(0) {
+        // SAFETY: as in count_lost.
+        unsafe { (*c).proc_map_full += 1 };
+    }
+}
+
+#[inline(always)]
+fn header(kind: u16, flags: u16, tgid: u32, start_ns: u64) -> Header {
+    Header {
+        kind,
+        flags,
+        tgid,
+        // SAFETY: helper without preconditions.
+        ts_ns: unsafe { bpf_ktime_get_ns() },
+        start_ns,
+    }
+}
+
+/// `kernfs_node::id` of a cgroup: the inode number of its directory, which
+/// userspace maps back to a path.
+#[inline(always)]
+fn css_cgroup_id(css: u64) -> u64 {
+    let cgroup: u64 = rd(css, conf!(css_cgroup)).unwrap_or(0);
+    let kn: u64 = rd(cgroup, conf!(cgroup_kn)).unwrap_or(0);
+    rd(kn, conf!(kn_id)).unwrap_or(0)
+}
+
+/// The memory cgroup of a task: `task->cgroups->subsys[memory_cgrp_id]`.
+#[inline(always)]
+fn task_memcg_id(task: u64) -> u64 {
+    let cset: u64 = rd(task, conf!(task_cgroups)).unwrap_or(0);
+    let id = conf!(memory_cgrp_id);
+    if !(0..64).contains(&id) {
+        return 0;
+    }
+    let css: u64 = rd(cset, conf!(css_set_subsys) + id * 8).unwrap_or(0);
+    css_cgroup_id(css)
+}
+
+// ---------------------------------------------------------------- OOM path
+
+/// Fills the victim's half of an OomEvent from its task_struct, and the
+/// trigger from `current`.
+#[inline(always)]
+fn fill_victim(ev: *mut OomEvent, kind: u16, source: u32, task: u64) {
+    let tgid: u32 = rd(task, conf!(task_tgid)).unwrap_or(0);
+    let mm: u64 = rd(task, conf!(task_mm)).unwrap_or(0);
+    let signal: u64 = rd(task, conf!(task_signal)).unwrap_or(0);
+    let cred: u64 = rd(task, conf!(task_real_cred)).unwrap_or(0);
+    let adj: i16 = rd(signal, conf!(signal_oom_score_adj)).unwrap_or(0);
+    let pid_tgid = bpf_get_current_pid_tgid();
+    // SAFETY: `ev` points at a reserved ring-buffer slot of the right size.
+    unsafe {
+        (*ev).hdr = header(kind, job_flag(tgid), tgid, leader_start_ns(task));
+        (*ev).victim_pid = rd(task, conf!(task_pid)).unwrap_or(0);
+        (*ev).trigger_pid = pid_tgid as u32;
+        (*ev).trigger_tgid = (pid_tgid >> 32) as u32;
+        (*ev).uid = rd(cred, conf!(cred_uid)).unwrap_or(u32::MAX);
+        (*ev).oom_score_adj = adj as i32;
+        (*ev).source = source;
+        (*ev).oom_flags = 0;
+        (*ev).constraint = 0;
+        (*ev).counters = read_counters(mm);
+        (*ev).total_vm = rd(mm, conf!(mm_total_vm)).unwrap_or(0);
+        (*ev).pgtables = rd(mm, conf!(mm_pgtables_bytes)).unwrap_or(0);
+        (*ev).victim_memcg_id = task_memcg_id(task);
+        (*ev).oc_memcg_id = 0;
+        (*ev).chosen_points = 0;
+        (*ev).totalpages = 0;
+        (*ev).comm = rd_comm(task);
+        (*ev).trigger_comm = bpf_get_current_comm().unwrap_or([0; COMM_LEN]);
+    }
+}
+
+/// `oom_kill_process(struct oom_control *oc, const char *message)`
+/// (mm/oom_kill.c): `oc->chosen` is the victim, `current` the allocating
+/// task that ran out.
+#[inline(always)]
+fn emit_oom_kill(oc: u64, source: u32) -> Result<u32, u32> {
+    let chosen: u64 = rd(oc, conf!(oc_chosen))?;
+    // NULL: nothing chosen; -1: the kernel aborted the selection.
+    if chosen == 0 || chosen == u64::MAX {
+        return Ok(0);
+    }
+    let Some(mut entry) = EVENTS.reserve::<OomEvent>(0) else {
+        count_lost(KIND_OOM_KILL);
+        return Ok(0);
+    };
+    let ev = entry.as_mut_ptr();
+    fill_victim(ev, KIND_OOM_KILL, source, chosen);
+    let memcg: u64 = rd(oc, conf!(oc_memcg)).unwrap_or(0);
+    // SAFETY: reserved slot, as above.
+    unsafe {
+        (*ev).oom_flags = OOM_FLAG_HAS_OC;
+        (*ev).constraint = rd(oc, conf!(oc_constraint)).unwrap_or(0);
+        (*ev).chosen_points = rd(oc, conf!(oc_chosen_points)).unwrap_or(0);
+        (*ev).totalpages = rd(oc, conf!(oc_totalpages)).unwrap_or(0);
+        (*ev).oc_memcg_id = if memcg == 0 {
+            0
+        } else {
+            css_cgroup_id(memcg + conf!(memcg_css) as u64)
+        };
+    }
+    entry.submit(0);
+    Ok(0)
+}
+
+#[fentry(function = "oom_kill_process")]
+pub fn oom_kill_fentry(ctx: FEntryContext) -> u32 {
+    let oc: u64 = ctx.arg(0);
+    match emit_oom_kill(oc, SRC_FENTRY) {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+#[kprobe]
+pub fn oom_kill_kprobe(ctx: ProbeContext) -> u32 {
+    let oc: u64 = ctx.arg(0).unwrap_or(0);
+    match emit_oom_kill(oc, SRC_KPROBE) {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+/// `mark_victim(struct task_struct *task, uid_t uid)`, the prototype since
+/// Linux 6.8 (include/trace/events/oom.h); the loader checks it in BTF first.
+#[btf_tracepoint(function = "mark_victim")]
+pub fn mark_victim_btf(ctx: BtfTracePointContext) -> u32 {
+    match try_mark_victim_btf(&ctx) {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+fn try_mark_victim_btf(ctx: &BtfTracePointContext) -> Result<u32, u32> {
+    let task: u64 = ctx.arg(0);
+    let uid: u32 = ctx.arg(1);
+    let Some(mut entry) = EVENTS.reserve::<OomEvent>(0) else {
+        count_lost(KIND_OOM_VICTIM);
+        return Ok(0);
+    };
+    let ev = entry.as_mut_ptr();
+    fill_victim(ev, KIND_OOM_VICTIM, SRC_TP_BTF, task);
+    // SAFETY: reserved slot.
+    unsafe { (*ev).uid = uid };
+    entry.submit(0);
+    Ok(0)
+}
+
+/// Classic `oom:mark_victim`: the last fallback. Field offsets come from the
+/// tracefs format file; before 6.8 only `pid` exists, and the rest stays 0.
+#[tracepoint]
+pub fn mark_victim_tp(ctx: TracePointContext) -> u32 {
+    match try_mark_victim_tp(&ctx) {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+#[inline(always)]
+fn tp_field<T: Default>(ctx: &TracePointContext, off: i64) -> T {
+    if off < 0 {
+        return T::default();
+    }
+    // SAFETY: the offset comes from this kernel's format file.
+    unsafe { ctx.read_at::<T>(off as usize) }.unwrap_or_default()
+}
+
+fn try_mark_victim_tp(ctx: &TracePointContext) -> Result<u32, u32> {
+    let pid: i32 = tp_field(ctx, conf!(tp_mv_pid));
+    let Some(mut entry) = EVENTS.reserve::<OomEvent>(0) else {
+        count_lost(KIND_OOM_VICTIM);
+        return Ok(0);
+    };
+    let ev = entry.as_mut_ptr();
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = pid as u32;
+    let adj: i16 = tp_field(ctx, conf!(tp_mv_oom_score_adj));
+    let mut comm = [0u8; COMM_LEN];
+    let comm_loc: u32 = tp_field(ctx, conf!(tp_mv_comm));
+    if comm_loc != 0 {
+        let off = (comm_loc & 0xffff) as u64;
+        // SAFETY: __data_loc points inside this record.
+        let _ = unsafe {
+            bpf_probe_read_kernel_buf((ctx.as_ptr() as u64 + off) as *const u8, &mut comm)
+        };
+    }
+    // SAFETY: reserved slot.
+    unsafe {
+        (*ev).hdr = header(KIND_OOM_VICTIM, job_flag(tgid), tgid, 0);
+        (*ev).victim_pid = tgid;
+        (*ev).trigger_pid = pid_tgid as u32;
+        (*ev).trigger_tgid = (pid_tgid >> 32) as u32;
+        (*ev).uid = tp_field(ctx, conf!(tp_mv_uid));
+        (*ev).oom_score_adj = adj as i32;
+        (*ev).source = SRC_TRACEPOINT;
+        (*ev).oom_flags = OOM_FLAG_COUNTERS_KB;
+        (*ev).constraint = 0;
+        (*ev).counters = [
+            tp_field(ctx, conf!(tp_mv_file_rss)),
+            tp_field(ctx, conf!(tp_mv_anon_rss)),
+            0,
+            tp_field(ctx, conf!(tp_mv_shmem_rss)),
+        ];
+        (*ev).total_vm = tp_field(ctx, conf!(tp_mv_total_vm));
+        (*ev).pgtables = tp_field(ctx, conf!(tp_mv_pgtables));
+        (*ev).victim_memcg_id = 0;
+        (*ev).oc_memcg_id = 0;
+        (*ev).chosen_points = 0;
+        (*ev).totalpages = 0;
+        (*ev).comm = comm;
+        (*ev).trigger_comm = bpf_get_current_comm().unwrap_or([0; COMM_LEN]);
+    }
+    entry.submit(0);
+    Ok(0)
+}
+
+/// Kernel log lines worth keeping: the OOM report's constraint line, its
+/// memcg usage line and its verdict. Everything else is dropped here, before
+/// a reserve, so a chatty kernel costs a prefix compare.
+const PRINTK_PREFIXES: [&[u8]; 4] = [
+    b"oom-kill:",
+    b"Memory cgroup out",
+    b"Out of memory",
+    b"memory: usage ",
+];
+
+#[tracepoint]
+pub fn printk_console(ctx: TracePointContext) -> u32 {
+    match try_printk_console(&ctx) {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+#[inline(always)]
+fn has_prefix(head: &[u8; 20], prefix: &[u8]) -> bool {
+    let mut i = 0;
+    while i < prefix.len() && i < head.len() {
+        if head[i] != prefix[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+fn try_printk_console(ctx: &TracePointContext) -> Result<u32, u32> {
+    let loc: u32 = tp_field(ctx, conf!(tp_console_msg));
+    let msg = ctx.as_ptr() as u64 + (loc & 0xffff) as u64;
+    let mut head = [0u8; 20];
+    // SAFETY: __data_loc points inside this record; a short read fails cleanly.
+    unsafe { bpf_probe_read_kernel_buf(msg as *const u8, &mut head) }.map_err(|_| 0u32)?;
+    if !PRINTK_PREFIXES.iter().any(|p| has_prefix(&head, p)) {
+        return Ok(0);
+    }
+    let Some(mut entry) = EVENTS.reserve::<PrintkEvent>(0) else {
+        count_lost(KIND_PRINTK);
+        return Ok(0);
+    };
+    let ev = entry.as_mut_ptr();
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    // SAFETY: reserved slot; the string read is bounded by `msg`'s size.
+    unsafe {
+        (*ev).hdr = header(KIND_PRINTK, 0, tgid, 0);
+        (*ev)._pad = 0;
+        let buf = &mut *addr_of_mut!((*ev).msg);
+        (*ev).len = match bpf_probe_read_kernel_str_bytes(msg as *const u8, buf) {
+            Ok(s) => s.len() as u32,
+            Err(_) => 0,
+        };
+    }
+    entry.submit(0);
+    Ok(0)
+}
+
+// ------------------------------------------------------- process lifecycle
+
+/// `sched_process_fork(struct task_struct *parent, struct task_struct *child)`.
+/// Membership spreads here, in the kernel, so a child that forks and exits
+/// before userspace reads a byte is still part of the job.
+#[btf_tracepoint(function = "sched_process_fork")]
+pub fn sched_fork(ctx: BtfTracePointContext) -> u32 {
+    match try_sched_fork(&ctx) {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+fn try_sched_fork(ctx: &BtfTracePointContext) -> Result<u32, u32> {
+    let parent: u64 = ctx.arg(0);
+    let child: u64 = ctx.arg(1);
+    let child_pid: u32 = rd(child, conf!(task_pid))?;
+    let child_tgid: u32 = rd(child, conf!(task_tgid))?;
+    if child_pid != child_tgid {
+        return Ok(0); // a new thread, not a new process
+    }
+    let parent_tgid: u32 = rd(parent, conf!(task_tgid))?;
+    if !in_job(parent_tgid) {
+        return Ok(0);
+    }
+    if JOB.insert(&child_tgid, &1, 0).is_err() {
+        if let Some(c) = COUNTERS.get_ptr_mut(0) {
+            // SAFETY: per-CPU slot.
+            unsafe { (*c).job_map_full += 1 };
+        }
+    }
+    let Some(mut entry) = EVENTS.reserve::<ForkEvent>(0) else {
+        count_lost(KIND_FORK);
+        return Ok(0);
+    };
+    let ev = entry.as_mut_ptr();
+    // SAFETY: reserved slot.
+    unsafe {
+        (*ev).hdr = header(KIND_FORK, FLAG_IN_JOB, child_tgid, leader_start_ns(child));
+        (*ev).parent_tgid = parent_tgid;
+        (*ev)._pad = 0;
+        (*ev).parent_start_ns = leader_start_ns(parent);
+        (*ev).comm = rd_comm(child);
+    }
+    entry.submit(0);
+    Ok(0)
+}
+
+/// `sched_process_exec(struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)`.
+#[btf_tracepoint(function = "sched_process_exec")]
+pub fn sched_exec(ctx: BtfTracePointContext) -> u32 {
+    match try_sched_exec(&ctx) {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+fn try_sched_exec(ctx: &BtfTracePointContext) -> Result<u32, u32> {
+    let task: u64 = ctx.arg(0);
+    let bprm: u64 = ctx.arg(2);
+    let tgid: u32 = rd(task, conf!(task_tgid))?;
+    if !in_job(tgid) {
+        return Ok(0);
+    }
+    let Some(mut entry) = EVENTS.reserve::<ExecEvent>(0) else {
+        count_lost(KIND_EXEC);
+        return Ok(0);
+    };
+    let ev = entry.as_mut_ptr();
+    let filename: u64 = rd(bprm, conf!(bprm_filename)).unwrap_or(0);
+    // SAFETY: reserved slot; the string read is bounded by the buffer.
+    unsafe {
+        (*ev).hdr = header(KIND_EXEC, FLAG_IN_JOB, tgid, leader_start_ns(task));
+        (*ev).comm = rd_comm(task);
+        let buf = &mut *addr_of_mut!((*ev).filename);
+        let n = match bpf_probe_read_kernel_str_bytes(filename as *const u8, buf) {
+            Ok(s) => s.len(),
+            Err(_) => 0,
+        };
+        if n + 1 >= FILENAME_LEN {
+            (*ev).hdr.flags |= FLAG_TRUNCATED;
+        }
+    }
+    entry.submit(0);
+    Ok(0)
+}
+
+/// `sched_process_exit(struct task_struct *p, ...)`: fires once per thread;
+/// only the last one (`signal->live` reached 0) ends the process.
+#[btf_tracepoint(function = "sched_process_exit")]
+pub fn sched_exit(ctx: BtfTracePointContext) -> u32 {
+    match try_sched_exit(&ctx) {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+fn try_sched_exit(ctx: &BtfTracePointContext) -> Result<u32, u32> {
+    let task: u64 = ctx.arg(0);
+    let signal: u64 = rd(task, conf!(task_signal))?;
+    let live: i32 = rd(signal, conf!(signal_live))?;
+    if live != 0 {
+        return Ok(0);
+    }
+    let tgid: u32 = rd(task, conf!(task_tgid))?;
+    let _ = PROCS.remove(&tgid);
+    if !in_job(tgid) {
+        return Ok(0);
+    }
+    let _ = JOB.remove(&tgid);
+    let Some(mut entry) = EVENTS.reserve::<ExitEvent>(0) else {
+        count_lost(KIND_EXIT);
+        return Ok(0);
+    };
+    let ev = entry.as_mut_ptr();
+    // SAFETY: reserved slot.
+    unsafe {
+        (*ev).hdr = header(KIND_EXIT, FLAG_IN_JOB, tgid, leader_start_ns(task));
+        (*ev).exit_code = rd(task, conf!(task_exit_code)).unwrap_or(0);
+        (*ev).group_exit_code = rd(signal, conf!(signal_group_exit_code)).unwrap_or(0);
+        (*ev).comm = rd_comm(task);
+    }
+    entry.submit(0);
+    Ok(0)
+}
+
+// ------------------------------------------------------------ memory growth
+
+/// The state of the current process, created on first sight.
+#[inline(always)]
+fn proc_state(tgid: u32, task: u64, mm: u64, now: u64) -> Option<*mut ProcState> {
+    if let Some(st) = PROCS.get_ptr_mut(&tgid) {
+        return Some(st);
+    }
+    let init = ProcState {
+        cur: read_counters(mm),
+        // Nothing reported yet: the first change sends the whole footprint,
+        // so userspace learns every process's size once.
+        reported: [0; NR_MM_COUNTERS],
+        last_emit_ns: now,
+        faults: 0,
+        start_ns: leader_start_ns(task),
+    };
+    if PROCS.insert(&tgid, &init, 0).is_err() {
+        count_proc_map_full();
+        return None;
+    }
+    PROCS.get_ptr_mut(&tgid)
+}
+
+#[inline(always)]
+fn abs(v: i64) -> i64 {
+    if v < 0 { -v } else { v }
+}
+
+/// `rss_stat(struct mm_struct *mm, int member)` (6.2+; older kernels pass a
+/// third `long count`, which is not read). Fires on every RSS counter change:
+/// the program only updates the per-process state and compares.
+#[btf_tracepoint(function = "rss_stat")]
+pub fn rss_stat(ctx: BtfTracePointContext) -> u32 {
+    match try_rss_stat(&ctx) {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+fn try_rss_stat(ctx: &BtfTracePointContext) -> Result<u32, u32> {
+    let mm: u64 = ctx.arg(0);
+    let member: i32 = ctx.arg(1);
+    if !(0..NR_MM_COUNTERS as i32).contains(&member) {
+        return Ok(0);
+    }
+    // SAFETY: helper without preconditions.
+    let task = unsafe { bpf_get_current_task() };
+    // Another process's mm (exit teardown, khugepaged, remote GUP): its owner
+    // reports it on its own next change.
+    let cur_mm: u64 = rd(task, conf!(task_mm))?;
+    if cur_mm != mm {
+        return Ok(0);
+    }
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    // SAFETY: helper without preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let st = proc_state(tgid, task, mm, now).ok_or(0u32)?;
+    let member = member as usize;
+    // SAFETY: `st` points into a map value; races between threads of one
+    // process can only duplicate or delay a record, never corrupt one.
+    unsafe {
+        (*st).cur[member & (NR_MM_COUNTERS - 1)] = read_counter(mm, member);
+        let cur = (*st).cur;
+        let rep = (*st).reported;
+        let moved = abs(cur[0] - rep[0])
+            + abs(cur[1] - rep[1])
+            + abs(cur[2] - rep[2])
+            + abs(cur[3] - rep[3]);
+        if moved == 0 {
+            return Ok(0);
+        }
+        let total = cur[MM_FILEPAGES] + cur[MM_ANONPAGES] + cur[MM_SHMEMPAGES];
+        let mut threshold = conf!(rss_threshold_pages);
+        let shift = conf!(rss_relative_shift);
+        if shift > 0 && shift < 63 && total > 0 {
+            let rel = total >> shift;
+            if rel > threshold {
+                threshold = rel;
+            }
+        }
+        let heartbeat = now.wrapping_sub((*st).last_emit_ns) >= conf!(heartbeat_ns) as u64;
+        let first = rep[0] == 0 && rep[1] == 0 && rep[2] == 0 && rep[3] == 0;
+        if moved < threshold && !heartbeat {
+            return Ok(0);
+        }
+        let reason = if first {
+            MEM_REASON_FIRST
+        } else if moved >= threshold {
+            MEM_REASON_THRESHOLD
+        } else {
+            MEM_REASON_HEARTBEAT
+        };
+        let Some(mut entry) = EVENTS.reserve::<MemEvent>(0) else {
+            count_lost(KIND_MEM);
+            return Ok(0);
+        };
+        let fresh = read_counters(mm);
+        let ev = entry.as_mut_ptr();
+        (*ev).hdr = header(KIND_MEM, job_flag(tgid), tgid, (*st).start_ns);
+        (*ev).counters = fresh;
+        (*ev).faults = (*st).faults;
+        (*ev).reason = reason;
+        (*ev)._pad = 0;
+        (*ev).comm = bpf_get_current_comm().unwrap_or([0; COMM_LEN]);
+        entry.submit(0);
+        (*st).cur = fresh;
+        (*st).reported = fresh;
+        (*st).last_emit_ns = now;
+    }
+    Ok(0)
+}
+
+/// `exceptions:page_fault_user`: one atomic add per fault, nothing sent.
+#[tracepoint]
+pub fn page_fault_user(_ctx: TracePointContext) -> u32 {
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if let Some(st) = PROCS.get_ptr_mut(&tgid) {
+        // SAFETY: `faults` is an aligned u64 inside a live map value.
+        unsafe {
+            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(addr_of_mut!((*st).faults), 1)
+        };
+    }
+    0
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 4] = *b"GPL\0";

@@ -1,0 +1,569 @@
+//! Bytes → typed events, in one place.
+//!
+//! Kernel records arrive as the `#[repr(C)]` structs of `trainbpf-common`;
+//! userspace records (job start and end, lost counts, cgroup names) as JSON.
+//! Every record is length-checked here; nothing downstream sees raw bytes.
+
+use serde::{Deserialize, Serialize};
+use trainbpf_common as common;
+
+/// Record kinds written by the collector itself. Kernel kinds are below 100
+/// (`trainbpf_common::KIND_*`); these never collide with them.
+pub const KIND_JOB_START: u16 = 100;
+pub const KIND_JOB_EXIT: u16 = 101;
+pub const KIND_LOST: u16 = 102;
+pub const KIND_CGROUP: u16 = 103;
+pub const KIND_NOTE: u16 = 104;
+
+/// A process, named so that a recycled pid is a different process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ProcKey {
+    pub tgid: u32,
+    /// Group leader's start time, CLOCK_MONOTONIC ns; 0 when unknown.
+    pub start_ns: u64,
+}
+
+/// Resident memory split the way the kernel counts it, in kB.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rss {
+    pub anon_kb: u64,
+    pub file_kb: u64,
+    pub shmem_kb: u64,
+    pub swap_kb: u64,
+}
+
+impl Rss {
+    /// anon + file + shmem: what `ps` calls RSS.
+    pub fn resident_kb(&self) -> u64 {
+        self.anon_kb + self.file_kb + self.shmem_kb
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OomRecordKind {
+    /// `mark_victim`: one per killed process.
+    Victim,
+    /// `oom_kill_process`: the kill's context (oom_control).
+    Kill,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OomControl {
+    /// `enum oom_constraint`: 0 NONE, 1 CPUSET, 2 MEMORY_POLICY, 3 MEMCG.
+    pub constraint: u32,
+    pub chosen_points: i64,
+    pub totalpages: u64,
+    /// kernfs id of `oc->memcg`; 0 for a global OOM.
+    pub memcg_id: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Task {
+    pub pid: u32,
+    pub tgid: u32,
+    pub comm: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OomRecord {
+    pub kind: OomRecordKind,
+    /// Which probe wrote it: "fentry", "kprobe", "tp_btf", "tracepoint".
+    pub source: String,
+    pub victim: ProcKey,
+    pub victim_pid: u32,
+    pub comm: String,
+    pub in_job: bool,
+    pub uid: u32,
+    pub oom_score_adj: i32,
+    pub rss: Rss,
+    pub total_vm_kb: u64,
+    pub pgtables_kb: u64,
+    /// kernfs id of the victim's memory cgroup; 0 when unknown.
+    pub memcg_id: u64,
+    pub oc: Option<OomControl>,
+    /// `current` when the kill happened: whose allocation failed.
+    pub trigger: Task,
+}
+
+/// How the job's main process ended, as `wait(2)` said.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExitStatus {
+    Code(i32),
+    Signal(i32),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobStart {
+    pub pid: u32,
+    pub start_ns: u64,
+    pub argv: Vec<String>,
+    pub cwd: String,
+    pub uid: u32,
+    pub gid: u32,
+    /// Memory cgroup created for `--memory-limit`, as a path under the
+    /// hierarchy's mount (e.g. `/trainbpf-1234`).
+    pub cgroup: Option<String>,
+    pub memory_limit_bytes: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobExit {
+    pub pid: u32,
+    pub status: ExitStatus,
+}
+
+/// Cumulative counts, summed over CPUs; the last record wins.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lost {
+    /// Ring-buffer records lost, indexed by kernel record kind.
+    pub by_kind: Vec<u64>,
+    /// Records the collector could not decode.
+    pub undecodable: u64,
+    pub proc_map_full: u64,
+    pub job_map_full: u64,
+}
+
+impl Lost {
+    pub fn total(&self) -> u64 {
+        self.by_kind.iter().sum::<u64>() + self.undecodable
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CgroupName {
+    pub id: u64,
+    pub path: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Event {
+    Fork {
+        child: ProcKey,
+        parent: ProcKey,
+        comm: String,
+    },
+    Exec {
+        proc: ProcKey,
+        comm: String,
+        filename: String,
+        truncated: bool,
+    },
+    Exit {
+        proc: ProcKey,
+        comm: String,
+        /// `task->exit_code`, wait-status encoded.
+        exit_code: u32,
+        group_exit_code: u32,
+    },
+    Mem {
+        proc: ProcKey,
+        in_job: bool,
+        comm: String,
+        rss: Rss,
+        faults: u64,
+        reason: u32,
+    },
+    Oom(Box<OomRecord>),
+    Printk {
+        tgid: u32,
+        msg: String,
+    },
+    JobStart(JobStart),
+    JobExit(JobExit),
+    Lost(Lost),
+    Cgroup(CgroupName),
+    Note(String),
+}
+
+/// An event and when it happened (CLOCK_MONOTONIC ns).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Timed {
+    pub ts_ns: u64,
+    pub event: Event,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DecodeError {
+    /// The record is shorter than its kind's struct.
+    #[error("record of kind {kind} is {len} bytes, expected {want}")]
+    Short { kind: u16, len: usize, want: usize },
+    /// A kind this version doesn't know (written by a newer trainbpf?).
+    #[error("unknown record kind {0}")]
+    UnknownKind(u16),
+    /// A userspace record whose JSON doesn't parse.
+    #[error("record of kind {kind}: {msg}")]
+    Json { kind: u16, msg: String },
+}
+
+fn cstr(bytes: &[u8]) -> String {
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end]).into_owned()
+}
+
+/// Copies a `T` out of `bytes` after checking the length.
+fn read_pod<T: Copy>(kind: u16, bytes: &[u8]) -> Result<T, DecodeError> {
+    let want = size_of::<T>();
+    if bytes.len() < want {
+        return Err(DecodeError::Short {
+            kind,
+            len: bytes.len(),
+            want,
+        });
+    }
+    // SAFETY: length checked above; T is one of the plain #[repr(C)] integer
+    // structs of trainbpf-common, valid for any bit pattern.
+    Ok(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
+}
+
+fn json<T: for<'de> Deserialize<'de>>(kind: u16, bytes: &[u8]) -> Result<T, DecodeError> {
+    serde_json::from_slice(bytes).map_err(|e| DecodeError::Json {
+        kind,
+        msg: e.to_string(),
+    })
+}
+
+fn key(h: &common::Header) -> ProcKey {
+    ProcKey {
+        tgid: h.tgid,
+        start_ns: h.start_ns,
+    }
+}
+
+fn source_name(source: u32) -> &'static str {
+    match source {
+        common::SRC_FENTRY => "fentry",
+        common::SRC_KPROBE => "kprobe",
+        common::SRC_TP_BTF => "tp_btf",
+        common::SRC_TRACEPOINT => "tracepoint",
+        _ => "unknown",
+    }
+}
+
+/// Decodes one record. `page_kb` converts page counts (from the recording
+/// header's page size) to kB.
+pub fn decode(kind: u16, bytes: &[u8], page_kb: u64) -> Result<Timed, DecodeError> {
+    let pages = |p: i64| p.max(0) as u64 * page_kb;
+    let (ts_ns, event) = match kind {
+        common::KIND_FORK => {
+            let e: common::ForkEvent = read_pod(kind, bytes)?;
+            let ev = Event::Fork {
+                child: key(&e.hdr),
+                parent: ProcKey {
+                    tgid: e.parent_tgid,
+                    start_ns: e.parent_start_ns,
+                },
+                comm: cstr(&e.comm),
+            };
+            (e.hdr.ts_ns, ev)
+        }
+        common::KIND_EXEC => {
+            let e: common::ExecEvent = read_pod(kind, bytes)?;
+            let ev = Event::Exec {
+                proc: key(&e.hdr),
+                comm: cstr(&e.comm),
+                filename: cstr(&e.filename),
+                truncated: e.hdr.flags & common::FLAG_TRUNCATED != 0,
+            };
+            (e.hdr.ts_ns, ev)
+        }
+        common::KIND_EXIT => {
+            let e: common::ExitEvent = read_pod(kind, bytes)?;
+            let ev = Event::Exit {
+                proc: key(&e.hdr),
+                comm: cstr(&e.comm),
+                exit_code: e.exit_code,
+                group_exit_code: e.group_exit_code,
+            };
+            (e.hdr.ts_ns, ev)
+        }
+        common::KIND_MEM => {
+            let e: common::MemEvent = read_pod(kind, bytes)?;
+            let c = e.counters;
+            let ev = Event::Mem {
+                proc: key(&e.hdr),
+                in_job: e.hdr.flags & common::FLAG_IN_JOB != 0,
+                comm: cstr(&e.comm),
+                rss: Rss {
+                    anon_kb: pages(c[common::MM_ANONPAGES]),
+                    file_kb: pages(c[common::MM_FILEPAGES]),
+                    shmem_kb: pages(c[common::MM_SHMEMPAGES]),
+                    swap_kb: pages(c[common::MM_SWAPENTS]),
+                },
+                faults: e.faults,
+                reason: e.reason,
+            };
+            (e.hdr.ts_ns, ev)
+        }
+        common::KIND_OOM_VICTIM | common::KIND_OOM_KILL => {
+            let e: common::OomEvent = read_pod(kind, bytes)?;
+            let kb = e.oom_flags & common::OOM_FLAG_COUNTERS_KB != 0;
+            let conv = |v: i64| if kb { v.max(0) as u64 } else { pages(v) };
+            let c = e.counters;
+            let rec = OomRecord {
+                kind: if kind == common::KIND_OOM_KILL {
+                    OomRecordKind::Kill
+                } else {
+                    OomRecordKind::Victim
+                },
+                source: source_name(e.source).to_string(),
+                victim: key(&e.hdr),
+                victim_pid: e.victim_pid,
+                comm: cstr(&e.comm),
+                in_job: e.hdr.flags & common::FLAG_IN_JOB != 0,
+                uid: e.uid,
+                oom_score_adj: e.oom_score_adj,
+                rss: Rss {
+                    anon_kb: conv(c[common::MM_ANONPAGES]),
+                    file_kb: conv(c[common::MM_FILEPAGES]),
+                    shmem_kb: conv(c[common::MM_SHMEMPAGES]),
+                    swap_kb: conv(c[common::MM_SWAPENTS]),
+                },
+                total_vm_kb: if kb { e.total_vm } else { e.total_vm * page_kb },
+                pgtables_kb: if kb { e.pgtables } else { e.pgtables / 1024 },
+                memcg_id: e.victim_memcg_id,
+                oc: (e.oom_flags & common::OOM_FLAG_HAS_OC != 0).then_some(OomControl {
+                    constraint: e.constraint,
+                    chosen_points: e.chosen_points,
+                    totalpages: e.totalpages,
+                    memcg_id: e.oc_memcg_id,
+                }),
+                trigger: Task {
+                    pid: e.trigger_pid,
+                    tgid: e.trigger_tgid,
+                    comm: cstr(&e.trigger_comm),
+                },
+            };
+            (e.hdr.ts_ns, Event::Oom(Box::new(rec)))
+        }
+        common::KIND_PRINTK => {
+            let e: common::PrintkEvent = read_pod(kind, bytes)?;
+            let n = (e.len as usize).min(e.msg.len());
+            let ev = Event::Printk {
+                tgid: e.hdr.tgid,
+                msg: cstr(&e.msg[..n]).trim_end().to_string(),
+            };
+            (e.hdr.ts_ns, ev)
+        }
+        KIND_JOB_START | KIND_JOB_EXIT | KIND_LOST | KIND_CGROUP | KIND_NOTE => {
+            let w: UserRecord = json(kind, bytes)?;
+            let ev = match (kind, w.body) {
+                (KIND_JOB_START, UserBody::JobStart(j)) => Event::JobStart(j),
+                (KIND_JOB_EXIT, UserBody::JobExit(j)) => Event::JobExit(j),
+                (KIND_LOST, UserBody::Lost(l)) => Event::Lost(l),
+                (KIND_CGROUP, UserBody::Cgroup(c)) => Event::Cgroup(c),
+                (KIND_NOTE, UserBody::Note(n)) => Event::Note(n),
+                _ => {
+                    return Err(DecodeError::Json {
+                        kind,
+                        msg: "body does not match the record kind".into(),
+                    });
+                }
+            };
+            (w.ts_ns, ev)
+        }
+        other => return Err(DecodeError::UnknownKind(other)),
+    };
+    Ok(Timed { ts_ns, event })
+}
+
+/// The JSON body of a userspace record.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct UserRecord {
+    pub ts_ns: u64,
+    pub body: UserBody,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UserBody {
+    JobStart(JobStart),
+    JobExit(JobExit),
+    Lost(Lost),
+    Cgroup(CgroupName),
+    Note(String),
+}
+
+impl UserBody {
+    pub fn kind(&self) -> u16 {
+        match self {
+            UserBody::JobStart(_) => KIND_JOB_START,
+            UserBody::JobExit(_) => KIND_JOB_EXIT,
+            UserBody::Lost(_) => KIND_LOST,
+            UserBody::Cgroup(_) => KIND_CGROUP,
+            UserBody::Note(_) => KIND_NOTE,
+        }
+    }
+}
+
+/// Encodes a userspace record (the collector's side of `decode`).
+pub fn encode_user(ts_ns: u64, body: UserBody) -> (u16, Vec<u8>) {
+    let kind = body.kind();
+    let bytes = serde_json::to_vec(&UserRecord { ts_ns, body })
+        .expect("serializing plain data cannot fail");
+    (kind, bytes)
+}
+
+/// Test and fixture helper: the bytes the kernel would write for `v`.
+pub fn pod_bytes<T: Copy>(v: &T) -> Vec<u8> {
+    // SAFETY: T is a plain #[repr(C)] struct without padding (size-asserted
+    // in trainbpf-common); reading its bytes is defined.
+    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }.to_vec()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hdr(kind: u16, tgid: u32, ts: u64) -> common::Header {
+        common::Header {
+            kind,
+            flags: common::FLAG_IN_JOB,
+            tgid,
+            ts_ns: ts,
+            start_ns: 7,
+        }
+    }
+
+    fn comm(s: &str) -> [u8; common::COMM_LEN] {
+        let mut c = [0; common::COMM_LEN];
+        c[..s.len()].copy_from_slice(s.as_bytes());
+        c
+    }
+
+    #[test]
+    fn mem_event_converts_pages_to_kb() {
+        let e = common::MemEvent {
+            hdr: hdr(common::KIND_MEM, 42, 1000),
+            counters: [10, 256, 0, 3],
+            faults: 99,
+            reason: common::MEM_REASON_THRESHOLD,
+            _pad: 0,
+            comm: comm("python3"),
+        };
+        let t = decode(common::KIND_MEM, &pod_bytes(&e), 4).unwrap();
+        assert_eq!(t.ts_ns, 1000);
+        let Event::Mem {
+            proc,
+            in_job,
+            comm,
+            rss,
+            faults,
+            ..
+        } = t.event
+        else {
+            panic!("not a mem event: {:?}", t.event)
+        };
+        assert_eq!(
+            proc,
+            ProcKey {
+                tgid: 42,
+                start_ns: 7
+            }
+        );
+        assert!(in_job);
+        assert_eq!(comm, "python3");
+        assert_eq!(rss.anon_kb, 1024);
+        assert_eq!(rss.file_kb, 40);
+        assert_eq!(rss.shmem_kb, 12);
+        assert_eq!(faults, 99);
+    }
+
+    #[test]
+    fn short_record_is_an_error_not_a_panic() {
+        let e = common::MemEvent {
+            hdr: hdr(common::KIND_MEM, 1, 1),
+            counters: [0; 4],
+            faults: 0,
+            reason: 0,
+            _pad: 0,
+            comm: [0; 16],
+        };
+        let b = pod_bytes(&e);
+        assert_eq!(
+            decode(common::KIND_MEM, &b[..40], 4),
+            Err(DecodeError::Short {
+                kind: common::KIND_MEM,
+                len: 40,
+                want: 88
+            })
+        );
+        assert_eq!(decode(77, &b, 4), Err(DecodeError::UnknownKind(77)));
+    }
+
+    #[test]
+    fn tracepoint_oom_counters_are_already_kb() {
+        let mut e = common::OomEvent {
+            hdr: hdr(common::KIND_OOM_VICTIM, 5, 9),
+            victim_pid: 5,
+            trigger_pid: 6,
+            trigger_tgid: 6,
+            uid: 1000,
+            oom_score_adj: 1000,
+            source: common::SRC_TRACEPOINT,
+            oom_flags: common::OOM_FLAG_COUNTERS_KB,
+            constraint: 0,
+            counters: [100, 2000, 0, 30],
+            total_vm: 5000,
+            pgtables: 64,
+            victim_memcg_id: 0,
+            oc_memcg_id: 0,
+            chosen_points: 0,
+            totalpages: 0,
+            comm: comm("victim"),
+            trigger_comm: comm("grower"),
+        };
+        let Event::Oom(r) = decode(common::KIND_OOM_VICTIM, &pod_bytes(&e), 4)
+            .unwrap()
+            .event
+        else {
+            panic!()
+        };
+        assert_eq!(r.rss.anon_kb, 2000);
+        assert_eq!(r.pgtables_kb, 64);
+        assert_eq!(r.source, "tracepoint");
+        assert!(r.oc.is_none());
+        assert_eq!(r.trigger.comm, "grower");
+
+        e.oom_flags = common::OOM_FLAG_HAS_OC;
+        e.source = common::SRC_KPROBE;
+        e.constraint = 3;
+        e.pgtables = 8192;
+        let Event::Oom(r) = decode(common::KIND_OOM_KILL, &pod_bytes(&e), 4)
+            .unwrap()
+            .event
+        else {
+            panic!()
+        };
+        assert_eq!(r.kind, OomRecordKind::Kill);
+        assert_eq!(r.rss.anon_kb, 8000);
+        assert_eq!(r.pgtables_kb, 8);
+        assert_eq!(r.oc.unwrap().constraint, 3);
+    }
+
+    #[test]
+    fn user_records_round_trip() {
+        let (kind, bytes) = encode_user(
+            5,
+            UserBody::JobExit(JobExit {
+                pid: 9,
+                status: ExitStatus::Signal(9),
+            }),
+        );
+        assert_eq!(kind, KIND_JOB_EXIT);
+        let t = decode(kind, &bytes, 4).unwrap();
+        assert_eq!(
+            t.event,
+            Event::JobExit(JobExit {
+                pid: 9,
+                status: ExitStatus::Signal(9)
+            })
+        );
+        // A body under the wrong kind is rejected, not misread.
+        assert!(matches!(
+            decode(KIND_LOST, &bytes, 4),
+            Err(DecodeError::Json { .. })
+        ));
+    }
+}

@@ -1,0 +1,26 @@
+//! trainbpf: record why a training job was OOM-killed, and explain it.
+//!
+//! Data flows one way: probes (trainbpf-ebpf) → ring buffer → collector
+//! ([`record`]) → [`recording`] → [`decode`] → [`model`] → [`render`].
+//! [`kernel`] and [`loader`] hold what is specific to the running kernel.
+
+pub mod cli;
+pub mod decode;
+pub mod job;
+pub mod kernel;
+pub mod loader;
+pub mod model;
+pub mod record;
+pub mod recording;
+pub mod render;
+pub mod report;
+
+/// Writes to stdout; a closed pipe (`trainbpf report | head`) is success.
+pub fn write_stdout(s: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(s.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => r,
+    }
+}

@@ -1,0 +1,302 @@
+//! Loads the eBPF object, fills in this kernel's offsets, and attaches each
+//! probe at the best point the kernel allows, falling back and saying why.
+//!
+//! Choices, best first:
+//! - kill context: `fentry/oom_kill_process` (5.5+, needs BPF trampolines and
+//!   no lockdown veto), then `kprobe/oom_kill_process` (CONFIG_KPROBES);
+//!   without either there is no `oom_control` (points, totalpages), but the
+//!   victim is still caught:
+//! - victim: `tp_btf/mark_victim` with a `task_struct *` (6.8+), then the
+//!   classic `oom:mark_victim` tracepoint (all fields on 6.8+, `pid` alone
+//!   before);
+//! - lifecycle: `tp_btf/sched_process_{fork,exec,exit}` (5.5+);
+//! - memory: `tp_btf/rss_stat` (5.5+; cheaper than the classic tracepoint,
+//!   whose record build sums a per-CPU counter even for an empty program);
+//! - faults: `exceptions:page_fault_user` (x86);
+//! - kernel log: `printk:console`.
+
+use aya::{
+    Btf, Ebpf, EbpfLoader,
+    maps::{HashMap, MapData, PerCpuArray, RingBuf},
+    programs::{BtfTracePoint, FEntry, KProbe, ProgramError, TracePoint},
+};
+use trainbpf_common::{Config, Counters};
+
+use crate::{
+    kernel::{self, KernelBtf},
+    recording::{Attach, Fallback},
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// Reading the kernel's BTF or a required field failed.
+    #[error(transparent)]
+    Kernel(#[from] kernel::KernelError),
+    /// The object could not be loaded (maps, globals).
+    #[error("loading the eBPF object: {0}")]
+    Object(String),
+    /// A probe with no fallback could not be attached.
+    #[error("attaching {probe}: {reason}")]
+    Attach { probe: String, reason: String },
+}
+
+pub struct Tunables {
+    pub rss_threshold_bytes: u64,
+    pub rss_relative_shift: u32,
+    pub heartbeat_ms: u64,
+    pub ring_bytes: u32,
+}
+
+pub struct Loaded {
+    /// Owns the programs and their links: dropping it detaches everything.
+    pub ebpf: Ebpf,
+    pub events: RingBuf<MapData>,
+    pub counters: PerCpuArray<MapData, Counters>,
+    pub job: HashMap<MapData, u32, u32>,
+    pub attach: Attach,
+    pub fallbacks: Vec<Fallback>,
+}
+
+/// The eBPF object, built by build.rs with aya-build.
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/trainbpf"));
+
+/// Shortens aya's errors: a verifier log can run to pages, and the first
+/// line says what a user needs.
+fn why(e: &ProgramError) -> String {
+    let s = e.to_string();
+    let first = s.lines().next().unwrap_or("").to_string();
+    // aya appends "Verifier output:" and the log; an empty log says nothing.
+    let first = match first.split_once(". Verifier output:") {
+        Some((head, rest)) if rest.trim().is_empty() => head.to_string(),
+        _ => first,
+    };
+    let source = std::error::Error::source(e)
+        .map(|s| s.to_string())
+        .unwrap_or_default();
+    if source.is_empty() || first.contains(&source) {
+        first
+    } else {
+        format!("{first}: {source}")
+    }
+}
+
+pub fn load(t: &Tunables, page_size: u64) -> Result<Loaded, LoadError> {
+    let kbtf = KernelBtf::open()?;
+    let mut config = Config::UNSET;
+    kbtf.fill(&mut config)?;
+    let tracefs = kernel::ensure_tracefs();
+    if let Some(f) = kernel::tp_format("oom", "mark_victim") {
+        config.tp_mv_pid = kernel::field(&f, "pid");
+        config.tp_mv_comm = kernel::field(&f, "comm");
+        config.tp_mv_total_vm = kernel::field(&f, "total_vm");
+        config.tp_mv_anon_rss = kernel::field(&f, "anon_rss");
+        config.tp_mv_file_rss = kernel::field(&f, "file_rss");
+        config.tp_mv_shmem_rss = kernel::field(&f, "shmem_rss");
+        config.tp_mv_uid = kernel::field(&f, "uid");
+        config.tp_mv_pgtables = kernel::field(&f, "pgtables");
+        config.tp_mv_oom_score_adj = kernel::field(&f, "oom_score_adj");
+    }
+    if let Some(f) = kernel::tp_format("printk", "console") {
+        config.tp_console_msg = kernel::field(&f, "msg");
+    }
+    config.rss_threshold_pages = (t.rss_threshold_bytes / page_size.max(1)).max(1) as i64;
+    config.rss_relative_shift = t.rss_relative_shift as i64;
+    config.heartbeat_ns = (t.heartbeat_ms * 1_000_000) as i64;
+
+    let mut ebpf = EbpfLoader::new()
+        .override_global("CONFIG", &config, true)
+        .map_max_entries("EVENTS", t.ring_bytes)
+        .load(OBJECT)
+        .map_err(|e| LoadError::Object(e.to_string()))?;
+    let btf = Btf::from_sys_fs().map_err(|e| LoadError::Object(format!("aya BTF: {e}")))?;
+
+    let mut attach = Attach::default();
+    let mut fallbacks = Vec::new();
+    let mut fell = |probe: &str, reason: String| {
+        fallbacks.push(Fallback {
+            probe: probe.to_string(),
+            reason,
+        })
+    };
+
+    // Kill context.
+    let fentry = "fentry:oom_kill_process";
+    let kprobe = "kprobe:oom_kill_process";
+    match attach_fentry(&mut ebpf, &btf, "oom_kill_fentry", "oom_kill_process") {
+        Ok(()) => attach.oom_context = Some(fentry.into()),
+        Err(e) => {
+            fell(fentry, e);
+            if !kernel::kprobes_available() {
+                fell(
+                    kprobe,
+                    "kernel has no kprobes (CONFIG_KPROBES unset: /sys/bus/event_source/devices/kprobe missing)"
+                        .into(),
+                );
+            } else {
+                match attach_kprobe(&mut ebpf, "oom_kill_kprobe", "oom_kill_process") {
+                    Ok(()) => attach.oom_context = Some(kprobe.into()),
+                    Err(e) => fell(kprobe, e),
+                }
+            }
+        }
+    }
+
+    // Victim.
+    let tp_btf = "tp_btf:mark_victim";
+    let classic = "tracepoint:oom:mark_victim";
+    let btf_ok = if kbtf.tp_first_arg_is("mark_victim", "task_struct") {
+        match attach_tp_btf(&mut ebpf, &btf, "mark_victim_btf", "mark_victim") {
+            Ok(()) => true,
+            Err(e) => {
+                fell(tp_btf, e);
+                false
+            }
+        }
+    } else {
+        fell(
+            tp_btf,
+            "this kernel's mark_victim passes a pid, not a task_struct (before 6.8)".into(),
+        );
+        false
+    };
+    if btf_ok {
+        attach.oom_victim = Some(tp_btf.into());
+    } else {
+        match attach_tp(&mut ebpf, "mark_victim_tp", "oom", "mark_victim", &tracefs) {
+            Ok(()) => attach.oom_victim = Some(classic.into()),
+            Err(e) => fell(classic, e),
+        }
+    }
+    if attach.oom_context.is_none() && attach.oom_victim.is_none() {
+        return Err(LoadError::Attach {
+            probe: "any OOM-kill probe".into(),
+            reason: "none of fentry, kprobe, tp_btf or tracepoint could attach".into(),
+        });
+    }
+
+    // Lifecycle: no fallback; without it there is no job tree.
+    for (prog, tp) in [
+        ("sched_fork", "sched_process_fork"),
+        ("sched_exec", "sched_process_exec"),
+        ("sched_exit", "sched_process_exit"),
+    ] {
+        attach_tp_btf(&mut ebpf, &btf, prog, tp).map_err(|reason| LoadError::Attach {
+            probe: format!("tp_btf:{tp}"),
+            reason,
+        })?;
+    }
+    attach.lifecycle = Some("tp_btf:sched_process_{fork,exec,exit}".into());
+
+    match attach_tp_btf(&mut ebpf, &btf, "rss_stat", "rss_stat") {
+        Ok(()) => attach.memory = Some("tp_btf:rss_stat".into()),
+        Err(e) => fell("tp_btf:rss_stat", e),
+    }
+    match attach_tp(
+        &mut ebpf,
+        "page_fault_user",
+        "exceptions",
+        "page_fault_user",
+        &tracefs,
+    ) {
+        Ok(()) => attach.faults = Some("tracepoint:exceptions:page_fault_user".into()),
+        Err(e) => fell("tracepoint:exceptions:page_fault_user", e),
+    }
+    if config.tp_console_msg >= 0 {
+        match attach_tp(&mut ebpf, "printk_console", "printk", "console", &tracefs) {
+            Ok(()) => attach.printk = Some("tracepoint:printk:console".into()),
+            Err(e) => fell("tracepoint:printk:console", e),
+        }
+    } else {
+        fell(
+            "tracepoint:printk:console",
+            "no format file in tracefs".into(),
+        );
+    }
+
+    let take = |ebpf: &mut Ebpf, name: &str| {
+        ebpf.take_map(name)
+            .ok_or_else(|| LoadError::Object(format!("map {name} missing from the object")))
+    };
+    let events = RingBuf::try_from(take(&mut ebpf, "EVENTS")?)
+        .map_err(|e| LoadError::Object(e.to_string()))?;
+    let counters = PerCpuArray::try_from(take(&mut ebpf, "COUNTERS")?)
+        .map_err(|e| LoadError::Object(e.to_string()))?;
+    let job =
+        HashMap::try_from(take(&mut ebpf, "JOB")?).map_err(|e| LoadError::Object(e.to_string()))?;
+    Ok(Loaded {
+        ebpf,
+        events,
+        counters,
+        job,
+        attach,
+        fallbacks,
+    })
+}
+
+fn program<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T, String>
+where
+    &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = ProgramError>,
+{
+    let p = ebpf
+        .program_mut(name)
+        .ok_or_else(|| format!("program {name} missing from the object"))?;
+    p.try_into().map_err(|e: ProgramError| why(&e))
+}
+
+fn attach_fentry(ebpf: &mut Ebpf, btf: &Btf, prog: &str, func: &str) -> Result<(), String> {
+    let p: &mut FEntry = program(ebpf, prog)?;
+    p.load(func, btf).map_err(|e| why(&e))?;
+    p.attach().map_err(|e| why(&e))?;
+    Ok(())
+}
+
+fn attach_kprobe(ebpf: &mut Ebpf, prog: &str, func: &str) -> Result<(), String> {
+    let p: &mut KProbe = program(ebpf, prog)?;
+    p.load().map_err(|e| why(&e))?;
+    p.attach(func, 0).map_err(|e| why(&e))?;
+    Ok(())
+}
+
+fn attach_tp_btf(ebpf: &mut Ebpf, btf: &Btf, prog: &str, tp: &str) -> Result<(), String> {
+    let p: &mut BtfTracePoint = program(ebpf, prog)?;
+    p.load(tp, btf).map_err(|e| why(&e))?;
+    p.attach().map_err(|e| why(&e))?;
+    Ok(())
+}
+
+fn attach_tp(
+    ebpf: &mut Ebpf,
+    prog: &str,
+    category: &str,
+    name: &str,
+    tracefs: &Result<(), String>,
+) -> Result<(), String> {
+    if let Err(e) = tracefs {
+        return Err(format!("tracefs unavailable: {e}"));
+    }
+    let p: &mut TracePoint = program(ebpf, prog)?;
+    p.load().map_err(|e| why(&e))?;
+    p.attach(category, name).map_err(|e| why(&e))?;
+    Ok(())
+}
+
+/// One line for `record`'s start-up message and the report: what is used,
+/// and what was given up.
+pub fn describe(attach: &Attach, fallbacks: &[Fallback]) -> String {
+    let mut s = format!(
+        "OOM kill via {}",
+        attach.oom_victim.as_deref().unwrap_or("(no victim probe)")
+    );
+    match &attach.oom_context {
+        Some(c) => s.push_str(&format!(" + {c}")),
+        None => s.push_str(" (no oom_kill_process probe: kernel points/totalpages unavailable)"),
+    }
+    s.push_str(&format!(
+        "; memory via {}",
+        attach.memory.as_deref().unwrap_or("(none)")
+    ));
+    for f in fallbacks {
+        s.push_str(&format!("\n  fallback: {} not used: {}", f.probe, f.reason));
+    }
+    s
+}

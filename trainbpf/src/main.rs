@@ -1,0 +1,18 @@
+use std::process::ExitCode;
+
+use clap::Parser as _;
+
+fn main() -> ExitCode {
+    let args: Vec<_> = std::env::args_os().collect();
+    // The job's trampoline (see job.rs): not a user-facing command.
+    if args.get(1).is_some_and(|a| a == "__exec") {
+        return ExitCode::from(trainbpf::job::exec_trampoline(&args[2..]) as u8);
+    }
+    match trainbpf::cli::run(trainbpf::cli::Cli::parse()) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("trainbpf: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

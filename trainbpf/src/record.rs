@@ -1,0 +1,515 @@
+//! `trainbpf record`: load the probes, run the job, stream the ring buffer
+//! into the recording until the job ends.
+//!
+//! The recorder is the one witness that must survive the kill, so it
+//! protects itself: `oom_score_adj` -1000, a fixed-size ring buffer, a frame
+//! buffer flushed at least every second (a SIGKILL loses at most that), and a
+//! file the job's user owns, mode 0600.
+
+use std::{
+    ffi::OsString,
+    fs::{self, File, OpenOptions},
+    io,
+    os::unix::fs::OpenOptionsExt,
+    path::PathBuf,
+    time::{Duration, Instant},
+};
+
+use aya::maps::{MapData, RingBuf};
+use nix::sys::{
+    signal::{SigSet, SigmaskHow, Signal},
+    signalfd::{SfdFlags, SignalFd},
+};
+use tokio::io::unix::AsyncFd;
+use trainbpf_common as common;
+
+use crate::{
+    decode::{self, CgroupName, ExitStatus, JobExit, JobStart, Lost, UserBody},
+    job::{self, Invoker, MemCgroup},
+    loader::{self, Loaded, Tunables},
+    recording::{ClockPair, RecordConfig, RecordingHeader, Writer},
+};
+
+pub struct RecordOptions {
+    pub output: PathBuf,
+    pub memory_limit: Option<u64>,
+    pub tunables: Tunables,
+    pub argv: Vec<OsString>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    /// The recorder lacks a capability it needs.
+    #[error(
+        "trainbpf record needs {missing} to load its eBPF programs and run the job; run it with sudo: sudo trainbpf record -- CMD"
+    )]
+    Privileges { missing: String },
+    /// Loading or attaching the probes failed.
+    #[error(transparent)]
+    Load(#[from] loader::LoadError),
+    /// Starting or containing the job failed.
+    #[error(transparent)]
+    Job(#[from] job::JobError),
+    /// The recording file could not be written.
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: io::Error,
+    },
+}
+
+fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> RecordError {
+    let what = what.into();
+    move |source| RecordError::Io { what, source }
+}
+
+/// What the caller needs after the job ended.
+pub struct Outcome {
+    pub status: ExitStatus,
+    pub output: PathBuf,
+}
+
+impl Outcome {
+    /// The job's own status, 128+N when it died of signal N, like a shell.
+    pub fn exit_code(&self) -> i32 {
+        match self.status {
+            ExitStatus::Code(c) => c,
+            ExitStatus::Signal(s) => 128 + s,
+        }
+    }
+}
+
+const CAP_SYS_ADMIN: u32 = 21;
+const CAP_PERFMON: u32 = 38;
+const CAP_BPF: u32 = 39;
+const CAP_SETUID: u32 = 7;
+const CAP_SETGID: u32 = 6;
+
+/// Effective capability set, from /proc/self/status.
+fn effective_caps() -> u64 {
+    fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Names the capabilities that are missing, or None when all are there.
+pub fn missing_capabilities(caps: u64, invoker: &Invoker, euid: u32) -> Option<String> {
+    let has = |c: u32| caps & (1 << c) != 0;
+    let mut missing = Vec::new();
+    if !has(CAP_SYS_ADMIN) {
+        if !has(CAP_BPF) {
+            missing.push("CAP_BPF");
+        }
+        if !has(CAP_PERFMON) {
+            missing.push("CAP_PERFMON");
+        }
+        if !missing.is_empty() {
+            missing.push("(or CAP_SYS_ADMIN)");
+        }
+    }
+    if invoker.uid != euid && !has(CAP_SETUID) {
+        missing.push("CAP_SETUID");
+    }
+    if invoker.uid != euid && !has(CAP_SETGID) {
+        missing.push("CAP_SETGID");
+    }
+    (!missing.is_empty()).then(|| missing.join(", "))
+}
+
+fn now(clock: nix::time::ClockId) -> u64 {
+    nix::time::clock_gettime(clock)
+        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+        .unwrap_or(0)
+}
+
+fn mono_ns() -> u64 {
+    now(nix::time::ClockId::CLOCK_MONOTONIC)
+}
+
+/// Sets our own oom_score_adj to -1000 and returns the old value, which the
+/// job gets back.
+fn protect_from_oom_killer() -> i32 {
+    let old = fs::read_to_string("/proc/self/oom_score_adj")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0);
+    if let Err(e) = fs::write("/proc/self/oom_score_adj", "-1000") {
+        eprintln!(
+            "trainbpf: warning: could not set the recorder's oom_score_adj to -1000 ({e}; lowering it needs CAP_SYS_RESOURCE); the OOM killer may pick the recorder"
+        );
+    }
+    old
+}
+
+fn open_output(path: &PathBuf, invoker: &Invoker) -> Result<File, RecordError> {
+    let file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(io_err(format!("creating {}", path.display())))?;
+    // An existing file keeps its mode through O_TRUNC: set it.
+    use std::os::unix::fs::PermissionsExt;
+    file.set_permissions(fs::Permissions::from_mode(0o600))
+        .map_err(io_err(format!("chmod {}", path.display())))?;
+    std::os::unix::fs::fchown(&file, Some(invoker.uid), Some(invoker.gid))
+        .map_err(io_err(format!("chown {}", path.display())))?;
+    Ok(file)
+}
+
+pub fn run(opts: RecordOptions) -> Result<Outcome, RecordError> {
+    let invoker = Invoker::detect();
+    let euid = nix::unistd::Uid::effective().as_raw();
+    if let Some(missing) = missing_capabilities(effective_caps(), &invoker, euid) {
+        return Err(RecordError::Privileges { missing });
+    }
+    let job_adj = protect_from_oom_killer();
+    let page_size = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .ok()
+        .flatten()
+        .unwrap_or(4096) as u64;
+
+    let loaded = loader::load(&opts.tunables, page_size)?;
+    let uts = nix::sys::utsname::uname().ok();
+    let header = RecordingHeader {
+        trainbpf_version: env!("CARGO_PKG_VERSION").into(),
+        kernel: uts
+            .as_ref()
+            .map(|u| u.release().to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        hostname: uts
+            .as_ref()
+            .map(|u| u.nodename().to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        page_size,
+        clock: ClockPair {
+            monotonic_ns: mono_ns(),
+            realtime_ns: now(nix::time::ClockId::CLOCK_REALTIME),
+        },
+        attach: loaded.attach.clone(),
+        fallbacks: loaded.fallbacks.clone(),
+        config: RecordConfig {
+            rss_threshold_bytes: opts.tunables.rss_threshold_bytes,
+            rss_relative_shift: opts.tunables.rss_relative_shift,
+            heartbeat_ms: opts.tunables.heartbeat_ms,
+            ring_bytes: opts.tunables.ring_bytes as u64,
+        },
+    };
+    let file = open_output(&opts.output, &invoker)?;
+    let writer = Writer::new(file, &header).map_err(|e| RecordError::Io {
+        what: format!("writing {}", opts.output.display()),
+        source: io::Error::other(e.to_string()),
+    })?;
+    eprintln!(
+        "trainbpf: recording to {}; {}",
+        opts.output.display(),
+        loader::describe(&loaded.attach, &loaded.fallbacks)
+    );
+
+    let cgroup = match opts.memory_limit {
+        Some(limit) => Some(MemCgroup::create(limit)?),
+        None => None,
+    };
+
+    // Read SIGINT/SIGTERM from a signalfd so that we see who sent them.
+    let mut mask = SigSet::empty();
+    for s in [
+        Signal::SIGINT,
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+    ] {
+        mask.add(s);
+    }
+    nix::sys::signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&mask), None)
+        .map_err(|e| io_err("sigprocmask")(e.into()))?;
+    let sigfd = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
+        .map_err(|e| io_err("signalfd")(e.into()))?;
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(io_err("starting the runtime"))?;
+    let status = rt.block_on(collect(
+        loaded,
+        writer,
+        opts.argv,
+        invoker,
+        job_adj,
+        cgroup.as_ref(),
+        sigfd,
+    ))?;
+    if let Some(cg) = cgroup {
+        if let Err(e) = cg.remove() {
+            eprintln!("trainbpf: warning: {e}");
+        }
+    }
+    Ok(Outcome {
+        status,
+        output: opts.output,
+    })
+}
+
+struct Collector {
+    writer: Writer<File>,
+    known_cgroups: std::collections::HashSet<u64>,
+    last_lost: Lost,
+    last_sync: Instant,
+}
+
+impl Collector {
+    fn user(&mut self, body: UserBody) {
+        let (kind, bytes) = decode::encode_user(mono_ns(), body);
+        self.writer.record(kind, &bytes);
+    }
+
+    /// Names a cgroup id once, while the directory still exists.
+    fn name_cgroup(&mut self, id: u64) {
+        if id == 0 || !self.known_cgroups.insert(id) {
+            return;
+        }
+        if let Some(path) = job::cgroup_path_by_id(id) {
+            self.user(UserBody::Cgroup(CgroupName { id, path }));
+        }
+    }
+
+    fn on_record(&mut self, bytes: &[u8]) {
+        if bytes.len() < size_of::<common::Header>() {
+            self.last_lost.undecodable += 1;
+            return;
+        }
+        let kind = u16::from_le_bytes([bytes[0], bytes[1]]);
+        self.writer.record(kind, bytes);
+        if kind == common::KIND_OOM_VICTIM || kind == common::KIND_OOM_KILL {
+            if let Ok(decode::Timed {
+                event: decode::Event::Oom(r),
+                ..
+            }) = decode::decode(kind, bytes, 4)
+            {
+                self.name_cgroup(r.memcg_id);
+                if let Some(oc) = r.oc {
+                    self.name_cgroup(oc.memcg_id);
+                }
+            }
+        }
+    }
+
+    fn drain(&mut self, ring: &mut RingBuf<MapData>) -> usize {
+        let mut n = 0;
+        while let Some(item) = ring.next() {
+            self.on_record(&item);
+            n += 1;
+        }
+        n
+    }
+
+    /// Sums the per-CPU loss counters; writes a record when they moved.
+    fn poll_lost(&mut self, counters: &aya::maps::PerCpuArray<MapData, common::Counters>) {
+        let Ok(per_cpu) = counters.get(&0, 0) else {
+            return;
+        };
+        let mut lost = Lost {
+            by_kind: vec![0; common::KIND_MAX as usize],
+            undecodable: self.last_lost.undecodable,
+            ..Default::default()
+        };
+        for c in per_cpu.iter() {
+            for (i, v) in c.lost.iter().enumerate() {
+                lost.by_kind[i] += v;
+            }
+            lost.proc_map_full += c.proc_map_full;
+            lost.job_map_full += c.job_map_full;
+        }
+        if lost != self.last_lost {
+            self.last_lost = lost.clone();
+            self.user(UserBody::Lost(lost));
+        }
+    }
+
+    fn flush(&mut self) -> Result<(), RecordError> {
+        self.writer
+            .flush()
+            .map_err(io_err("writing the recording"))?;
+        // write() already survives a SIGKILL of the recorder; fdatasync now
+        // and then bounds what a power loss can take.
+        if self.last_sync.elapsed() > Duration::from_secs(10) {
+            let _ = self.writer.get_ref().sync_data();
+            self.last_sync = Instant::now();
+        }
+        Ok(())
+    }
+}
+
+/// Frame buffer size that forces a flush before the timer: bounds the
+/// recorder's memory in a burst.
+const FLUSH_BYTES: usize = 256 << 10;
+
+async fn collect(
+    loaded: Loaded,
+    writer: Writer<File>,
+    argv: Vec<OsString>,
+    invoker: Invoker,
+    job_adj: i32,
+    cgroup: Option<&MemCgroup>,
+    sigfd: SignalFd,
+) -> Result<ExitStatus, RecordError> {
+    let Loaded {
+        ebpf: _ebpf,
+        events,
+        counters,
+        mut job,
+        ..
+    } = loaded;
+    let mut c = Collector {
+        writer,
+        known_cgroups: Default::default(),
+        last_lost: Lost {
+            by_kind: vec![0; common::KIND_MAX as usize],
+            ..Default::default()
+        },
+        last_sync: Instant::now(),
+    };
+    // SAFETY: both fds are owned by the values moved in, and stay open until
+    // the AsyncFd (and its registration) is dropped.
+    let mut ring =
+        unsafe { AsyncFd::register_with_interest(events, tokio::io::Interest::READABLE) }
+            .map_err(|e| io_err("polling the ring buffer")(e.into()))?;
+    // SAFETY: as above.
+    let sigfd = unsafe { AsyncFd::register_with_interest(sigfd, tokio::io::Interest::READABLE) }
+        .map_err(|e| io_err("polling the signalfd")(e.into()))?;
+
+    let pending = job::spawn(&argv, &invoker, job_adj)?;
+    let pid = pending.pid;
+    job.insert(pid, 1, 0).map_err(|e| RecordError::Io {
+        what: "adding the job to the kernel's job map".into(),
+        source: io::Error::other(e.to_string()),
+    })?;
+    if let Some(cg) = cgroup {
+        cg.add(pid)?;
+        c.known_cgroups.insert(cg.id());
+        let (id, path) = (cg.id(), cg.rel.clone());
+        c.user(UserBody::Cgroup(CgroupName { id, path }));
+    }
+    c.user(UserBody::JobStart(JobStart {
+        pid,
+        // The kernel's start time isn't visible from here; the report
+        // matches the root by pid from this record on.
+        start_ns: 0,
+        argv: argv
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
+        cwd: std::env::current_dir()
+            .map(|d| d.display().to_string())
+            .unwrap_or_default(),
+        uid: invoker.uid,
+        gid: invoker.gid,
+        cgroup: cgroup.map(|cg| cg.rel.clone()),
+        memory_limit_bytes: cgroup.and_then(|cg| {
+            let f = if cg.v2 {
+                "memory.max"
+            } else {
+                "memory.limit_in_bytes"
+            };
+            fs::read_to_string(cg.dir.join(f)).ok()?.trim().parse().ok()
+        }),
+    }));
+    c.flush()?;
+    let mut child = pending.release()?;
+
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    let mut last_flush = Instant::now();
+    let status = loop {
+        tokio::select! {
+            guard = ring.readable_mut() => {
+                let mut guard = guard.map_err(io_err("ring buffer"))?;
+                c.drain(guard.get_inner_mut());
+                guard.clear_ready();
+                if c.writer.pending() > FLUSH_BYTES {
+                    c.flush()?;
+                    last_flush = Instant::now();
+                }
+            }
+            _ = tick.tick() => {
+                c.drain(ring.get_mut());
+                c.poll_lost(&counters);
+                if last_flush.elapsed() >= Duration::from_secs(1) || c.writer.pending() > FLUSH_BYTES {
+                    c.flush()?;
+                    last_flush = Instant::now();
+                }
+            }
+            guard = sigfd.readable() => {
+                let mut guard = guard.map_err(io_err("signalfd"))?;
+                while let Ok(Some(info)) = guard.get_inner().read_signal() {
+                    forward_signal(pid, &info);
+                }
+                guard.clear_ready();
+            }
+            st = child.wait() => {
+                let st = st.map_err(io_err("waiting for the job"))?;
+                use std::os::unix::process::ExitStatusExt;
+                break match (st.code(), st.signal()) {
+                    (Some(code), _) => ExitStatus::Code(code),
+                    (None, Some(sig)) => ExitStatus::Signal(sig),
+                    _ => ExitStatus::Code(-1),
+                };
+            }
+        }
+    };
+    // Exits of the last workers and the kill's log lines trail the main
+    // process's exit by a little: keep reading briefly.
+    let until = Instant::now() + Duration::from_millis(300);
+    while Instant::now() < until {
+        c.drain(ring.get_mut());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    c.drain(ring.get_mut());
+    c.poll_lost(&counters);
+    c.user(UserBody::JobExit(JobExit { pid, status }));
+    c.flush()?;
+    let _ = c.writer.get_ref().sync_all();
+    Ok(status)
+}
+
+/// A signal a process sent us (kill, systemd stop) goes on to the job. One
+/// the terminal generated (Ctrl-C: si_code SI_KERNEL) reached the job's
+/// process group already; sending it again would interrupt twice.
+fn forward_signal(pid: u32, info: &nix::libc::signalfd_siginfo) {
+    const SI_KERNEL: i32 = 0x80;
+    if info.ssi_code == SI_KERNEL {
+        return;
+    }
+    if let Ok(sig) = Signal::try_from(info.ssi_signo as i32) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_missing_capabilities() {
+        let me = Invoker { uid: 0, gid: 0 };
+        let all = u64::MAX;
+        assert_eq!(missing_capabilities(all, &me, 0), None);
+        let m = missing_capabilities(0, &me, 0).unwrap();
+        assert!(m.contains("CAP_BPF") && m.contains("CAP_PERFMON"), "{m}");
+        // CAP_SYS_ADMIN alone covers BPF on every kernel.
+        assert_eq!(missing_capabilities(1 << CAP_SYS_ADMIN, &me, 0), None);
+        // Running the job as someone else needs setuid/setgid too.
+        let other = Invoker {
+            uid: 1000,
+            gid: 1000,
+        };
+        let m = missing_capabilities(1 << CAP_SYS_ADMIN, &other, 0).unwrap();
+        assert_eq!(m, "CAP_SETUID, CAP_SETGID");
+    }
+}

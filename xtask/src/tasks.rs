@@ -1,0 +1,71 @@
+//! `cargo xtask build`, `test` and `demo`.
+
+use std::{ffi::OsString, fs, io, path::PathBuf, process::Command};
+
+use anyhow::{Context, Result, ensure};
+
+use crate::{
+    setup::setup,
+    util::{cargo, require_root, run, status, target_dir, workspace_root},
+};
+
+/// Setup, then a debug build of trainbpf; trainbpf/build.rs builds the eBPF
+/// crate through aya-build. Returns the binary's absolute path.
+pub fn build() -> Result<PathBuf> {
+    setup()?;
+    run(cargo().args(["build", "--package", "trainbpf"]))?;
+    let bin = target_dir()?.join("debug/trainbpf");
+    ensure!(bin.is_file(), "the build produced no {}", bin.display());
+    Ok(bin)
+}
+
+pub fn test(lint: bool, cargo_test_args: &[OsString]) -> Result<()> {
+    require_root("test", "the privileged tests need root")?;
+    // Formatting first: it takes a second and needs no build.
+    if lint {
+        run(cargo().args(["fmt", "--all", "--", "--check"]))?;
+    }
+    let bin = build()?;
+    if lint {
+        // trainbpf-ebpf cannot be checked for the host: it is no_std with its
+        // own panic handler and uses nightly features, and a workspace-wide
+        // check unifies trainbpf-common's std-using features into it.
+        run(cargo()
+            .args(["clippy", "--workspace", "--exclude", "trainbpf-ebpf"])
+            .args(["--all-targets", "--", "-D", "warnings"]))?;
+    }
+    run(cargo()
+        .args(["test", "--workspace"])
+        .args(cargo_test_args)
+        // The end-to-end tests drive the binary built above, and fail rather
+        // than skip when they cannot do their privileged parts.
+        .env("TRAINBPF_BIN", &bin)
+        .env("TRAINBPF_PRIVILEGED_REQUIRED", "1"))
+}
+
+pub fn demo() -> Result<()> {
+    require_root("demo", "recording the demo needs root")?;
+    let bin = build()?;
+    let rec = target_dir()?.join("demo.rec");
+    // A file left by an earlier run must not pass for this run's record.
+    match fs::remove_file(&rec) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e.into()),
+        _ => {}
+    }
+
+    eprintln!(
+        "demo: recording examples/train.py in a 300 MiB memory limit; a worker will be OOM-killed"
+    );
+    let recorded = status(
+        Command::new(&bin)
+            .args(["record", "--memory-limit", "300M", "-o"])
+            .arg(&rec)
+            .args(["--", "python3", "examples/train.py"])
+            .current_dir(workspace_root()),
+    )?;
+    // The job is meant to die, so record's own exit status (the job's) is not
+    // a verdict; the record file and the report are.
+    eprintln!("demo: record exited ({recorded})");
+    ensure!(rec.is_file(), "record wrote no {}", rec.display());
+    run(Command::new(&bin).arg("report").arg(&rec)).context("the report of the demo record failed")
+}
