@@ -84,7 +84,7 @@ pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
             ));
         }
     };
-    if !(secs > 0.0) {
+    if secs.is_nan() || secs <= 0.0 {
         return Err(format!("duration {s:?} must be positive"));
     }
     Ok(std::time::Duration::from_secs_f64(secs))

@@ -297,10 +297,10 @@ pub fn exec_trampoline(args: &[OsString]) -> i32 {
     let cmd_argv = &args[5..];
     let mut cmd = Command::new(&cmd_argv[0]);
     cmd.args(&cmd_argv[1..]);
-    if Uid::effective().as_raw() != uid {
-        if let Err(e) = drop_privileges(uid, gid, &mut cmd) {
-            return fail(format!("cannot run the job as uid {uid}: {e}"), 1);
-        }
+    if Uid::effective().as_raw() != uid
+        && let Err(e) = drop_privileges(uid, gid, &mut cmd)
+    {
+        return fail(format!("cannot run the job as uid {uid}: {e}"), 1);
     }
     let err = cmd.exec();
     let name = cmd_argv[0].to_string_lossy();
@@ -354,7 +354,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         }
     };
     let v = n * mult as f64;
-    if !(v >= 1.0) {
+    if v.is_nan() || v < 1.0 {
         return Err(format!("size {s:?} must be positive"));
     }
     Ok(v as u64)

@@ -85,12 +85,12 @@ impl KernelBtf {
             if mname == name {
                 return Some((m.bit_offset(), ty));
             }
-            if mname.is_empty() && depth < 4 {
-                if let Type::Struct(inner) | Type::Union(inner) = skip_mods(&self.btf, ty) {
-                    if let Some((off, t)) = self.find_member(&inner, name, depth + 1) {
-                        return Some((m.bit_offset() + off, t));
-                    }
-                }
+            if mname.is_empty()
+                && depth < 4
+                && let Type::Struct(inner) | Type::Union(inner) = skip_mods(&self.btf, ty)
+                && let Some((off, t)) = self.find_member(&inner, name, depth + 1)
+            {
+                return Some((m.bit_offset() + off, t));
             }
         }
         None
@@ -115,7 +115,7 @@ impl KernelBtf {
             }
             ty = Some(t);
         }
-        if bits % 8 != 0 {
+        if !bits.is_multiple_of(8) {
             return None; // a bitfield: not readable by a plain load
         }
         Some(((bits / 8) as i64, ty?))
@@ -289,7 +289,7 @@ pub struct TpField {
 }
 
 /// Parses a tracefs `format` file's field lines, e.g.
-/// `field:unsigned long total_vm;	offset:16;	size:8;	signed:0;`.
+/// `field:unsigned long total_vm;<TAB>offset:16;<TAB>size:8;<TAB>signed:0;`.
 pub fn parse_tp_format(text: &str) -> Vec<TpField> {
     let mut out = Vec::new();
     for line in text.lines() {

@@ -246,10 +246,10 @@ pub fn run(opts: RecordOptions) -> Result<Outcome, RecordError> {
         cgroup.as_ref(),
         sigfd,
     ))?;
-    if let Some(cg) = cgroup {
-        if let Err(e) = cg.remove() {
-            eprintln!("trainbpf: warning: {e}");
-        }
+    if let Some(cg) = cgroup
+        && let Err(e) = cg.remove()
+    {
+        eprintln!("trainbpf: warning: {e}");
     }
     Ok(Outcome {
         status,
@@ -287,16 +287,15 @@ impl Collector {
         }
         let kind = u16::from_le_bytes([bytes[0], bytes[1]]);
         self.writer.record(kind, bytes);
-        if kind == common::KIND_OOM_VICTIM || kind == common::KIND_OOM_KILL {
-            if let Ok(decode::Timed {
+        if (kind == common::KIND_OOM_VICTIM || kind == common::KIND_OOM_KILL)
+            && let Ok(decode::Timed {
                 event: decode::Event::Oom(r),
                 ..
             }) = decode::decode(kind, bytes, 4)
-            {
-                self.name_cgroup(r.memcg_id);
-                if let Some(oc) = r.oc {
-                    self.name_cgroup(oc.memcg_id);
-                }
+        {
+            self.name_cgroup(r.memcg_id);
+            if let Some(oc) = r.oc {
+                self.name_cgroup(oc.memcg_id);
             }
         }
     }

@@ -1,9 +1,18 @@
 //! `trainbpf report` and the end-of-run verdict: file → reader → model → renderer.
-use std::{fs::File, io::BufReader, path::Path};
+use std::{
+    fs::File,
+    io::{BufReader, IsTerminal as _},
+    path::Path,
+    time::Duration,
+};
 
 use anyhow::{Context as _, Result};
 
-use crate::recording::Reader;
+use crate::{
+    model::{self, ModelOptions, Report},
+    recording::Reader,
+    render,
+};
 
 fn open(path: &Path) -> Result<Reader<BufReader<File>>> {
     let f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
@@ -28,15 +37,62 @@ pub fn events(path: &Path) -> Result<String> {
     Ok(out)
 }
 
-pub fn run(
-    _path: &Path,
-    _json: bool,
-    _window: std::time::Duration,
-    _no_color: bool,
-) -> Result<String> {
-    todo!()
+/// Reads the whole recording through the model; memory stays bounded by
+/// the model's window, not the file's length.
+pub fn build(path: &Path, window: Duration) -> Result<Report> {
+    let mut r = open(path)?;
+    let header = r.header().clone();
+    let opts = ModelOptions {
+        window_ns: window.as_nanos().min(u64::MAX as u128) as u64,
+    };
+    let mut report = model::build(&header, r.by_ref(), &opts);
+    report.undecodable = r.undecodable;
+    report.stopped_early = r.stop().cloned();
+    Ok(report)
 }
 
-pub fn verdict(_path: &Path) -> Result<String> {
-    Ok("stub".into())
+pub fn run(path: &Path, json: bool, window: Duration, no_color: bool) -> Result<String> {
+    let report = build(path, window)?;
+    if json {
+        let mut s = serde_json::to_string_pretty(&render::json::render(&report))?;
+        s.push('\n');
+        return Ok(s);
+    }
+    let stdout = std::io::stdout();
+    let color = !no_color && std::env::var_os("NO_COLOR").is_none() && stdout.is_terminal();
+    Ok(render::text::render(
+        &report,
+        &render::text::TextOptions {
+            color,
+            width: terminal_width(),
+        },
+    ))
+}
+
+/// The end-of-run verdict `record` prints.
+pub fn verdict(path: &Path) -> Result<String> {
+    Ok(render::text::verdict(&build(
+        path,
+        Duration::from_secs(60),
+    )?))
+}
+
+/// Columns of the terminal on stdout; `COLUMNS`, else 100 when piped.
+fn terminal_width() -> usize {
+    let mut ws = nix::libc::winsize {
+        ws_row: 0,
+        ws_col: 0,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCGWINSZ fills a winsize; a non-terminal fd just fails.
+    let ok = unsafe { nix::libc::ioctl(1, nix::libc::TIOCGWINSZ, &mut ws) } == 0;
+    if ok && ws.ws_col >= 40 {
+        return ws.ws_col as usize;
+    }
+    std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .filter(|&c| c >= 40)
+        .unwrap_or(100)
 }

@@ -1,0 +1,164 @@
+//! Shared helpers for the privileged end-to-end tests.
+//!
+//! These tests run the real `trainbpf` binary as root against the real
+//! kernel: real child processes, real memory cgroups, real OOM kills. They
+//! never skip: without root they fail and say how to run them.
+#![allow(dead_code, reason = "each test binary uses a different subset")]
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Output, Stdio},
+    sync::{Mutex, MutexGuard},
+};
+
+use serde_json::Value;
+
+/// OOM kills, dmesg and recording sizes are machine-wide: one test at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+pub fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub fn require_root() {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    if euid != 0 {
+        panic!(
+            "this privileged test needs root (euid is {euid}); run the suite with `sudo -E cargo xtask test`. It does not skip."
+        );
+    }
+}
+
+/// The trainbpf binary: `TRAINBPF_BIN` (set by `cargo xtask test`), else the
+/// workspace's debug build.
+pub fn bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("TRAINBPF_BIN") {
+        return PathBuf::from(p);
+    }
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug/trainbpf");
+    assert!(
+        p.exists(),
+        "{} not built: run `cargo xtask test` (or set TRAINBPF_BIN)",
+        p.display()
+    );
+    p
+}
+
+/// A Python without shims in front (pyenv's shims fork dozens of helpers).
+pub fn python() -> &'static str {
+    if Path::new("/usr/bin/python3").exists() {
+        "/usr/bin/python3"
+    } else {
+        "python3"
+    }
+}
+
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        let p = std::env::temp_dir().join(format!("trainbpf-test-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Runs `trainbpf record -o REC [extra…] -- cmd…` to completion.
+pub fn record(rec: &Path, extra: &[&str], cmd: &[&str]) -> Output {
+    let mut c = Command::new(bin());
+    c.arg("record")
+        .arg("-o")
+        .arg(rec)
+        .args(extra)
+        .arg("--")
+        .args(cmd);
+    c.stdin(Stdio::null());
+    let out = c.output().expect("running trainbpf record");
+    eprintln!(
+        "--- trainbpf record {extra:?} -- {cmd:?}: {}\n--- stderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+pub fn report_json(rec: &Path) -> Value {
+    report_json_args(rec, &[])
+}
+
+pub fn report_json_args(rec: &Path, extra: &[&str]) -> Value {
+    let out = Command::new(bin())
+        .arg("report")
+        .arg(rec)
+        .arg("--json")
+        .args(extra)
+        .output()
+        .expect("running trainbpf report");
+    assert!(
+        out.status.success(),
+        "report failed: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "report --json is not JSON ({e}):\n{}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+/// The kernel's own account of a kill, from its log: an oracle independent
+/// of trainbpf's probes.
+#[derive(Debug, PartialEq, Eq)]
+pub struct KernelKill {
+    pub pid: u64,
+    pub comm: String,
+    pub anon_kb: u64,
+    pub file_kb: u64,
+    pub shmem_kb: u64,
+    pub memcg: bool,
+}
+
+/// Parses `...: Killed process N (comm) total-vm:XkB, anon-rss:XkB,
+/// file-rss:XkB, shmem-rss:XkB, UID:...` for `pid`, newest first.
+pub fn dmesg_kill(pid: u64) -> Option<KernelKill> {
+    let out = Command::new("dmesg").output().expect("running dmesg");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let needle = format!("Killed process {pid} (");
+    let line = text.lines().rev().find(|l| l.contains(&needle))?;
+    let after = &line[line.find(&needle)? + needle.len()..];
+    let comm = after[..after.find(") ")?].to_string();
+    let num = |key: &str| -> Option<u64> {
+        let i = line.find(key)? + key.len();
+        line[i..].split("kB").next()?.trim().parse().ok()
+    };
+    Some(KernelKill {
+        pid,
+        comm,
+        anon_kb: num("anon-rss:")?,
+        file_kb: num("file-rss:")?,
+        shmem_kb: num("shmem-rss:")?,
+        memcg: line.contains("Memory cgroup out of memory"),
+    })
+}
+
+pub fn kills(report: &Value) -> &Vec<Value> {
+    report["kills"].as_array().expect("kills array")
+}
+
+pub fn u(v: &Value) -> u64 {
+    v.as_u64()
+        .unwrap_or_else(|| panic!("not an unsigned integer: {v}"))
+}

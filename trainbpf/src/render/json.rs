@@ -1,0 +1,273 @@
+//! The report as JSON, schema `trainbpf.report/1` (docs/report-json.md).
+//!
+//! The schema is written out here key by key rather than derived from the
+//! model's types, so that a change to the model cannot silently change what
+//! scripts reading the JSON see.
+
+use serde_json::{Value, json};
+
+use crate::decode::{ExitStatus, OomRecordKind};
+use crate::model::{Grower, Kill, Process, Report, ns_to_s};
+use crate::render::rfc3339_ms;
+
+/// Adding keys keeps this; removing or renaming one, or changing a type or
+/// unit, bumps it.
+pub const SCHEMA: &str = "trainbpf.report/1";
+
+pub fn render(r: &Report) -> Value {
+    let h = &r.header;
+    let a = &h.attach;
+    json!({
+        "schema": SCHEMA,
+        "recording": {
+            "trainbpf_version": h.trainbpf_version,
+            "kernel": h.kernel,
+            "hostname": h.hostname,
+            "attach": {
+                "oom_context": a.oom_context,
+                "oom_victim": a.oom_victim,
+                "memory": a.memory,
+                "faults": a.faults,
+                "lifecycle": a.lifecycle,
+                "printk": a.printk,
+            },
+            "fallbacks": h.fallbacks.iter()
+                .map(|f| json!({"probe": f.probe, "reason": f.reason}))
+                .collect::<Vec<_>>(),
+            "start": r.first_ns.and_then(|t| r.realtime_ns(t)).map(rfc3339_ms),
+            "duration_s": secs(r.duration_ns()),
+            "events": r.events,
+            "window_s": secs(r.window_ns),
+            "stopped_early": r.stopped_early.as_ref()
+                .map(|s| json!({"offset": s.offset, "reason": s.reason})),
+        },
+        "job": r.job.as_ref().map(|j| json!({
+            "pid": j.pid,
+            "argv": j.argv,
+            "cwd": j.cwd,
+            "uid": j.uid,
+            "exit": j.exit.map(exit),
+            "cgroup": j.cgroup,
+            "memory_limit_bytes": j.memory_limit_bytes,
+        })),
+        "kills": r.kills.iter().map(|k| kill(r, k)).collect::<Vec<_>>(),
+        "processes": r.processes.iter().map(|p| process(r, p)).collect::<Vec<_>>(),
+        "top_memory": r.top_memory.iter().map(|u| json!({
+            "pid": u.pid,
+            "comm": u.comm,
+            "peak_rss_kb": u.peak_rss_kb,
+            "in_job": u.in_job,
+        })).collect::<Vec<_>>(),
+        "lost_events": r.lost_events(),
+        "lost": {
+            "by_kind": r.lost.by_kind.iter().enumerate()
+                .map(|(i, n)| (kind_name(i), json!(n)))
+                .collect::<serde_json::Map<_, _>>(),
+            "undecodable": r.lost.undecodable + r.undecodable,
+            "proc_map_full": r.lost.proc_map_full,
+            "job_map_full": r.lost.job_map_full,
+        },
+    })
+}
+
+fn kill(r: &Report, k: &Kill) -> Value {
+    let v = &k.victim;
+    json!({
+        "time": k.realtime_ns.map(rfc3339_ms),
+        "time_s": secs_since(r, k.ts_ns),
+        "victim": {
+            "pid": v.pid,
+            "comm": v.comm,
+            "anon_rss_kb": v.rss.anon_kb,
+            "file_rss_kb": v.rss.file_kb,
+            "shmem_rss_kb": v.rss.shmem_kb,
+            "swap_kb": v.rss.swap_kb,
+            "total_vm_kb": v.total_vm_kb,
+            "pgtables_kb": v.pgtables_kb,
+            "oom_score_adj": v.oom_score_adj,
+            "uid": v.uid,
+            "in_job": v.in_job,
+            "tree": v.tree.iter()
+                .map(|n| json!({"pid": n.pid, "comm": n.comm}))
+                .collect::<Vec<_>>(),
+        },
+        "constraint": k.constraint.as_str(),
+        "memcg": k.memcg,
+        "task_memcg": k.task_memcg,
+        "memcg_usage_kb": k.memcg_usage_kb,
+        "memcg_limit_kb": k.memcg_limit_kb,
+        // A process id like every other `pid` here; the thread is `tid`.
+        "trigger": {"pid": k.trigger.tgid, "tid": k.trigger.pid, "comm": k.trigger.comm},
+        "source": k.sources.iter().map(|s| s.probe.as_str()).collect::<Vec<_>>().join("+"),
+        "sources": k.sources.iter().map(|s| json!({
+            "record": match s.record {
+                OomRecordKind::Kill => "oom_kill_process",
+                OomRecordKind::Victim => "mark_victim",
+            },
+            "probe": s.probe,
+        })).collect::<Vec<_>>(),
+        "kernel_points": k.kernel_points,
+        "totalpages": k.totalpages,
+        "window_s": secs(k.window_ns),
+        "growers": k.growers.iter().map(grower).collect::<Vec<_>>(),
+        "kernel_log": k.kernel_log,
+    })
+}
+
+fn grower(g: &Grower) -> Value {
+    json!({
+        "pid": g.pid,
+        "comm": g.comm,
+        "grew_kb": g.grew_kb,
+        "window_s": secs(g.window_ns),
+        "rate_kb_per_s": g.rate_kb_per_s.map(|r| (r * 10.0).round() / 10.0),
+        "rss_kb": g.rss_kb,
+        "in_job": g.in_job,
+        "born_in_window": g.born_in_window,
+        "victim": g.is_victim,
+    })
+}
+
+fn process(r: &Report, p: &Process) -> Value {
+    json!({
+        "pid": p.pid,
+        "comm": p.comm,
+        "parent": p.parent.map(|k| k.tgid),
+        "exec": p.exec,
+        "born_s": p.born_ns.map(|t| secs_since(r, t)),
+        "died_s": p.died_ns.map(|t| secs_since(r, t)),
+        "exit": p.exit.map(exit),
+        "peak_rss_kb": p.peak_rss_kb,
+        "oom_killed": p.oom_killed,
+    })
+}
+
+fn exit(s: ExitStatus) -> Value {
+    match s {
+        ExitStatus::Code(c) => json!({"code": c}),
+        ExitStatus::Signal(n) => json!({"signal": n}),
+    }
+}
+
+/// Seconds, to the millisecond: more digits would be noise.
+fn secs(ns: u64) -> f64 {
+    (ns_to_s(ns) * 1000.0).round() / 1000.0
+}
+
+/// Seconds since the first event; negative for a birth before it (a job
+/// process the recorder met already running).
+fn secs_since(r: &Report, ts: u64) -> f64 {
+    let first = r.first_ns.unwrap_or(ts);
+    let d = ts as f64 - first as f64;
+    (d / 1e6).round() / 1000.0
+}
+
+/// Names for the kernel record kinds that index `Lost::by_kind`.
+fn kind_name(i: usize) -> String {
+    use trainbpf_common as c;
+    let name = match u16::try_from(i).unwrap_or(u16::MAX) {
+        c::KIND_FORK => "fork",
+        c::KIND_EXEC => "exec",
+        c::KIND_EXIT => "exit",
+        c::KIND_MEM => "mem",
+        c::KIND_OOM_VICTIM => "oom_victim",
+        c::KIND_OOM_KILL => "oom_kill",
+        c::KIND_PRINTK => "printk",
+        _ => return format!("kind_{i}"),
+    };
+    name.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::recording::ClockPair;
+    use crate::render::fixture::sample_report;
+
+    #[test]
+    fn has_the_documented_keys() {
+        let v = render(&sample_report());
+        assert_eq!(v["schema"], "trainbpf.report/1");
+        for k in [
+            "kernel",
+            "attach",
+            "fallbacks",
+            "duration_s",
+            "stopped_early",
+        ] {
+            assert!(v["recording"].get(k).is_some(), "recording.{k}");
+        }
+        assert_eq!(v["recording"]["duration_s"], 21.5);
+        assert!(v["recording"]["stopped_early"].is_null());
+        assert_eq!(v["job"]["pid"], 700);
+        assert_eq!(v["job"]["exit"], json!({"signal": 9}));
+        assert_eq!(v["job"]["memory_limit_bytes"], 300 << 20);
+        let k = &v["kills"][0];
+        assert_eq!(k["time"], "2024-02-29T23:59:59.999Z");
+        assert_eq!(k["time_s"], 20.0);
+        for key in [
+            "pid",
+            "comm",
+            "anon_rss_kb",
+            "file_rss_kb",
+            "shmem_rss_kb",
+            "swap_kb",
+            "oom_score_adj",
+            "uid",
+            "in_job",
+            "tree",
+        ] {
+            assert!(k["victim"].get(key).is_some(), "victim.{key}");
+        }
+        assert_eq!(
+            k["victim"]["tree"][0],
+            json!({"pid": 700, "comm": "python3"})
+        );
+        assert_eq!(k["constraint"], "memcg");
+        assert_eq!(k["memcg"], "/trainbpf-77");
+        assert_eq!(k["memcg_limit_kb"], 307_200);
+        assert_eq!(k["trigger"]["pid"], 812);
+        assert_eq!(k["source"], "fentry+tp_btf");
+        assert_eq!(k["kernel_points"], 65_000);
+        assert_eq!(k["totalpages"], 76_800);
+        let g = &k["growers"][0];
+        for key in [
+            "pid",
+            "comm",
+            "grew_kb",
+            "window_s",
+            "rate_kb_per_s",
+            "rss_kb",
+            "in_job",
+        ] {
+            assert!(g.get(key).is_some(), "grower.{key}");
+        }
+        assert_eq!(g["window_s"], 12.0);
+        assert_eq!(v["processes"][0]["born_s"], 0.0);
+        // 3 ring-buffer losses, 1 undecodable in the collector, 2 in the file.
+        assert_eq!(v["lost_events"], 6);
+        assert_eq!(v["lost"]["by_kind"]["mem"], 3);
+        assert_eq!(v["lost"]["by_kind"]["kind_0"], 0);
+        assert_eq!(v["lost"]["undecodable"], 3);
+    }
+
+    #[test]
+    fn missing_pieces_are_null_not_absent() {
+        let mut r = sample_report();
+        r.job = None;
+        r.stopped_early = Some(crate::recording::Stop {
+            offset: 4096,
+            reason: "frame checksum mismatch".into(),
+        });
+        r.kills[0].kernel_points = None;
+        r.header.clock = ClockPair::default();
+        r.kills[0].realtime_ns = r.realtime_ns(r.kills[0].ts_ns);
+        let v = render(&r);
+        assert!(v["job"].is_null());
+        assert_eq!(v["recording"]["stopped_early"]["offset"], 4096);
+        assert!(v["kills"][0]["kernel_points"].is_null());
+        assert!(v["kills"][0].get("kernel_points").is_some());
+        // Without a clock pair there is no wall-clock time to give.
+        assert!(v["kills"][0]["time"].is_null());
+    }
+}

@@ -1,0 +1,675 @@
+//! The report for people: per kill, a short story with the figures that
+//! back it, then the tables. Also the one-screen verdict `record` prints
+//! when the job ends.
+
+use std::fmt::Write as _;
+
+use crate::model::{Constraint, Grower, Kill, Report};
+use crate::render::{exit_phrase, human_kb, human_rate, human_secs, rfc3339_ms};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TextOptions {
+    /// ANSI colour; the caller decides (terminal, `NO_COLOR`, `--color`).
+    pub color: bool,
+    /// Prose is wrapped to this many columns.
+    pub width: usize,
+}
+
+impl Default for TextOptions {
+    fn default() -> Self {
+        TextOptions {
+            color: false,
+            width: 100,
+        }
+    }
+}
+
+/// Growers and memory users shown when there is no kill to explain.
+const TOP_USERS: usize = 5;
+/// Growers named in the verdict.
+const VERDICT_GROWERS: usize = 3;
+/// Kills spelled out in the verdict; the rest are counted.
+const VERDICT_KILLS: usize = 3;
+/// Narrower than this and wrapping does more harm than good.
+const MIN_WIDTH: usize = 40;
+
+struct Paint(bool);
+
+impl Paint {
+    fn wrap(&self, code: &str, s: &str) -> String {
+        if self.0 {
+            format!("\x1b[{code}m{s}\x1b[0m")
+        } else {
+            s.to_string()
+        }
+    }
+    fn bold(&self, s: &str) -> String {
+        self.wrap("1", s)
+    }
+    fn red(&self, s: &str) -> String {
+        self.wrap("1;31", s)
+    }
+    fn yellow(&self, s: &str) -> String {
+        self.wrap("33", s)
+    }
+    fn dim(&self, s: &str) -> String {
+        self.wrap("2", s)
+    }
+}
+
+pub fn render(r: &Report, o: &TextOptions) -> String {
+    let p = Paint(o.color);
+    let width = o.width.max(MIN_WIDTH);
+    let mut out = String::new();
+
+    let title = match &r.job {
+        Some(j) => format!("trainbpf report: {}", j.argv.join(" ")),
+        None => "trainbpf report".to_string(),
+    };
+    let _ = writeln!(out, "{}", p.bold(&title));
+    let mut about = format!(
+        "kernel {}, {} recorded",
+        or_unknown(&r.header.kernel),
+        human_secs(r.duration_ns())
+    );
+    if let Some(t) = r.first_ns.and_then(|t| r.realtime_ns(t)) {
+        let _ = write!(about, " from {}", rfc3339_ms(t));
+    }
+    let _ = writeln!(out, "{}", p.dim(&about));
+    for f in &r.header.fallbacks {
+        let _ = writeln!(
+            out,
+            "{}",
+            p.dim(&format!("probe {} not used: {}", f.probe, f.reason))
+        );
+    }
+    out.push('\n');
+
+    if r.kills.is_empty() {
+        let _ = writeln!(out, "{}", p.bold("no OOM kill recorded"));
+        out.push('\n');
+        if !r.top_memory.is_empty() {
+            let _ = writeln!(out, "Top memory users (peak resident):");
+            let _ = writeln!(
+                out,
+                "  {:>7}  {:<16}  {:>11}  JOB",
+                "PID", "COMM", "PEAK RSS"
+            );
+            for u in r.top_memory.iter().take(TOP_USERS) {
+                let _ = writeln!(
+                    out,
+                    "  {:>7}  {:<16}  {:>11}  {}",
+                    u.pid,
+                    u.comm,
+                    human_kb(u.peak_rss_kb),
+                    yes_no(u.in_job)
+                );
+            }
+            out.push('\n');
+        }
+    }
+
+    let n = r.kills.len();
+    for (i, k) in r.kills.iter().enumerate() {
+        kill_section(&mut out, r, k, i, n, width, &p);
+    }
+
+    let _ = writeln!(out, "job: {}", job_outcome(r));
+    let lost = r.lost_events();
+    let lost_line = format!("lost events: {lost}{}", lost_detail(r));
+    let _ = writeln!(
+        out,
+        "{}",
+        if lost > 0 {
+            p.yellow(&lost_line)
+        } else {
+            lost_line
+        }
+    );
+    for (what, count) in [
+        ("process", r.lost.proc_map_full),
+        ("job", r.lost.job_map_full),
+    ] {
+        if count > 0 {
+            let _ = writeln!(
+                out,
+                "{}",
+                p.yellow(&format!(
+                    "the {what} map was full {count} times: some processes went untracked"
+                ))
+            );
+        }
+    }
+    if let Some(s) = &r.stopped_early {
+        let _ = writeln!(
+            out,
+            "{}",
+            p.yellow(&format!(
+                "recording stopped early at byte {}: {}; this report covers what came before",
+                s.offset, s.reason
+            ))
+        );
+    }
+    out
+}
+
+fn kill_section(
+    out: &mut String,
+    r: &Report,
+    k: &Kill,
+    i: usize,
+    n: usize,
+    width: usize,
+    p: &Paint,
+) {
+    let v = &k.victim;
+    let when = match k.realtime_ns {
+        Some(t) => format!("{} (+{:.1} s)", rfc3339_ms(t), r.since_start_s(k.ts_ns)),
+        None => format!("+{:.1} s", r.since_start_s(k.ts_ns)),
+    };
+    let head = if n > 1 {
+        format!("OOM kill {} of {n} at {when}", i + 1)
+    } else {
+        format!("OOM kill at {when}")
+    };
+    let _ = writeln!(out, "{}", p.red(&head));
+    for line in wrap(&story(k), width - 2) {
+        let _ = writeln!(out, "  {line}");
+    }
+    out.push('\n');
+
+    let field = |out: &mut String, name: &str, value: String| {
+        let _ = writeln!(out, "  {} {value}", p.dim(&format!("{name:<11}")));
+    };
+    field(
+        out,
+        "victim",
+        format!(
+            "pid {} {}, anon {}, file {}, shmem {}, swap {}, oom_score_adj {}, uid {}",
+            v.pid,
+            p.bold(&v.comm),
+            human_kb(v.rss.anon_kb),
+            human_kb(v.rss.file_kb),
+            human_kb(v.rss.shmem_kb),
+            human_kb(v.rss.swap_kb),
+            v.oom_score_adj,
+            v.uid
+        ),
+    );
+    let tree = if v.tree.is_empty() {
+        "not in the job".to_string()
+    } else {
+        v.tree
+            .iter()
+            .map(|t| format!("{}({})", t.comm, t.pid))
+            .collect::<Vec<_>>()
+            .join(" → ")
+    };
+    field(out, "job tree", tree);
+    let why = match k.constraint {
+        Constraint::Memcg => "a memory cgroup hit its limit",
+        Constraint::None => "the whole machine ran out of memory",
+        Constraint::Cpuset => "the cpuset's memory nodes ran out",
+        Constraint::MemoryPolicy => "the memory policy's nodes ran out",
+        Constraint::Unknown => "no oom_kill_process probe and no kernel log line said",
+    };
+    field(
+        out,
+        "constraint",
+        format!("{} ({why})", k.constraint.as_str()),
+    );
+    let mut m = k.memcg.clone().unwrap_or_else(|| "unknown".into());
+    match (k.memcg_usage_kb, k.memcg_limit_kb) {
+        (Some(u), Some(l)) => {
+            let _ = write!(m, ", usage {} of limit {}", human_kb(u), human_kb(l));
+        }
+        (Some(u), None) => {
+            let _ = write!(m, ", usage {}", human_kb(u));
+        }
+        (None, Some(l)) => {
+            let _ = write!(m, ", limit {}", human_kb(l));
+        }
+        (None, None) => {}
+    }
+    if let Some(f) = k.memcg_failcnt.filter(|&f| f > 0) {
+        let _ = write!(m, ", {f} failed charges");
+    }
+    if k.task_memcg.is_some() && k.task_memcg != k.memcg {
+        let _ = write!(m, "; victim in {}", k.task_memcg.as_deref().unwrap_or(""));
+    }
+    field(out, "memcg", m);
+    let t = &k.trigger;
+    let thread = if t.pid != t.tgid && t.pid != 0 {
+        format!(", thread {}", t.pid)
+    } else {
+        String::new()
+    };
+    field(
+        out,
+        "trigger",
+        format!("pid {} ({}{thread}) was allocating", t.tgid, t.comm),
+    );
+    let seen = k
+        .sources
+        .iter()
+        .map(|s| match s.record {
+            crate::decode::OomRecordKind::Kill => format!("oom_kill_process ({})", s.probe),
+            crate::decode::OomRecordKind::Victim => format!("mark_victim ({})", s.probe),
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    field(out, "seen by", seen);
+    if let (Some(pts), Some(tp)) = (k.kernel_points, k.totalpages) {
+        field(out, "badness", format!("{pts} points of {tp} pages"));
+    }
+    out.push('\n');
+
+    if k.growers.is_empty() {
+        let _ = writeln!(
+            out,
+            "  No process grew in the {} before the kill.",
+            secs_whole(k.window_ns)
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "  Memory growth in the {} before the kill:",
+            secs_whole(k.window_ns)
+        );
+        let _ = writeln!(
+            out,
+            "  {:>7}  {:<16}  {:>11}  {:>8}  {:>12}  {:>11}  JOB",
+            "PID", "COMM", "GREW", "OVER", "RATE", "RSS AT KILL"
+        );
+        for g in &k.growers {
+            let mut row = format!(
+                "  {:>7}  {:<16}  {:>11}  {:>8}  {:>12}  {:>11}  {}",
+                g.pid,
+                g.comm,
+                format!("+{}", human_kb(g.grew_kb)),
+                human_secs(g.window_ns),
+                g.rate_kb_per_s.map_or("-".into(), human_rate),
+                human_kb(g.rss_kb),
+                yes_no(g.in_job)
+            );
+            if g.born_in_window {
+                row.push_str("  (born in window)");
+            }
+            if g.is_victim {
+                row.push_str("  ← victim");
+                row = p.red(&row);
+            }
+            let _ = writeln!(out, "{row}");
+        }
+    }
+    out.push('\n');
+}
+
+/// One or two sentences: who grew, and what the kernel did about it.
+fn story(k: &Kill) -> String {
+    let v = &k.victim;
+    let killer = killer(k);
+    let killed = format!(
+        "killed pid {} ({}), anon-rss {}",
+        v.pid,
+        v.comm,
+        human_kb(v.rss.anon_kb)
+    );
+    let Some(top) = k.growers.first() else {
+        return format!(
+            "No process's memory grew in the {} before the kill; {killer} {killed}.",
+            secs_whole(k.window_ns)
+        );
+    };
+    let mut s = format!("{}; {killer} then {killed}.", grew_clause(top));
+    if !top.is_victim {
+        let own = k.growers.iter().find(|g| g.is_victim);
+        let _ = write!(
+            s,
+            " The victim was not the top grower ({});",
+            match own {
+                Some(g) => format!("it grew {}", human_kb(g.grew_kb)),
+                None => "it did not grow in the window".into(),
+            }
+        );
+        if v.oom_score_adj > 0 {
+            let _ = write!(
+                s,
+                " its oom_score_adj of {} made it the kernel's preferred victim.",
+                v.oom_score_adj
+            );
+        } else {
+            s.push_str(
+                " the kernel kills the process with the highest badness (resident memory, \
+                 swap and page tables, plus oom_score_adj), not the one that grew.",
+            );
+        }
+    }
+    s
+}
+
+fn grew_clause(g: &Grower) -> String {
+    let mut s = format!(
+        "{} (pid {}, {}) grew {} in {}",
+        g.comm,
+        g.pid,
+        if g.in_job {
+            "in the job"
+        } else {
+            "outside the job"
+        },
+        human_kb(g.grew_kb),
+        human_secs(g.window_ns)
+    );
+    if let Some(rate) = g.rate_kb_per_s {
+        let _ = write!(s, " ({})", human_rate(rate));
+    }
+    s
+}
+
+/// "the kernel's memcg OOM killer (limit 300 MiB in /trainbpf-77)".
+fn killer(k: &Kill) -> String {
+    let limit = k.memcg_limit_kb.map(human_kb);
+    let scope = match (k.constraint, &limit, &k.memcg) {
+        (Constraint::Memcg, Some(l), Some(m)) => format!(" (limit {l} in {m})"),
+        (Constraint::Memcg, Some(l), None) => format!(" (limit {l})"),
+        (Constraint::Memcg | Constraint::Unknown, None, Some(m)) => format!(" (in {m})"),
+        (Constraint::None, _, _) => " (the machine ran out of memory)".into(),
+        (Constraint::Cpuset, _, _) => " (constrained by a cpuset)".into(),
+        (Constraint::MemoryPolicy, _, _) => " (constrained by a memory policy)".into(),
+        _ => String::new(),
+    };
+    let kind = match k.constraint {
+        Constraint::Memcg => "memcg ",
+        Constraint::None => "global ",
+        _ => "",
+    };
+    format!("the kernel's {kind}OOM killer{scope}")
+}
+
+/// "python3 (pid 700) exited with code 1".
+fn job_outcome(r: &Report) -> String {
+    let Some(j) = &r.job else {
+        return "no start record (was the recording cut short?)".into();
+    };
+    let name = j.argv.first().map(String::as_str).unwrap_or("?");
+    match j.exit {
+        Some(s) => format!("{name} (pid {}) {}", j.pid, exit_phrase(s)),
+        None => format!(
+            "{name} (pid {}) had not exited when the recording ended",
+            j.pid
+        ),
+    }
+}
+
+fn lost_detail(r: &Report) -> String {
+    let mut parts: Vec<String> = r
+        .lost
+        .by_kind
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| **n > 0)
+        .map(|(i, n)| format!("{} {n}", kind_label(i)))
+        .collect();
+    let undecodable = r.lost.undecodable + r.undecodable;
+    if undecodable > 0 {
+        parts.push(format!("undecodable {undecodable}"));
+    }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", parts.join(", "))
+    }
+}
+
+fn kind_label(i: usize) -> String {
+    use trainbpf_common as c;
+    match u16::try_from(i).unwrap_or(u16::MAX) {
+        c::KIND_FORK => "fork".into(),
+        c::KIND_EXEC => "exec".into(),
+        c::KIND_EXIT => "exit".into(),
+        c::KIND_MEM => "memory".into(),
+        c::KIND_OOM_VICTIM => "oom victim".into(),
+        c::KIND_OOM_KILL => "oom kill".into(),
+        c::KIND_PRINTK => "kernel log".into(),
+        _ => format!("kind {i}"),
+    }
+}
+
+/// The short verdict `record` prints on stderr when the job ends.
+pub fn verdict(r: &Report) -> String {
+    let mut out = String::new();
+    for k in r.kills.iter().take(VERDICT_KILLS) {
+        let v = &k.victim;
+        let mut what = match k.constraint {
+            Constraint::Memcg => "memcg OOM".to_string(),
+            Constraint::None => "global OOM".to_string(),
+            Constraint::Unknown => "OOM".to_string(),
+            c => format!("OOM ({})", c.as_str()),
+        };
+        if let Some(m) = &k.memcg {
+            let _ = write!(what, " in {m}");
+        }
+        if let Some(l) = k.memcg_limit_kb {
+            let _ = write!(what, " (limit {})", human_kb(l));
+        }
+        let _ = writeln!(
+            out,
+            "trainbpf: {what} killed pid {} ({}), RSS {}{}",
+            v.pid,
+            v.comm,
+            human_kb(v.rss.resident_kb()),
+            if v.in_job { "" } else { ", outside the job" }
+        );
+        if !k.growers.is_empty() {
+            let top = k
+                .growers
+                .iter()
+                .take(VERDICT_GROWERS)
+                .map(|g| format!("{}({}) +{}", g.comm, g.pid, human_kb(g.grew_kb)))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let _ = writeln!(
+                out,
+                "trainbpf: grew most in the {} before: {top}",
+                secs_whole(k.window_ns)
+            );
+        }
+    }
+    if r.kills.len() > VERDICT_KILLS {
+        let _ = writeln!(
+            out,
+            "trainbpf: … and {} more OOM kills",
+            r.kills.len() - VERDICT_KILLS
+        );
+    }
+    if r.kills.is_empty() {
+        let _ = writeln!(out, "trainbpf: no OOM kill recorded");
+    }
+    let _ = writeln!(out, "trainbpf: job {}", job_outcome(r));
+    if r.lost_events() > 0 {
+        let _ = writeln!(
+            out,
+            "trainbpf: lost events: {}{}",
+            r.lost_events(),
+            lost_detail(r)
+        );
+    }
+    out
+}
+
+/// A window length: `60 s`, `2.5 s`.
+fn secs_whole(ns: u64) -> String {
+    let s = format!("{:.1}", ns as f64 / 1e9);
+    format!("{} s", s.strip_suffix(".0").unwrap_or(&s))
+}
+
+fn yes_no(b: bool) -> &'static str {
+    if b { "yes" } else { "no" }
+}
+
+fn or_unknown(s: &str) -> &str {
+    if s.is_empty() { "unknown" } else { s }
+}
+
+/// Greedy word wrap; a word longer than the line stays whole.
+fn wrap(s: &str, width: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    for word in s.split_whitespace() {
+        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > width {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    if !line.is_empty() {
+        lines.push(line);
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decode::ExitStatus;
+    use crate::render::fixture::sample_report;
+
+    fn plain(r: &Report) -> String {
+        render(
+            r,
+            &TextOptions {
+                color: false,
+                width: 1000,
+            },
+        )
+    }
+
+    #[test]
+    fn names_victim_and_top_grower_with_figures() {
+        let t = plain(&sample_report());
+        assert!(
+            t.contains(
+                "pt_data_worker (pid 812, in the job) grew 250.1 MiB in 12.0 s (20.8 MiB/s); \
+                 the kernel's memcg OOM killer (limit 300 MiB in /trainbpf-77) then killed \
+                 pid 812 (pt_data_worker), anon-rss 251 MiB."
+            ),
+            "{t}"
+        );
+        assert!(t.contains("python3(700) → pt_data_worker(812)"), "{t}");
+        assert!(t.contains("memcg (a memory cgroup hit its limit)"), "{t}");
+        assert!(
+            t.contains("/trainbpf-77, usage 300 MiB of limit 300 MiB, 3 failed charges"),
+            "{t}"
+        );
+        assert!(t.contains("growth in the 60 s before the kill"), "{t}");
+        assert!(t.contains("killed by signal 9 (SIGKILL)"), "{t}");
+        // Losses are always stated, and broken down when there are some.
+        assert!(
+            t.contains("lost events: 6 (memory 3, undecodable 3)"),
+            "{t}"
+        );
+        assert!(!t.contains('\x1b'), "no colour unless asked");
+        let c = render(
+            &sample_report(),
+            &TextOptions {
+                color: true,
+                width: 80,
+            },
+        );
+        assert!(c.contains("\x1b[1;31m"));
+    }
+
+    #[test]
+    fn a_victim_that_did_not_grow_is_explained() {
+        let mut r = sample_report();
+        let k = &mut r.kills[0];
+        k.victim.pid = 813;
+        k.victim.comm = "sacrifice".into();
+        k.victim.oom_score_adj = 1000;
+        k.growers.retain(|g| !g.is_victim);
+        k.growers[0].grew_kb = 200 * 1024;
+        let t = plain(&r);
+        assert!(
+            t.contains("python3 (pid 700, in the job) grew 200 MiB"),
+            "{t}"
+        );
+        assert!(t.contains("then killed pid 813 (sacrifice)"), "{t}");
+        assert!(t.contains("it did not grow in the window"), "{t}");
+        assert!(t.contains("oom_score_adj of 1000"), "{t}");
+    }
+
+    #[test]
+    fn no_kill_says_so_with_outcome_and_users() {
+        let mut r = sample_report();
+        r.kills.clear();
+        r.lost = Default::default();
+        r.undecodable = 0;
+        r.job.as_mut().unwrap().exit = Some(ExitStatus::Code(1));
+        r.top_memory.push(crate::model::MemoryUser {
+            pid: 700,
+            start_ns: 1,
+            comm: "python3".into(),
+            peak_rss_kb: 40_960,
+            in_job: true,
+        });
+        r.stopped_early = Some(crate::recording::Stop {
+            offset: 4096,
+            reason: "frame checksum mismatch".into(),
+        });
+        let t = plain(&r);
+        assert!(t.contains("no OOM kill recorded"), "{t}");
+        assert!(t.contains("exited with code 1"), "{t}");
+        assert!(t.contains("lost events: 0\n"), "{t}");
+        assert!(t.contains("python3") && t.contains("40 MiB"), "{t}");
+        assert!(
+            t.contains("stopped early at byte 4096: frame checksum mismatch"),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn prose_wraps_to_width() {
+        let t = render(
+            &sample_report(),
+            &TextOptions {
+                color: false,
+                width: 60,
+            },
+        );
+        let story: Vec<_> = t
+            .lines()
+            .skip_while(|l| !l.starts_with("OOM kill"))
+            .skip(1)
+            .take_while(|l| !l.is_empty())
+            .collect();
+        assert!(story.len() > 1, "{t}");
+        assert!(story.iter().all(|l| l.chars().count() <= 60), "{story:#?}");
+    }
+
+    #[test]
+    fn verdict_is_short_and_complete() {
+        let v = verdict(&sample_report());
+        assert!(
+            v.contains("memcg OOM in /trainbpf-77 (limit 300 MiB) killed pid 812 (pt_data_worker), RSS 253 MiB"),
+            "{v}"
+        );
+        assert!(
+            v.contains("pt_data_worker(812) +250.1 MiB, python3(700) +2 MiB"),
+            "{v}"
+        );
+        assert!(v.contains("killed by signal 9 (SIGKILL)"), "{v}");
+        assert!(v.contains("lost events: 6"), "{v}");
+        assert!(v.lines().count() <= 4, "{v}");
+
+        let mut r = sample_report();
+        r.kills.clear();
+        r.lost = Default::default();
+        r.undecodable = 0;
+        let v = verdict(&r);
+        assert!(v.contains("no OOM kill recorded"), "{v}");
+        assert!(!v.contains("lost events"), "{v}");
+    }
+}
