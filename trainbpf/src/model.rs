@@ -281,7 +281,7 @@ pub struct Grower {
     pub grew_kb: u64,
     /// From the baseline (or birth) to the last sample before the kill.
     pub window_ns: u64,
-    /// `None` when the growth happened between two samples at one instant.
+    /// `None` when the growth spans under a second: a jump, not a rate.
     pub rate_kb_per_s: Option<f64>,
     /// Resident memory at the kill.
     pub rss_kb: u64,
@@ -1003,7 +1003,9 @@ impl Builder {
             comm: comm.to_string(),
             grew_kb,
             window_ns,
-            rate_kb_per_s: (window_ns > 0).then(|| grew_kb as f64 / ns_to_s(window_ns)),
+            // Over less than a second the samples measure a jump (a fork's
+            // inherited pages, one big allocation), not a rate.
+            rate_kb_per_s: (window_ns >= SEC).then(|| grew_kb as f64 / ns_to_s(window_ns)),
             rss_kb: end.kb,
             in_job,
             born_in_window,
