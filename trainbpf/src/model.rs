@@ -570,15 +570,16 @@ impl Builder {
                 exit_code,
                 ..
             } => {
-                let p = self.job_procs.entry(proc).or_default();
-                if p.comm.is_empty() {
-                    p.comm = comm;
-                }
-                p.died_ns = Some(ts);
-                p.exit = Some(wait_status(exit_code));
+                // The name at exit is the newest: a worker renamed after
+                // fork (`pt_data_worker`) may send no memory record since.
                 if let Some(tr) = self.tracks.get_mut(&proc) {
                     tr.died_ns = Some(ts);
+                    tr.comm.clone_from(&comm);
                 }
+                let p = self.job_procs.entry(proc).or_default();
+                p.comm = comm;
+                p.died_ns = Some(ts);
+                p.exit = Some(wait_status(exit_code));
             }
             Event::Mem {
                 proc,
@@ -1622,6 +1623,36 @@ mod tests {
         assert_eq!(k.growers[0].pid, 801);
         assert_eq!(k.growers[0].grew_kb, 230 * MIB);
         assert!(!k.growers[0].is_victim);
+    }
+
+    /// Regression: a worker renamed after fork (`pt_data_worker`) sent no
+    /// memory record since, and was listed under its parent's name.
+    #[test]
+    fn grower_takes_the_name_it_had_at_exit() {
+        let w = key(801, s(1.0));
+        let v = key(802, s(1.0));
+        let r = run(vec![
+            job_start(0.0, ROOT),
+            fork(1.0, w, ROOT, "pt_main_thread"),
+            fork(1.0, v, ROOT, "pt_main_thread"),
+            mem(1.5, w, "pt_main_thread", 60 * MIB, true),
+            oom(5.0, OomRecordKind::Victim, v, "pt_data_worker", MIB, None),
+            at(
+                5.2,
+                Event::Exit {
+                    proc: w,
+                    comm: "pt_data_worker".into(),
+                    exit_code: 15,
+                    group_exit_code: 15,
+                },
+            ),
+        ]);
+        let g = r.kills[0]
+            .growers
+            .iter()
+            .find(|g| g.pid == 801)
+            .expect("worker grew");
+        assert_eq!(g.comm, "pt_data_worker");
     }
 
     #[test]
