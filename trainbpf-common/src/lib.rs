@@ -28,8 +28,12 @@ pub const KIND_OOM_VICTIM: u16 = 5;
 pub const KIND_OOM_KILL: u16 = 6;
 /// An OOM-related kernel log line seen at `printk:console`. [`PrintkEvent`].
 pub const KIND_PRINTK: u16 = 7;
-/// One past the largest kernel-side kind; sizes the lost-event counters.
-pub const KIND_MAX: u16 = 8;
+/// A signal was sent to a job process. [`SignalEvent`].
+pub const KIND_SIGNAL: u16 = 8;
+/// A process's `oom_score_adj` changed. [`AdjEvent`].
+pub const KIND_OOM_ADJ: u16 = 9;
+/// Sizes the lost-event counters: a power of two above every kernel kind.
+pub const KIND_MAX: u16 = 16;
 
 /// `Header::flags`: the process belongs to the recorded job's tree.
 pub const FLAG_IN_JOB: u16 = 1 << 0;
@@ -167,6 +171,38 @@ pub struct PrintkEvent {
     pub msg: [u8; MSG_LEN],
 }
 
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SignalEvent {
+    /// `tgid` is the target process.
+    pub hdr: Header,
+    /// The target thread.
+    pub target_pid: u32,
+    pub sig: u32,
+    /// `si_code`: 0 SI_USER (kill), 0x80 SI_KERNEL, negative for
+    /// tkill/queue, positive for faults (SEGV_MAPERR...).
+    pub code: i32,
+    /// `TRACE_SIGNAL_*`: 0 delivered, 1 ignored, 2 already pending...
+    pub result: i32,
+    /// `current`: who sent it.
+    pub sender_pid: u32,
+    pub sender_tgid: u32,
+    pub sender_uid: u32,
+    pub _pad: u32,
+    pub sender_comm: [u8; COMM_LEN],
+    pub comm: [u8; COMM_LEN],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AdjEvent {
+    pub hdr: Header,
+    pub oom_score_adj: i32,
+    /// Who wrote it (`current`).
+    pub writer_tgid: u32,
+    pub comm: [u8; COMM_LEN],
+}
+
 /// Kernel-structure offsets and tunables, resolved by userspace from the
 /// running kernel's BTF and tracefs before load, and frozen into the
 /// program's read-only data. Rust emits no CO-RE relocations, so this is how
@@ -207,6 +243,8 @@ pub struct Config {
     pub oc_constraint: i64,
     pub oc_memcg: i64,
     pub bprm_filename: i64,
+    /// `kernel_siginfo.si_code` (UAPI layout: 8 on every kernel).
+    pub siginfo_code: i64,
     /// Classic `oom:mark_victim` field offsets (tracefs format file).
     pub tp_mv_pid: i64,
     pub tp_mv_comm: i64,
@@ -262,6 +300,7 @@ impl Config {
         oc_constraint: -1,
         oc_memcg: -1,
         bprm_filename: -1,
+        siginfo_code: -1,
         tp_mv_pid: -1,
         tp_mv_comm: -1,
         tp_mv_total_vm: -1,
@@ -299,6 +338,8 @@ const _: () = assert!(core::mem::size_of::<ExitEvent>() == 48);
 const _: () = assert!(core::mem::size_of::<MemEvent>() == 88);
 const _: () = assert!(core::mem::size_of::<OomEvent>() == 168);
 const _: () = assert!(core::mem::size_of::<PrintkEvent>() == 272);
+const _: () = assert!(core::mem::size_of::<SignalEvent>() == 88);
+const _: () = assert!(core::mem::size_of::<AdjEvent>() == 48);
 
 #[cfg(feature = "user")]
 mod pod {

@@ -543,6 +543,92 @@ fn try_sched_exit(ctx: &BtfTracePointContext) -> Result<u32, u32> {
     Ok(0)
 }
 
+/// `signal_generate(int sig, struct kernel_siginfo *info, struct task_struct
+/// *task, int group, int result)`: fires in the sender's context, so it is
+/// the one place that knows who sent a SIGKILL. Only signals to the job are
+/// kept, and never the chatty ones that end nothing.
+#[btf_tracepoint(function = "signal_generate")]
+pub fn signal_generate(ctx: BtfTracePointContext) -> u32 {
+    match try_signal_generate(&ctx) {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+/// SIGCHLD, SIGCONT, SIGURG, SIGWINCH: default action is not to terminate.
+const HARMLESS_SIGNALS: u64 = (1 << 17) | (1 << 18) | (1 << 23) | (1 << 28);
+
+fn try_signal_generate(ctx: &BtfTracePointContext) -> Result<u32, u32> {
+    let sig: i32 = ctx.arg(0);
+    if !(1..64).contains(&sig) || HARMLESS_SIGNALS & (1u64 << sig) != 0 {
+        return Ok(0);
+    }
+    let info: u64 = ctx.arg(1);
+    let task: u64 = ctx.arg(2);
+    let result: i32 = ctx.arg(4);
+    let tgid: u32 = rd(task, conf!(task_tgid))?;
+    if !in_job(tgid) {
+        return Ok(0);
+    }
+    // SEND_SIG_NOINFO (0) is a plain kill(2); SEND_SIG_PRIV (1) the kernel.
+    let code: i32 = match info {
+        0 => 0,
+        1 => 0x80,
+        _ => rd(info, conf!(siginfo_code)).unwrap_or(0),
+    };
+    let Some(mut entry) = EVENTS.reserve::<SignalEvent>(0) else {
+        count_lost(KIND_SIGNAL);
+        return Ok(0);
+    };
+    let ev = entry.as_mut_ptr();
+    let pid_tgid = bpf_get_current_pid_tgid();
+    // SAFETY: reserved slot.
+    unsafe {
+        (*ev).hdr = header(KIND_SIGNAL, FLAG_IN_JOB, tgid, leader_start_ns(task));
+        (*ev).target_pid = rd(task, conf!(task_pid)).unwrap_or(0);
+        (*ev).sig = sig as u32;
+        (*ev).code = code;
+        (*ev).result = result;
+        (*ev).sender_pid = pid_tgid as u32;
+        (*ev).sender_tgid = (pid_tgid >> 32) as u32;
+        (*ev).sender_uid = aya_ebpf::helpers::bpf_get_current_uid_gid() as u32;
+        (*ev)._pad = 0;
+        (*ev).sender_comm = bpf_get_current_comm().unwrap_or([0; COMM_LEN]);
+        (*ev).comm = rd_comm(task);
+    }
+    entry.submit(0);
+    Ok(0)
+}
+
+/// `oom_score_adj_update(struct task_struct *task)`: rare, so every process
+/// on the machine is kept; the OOM killer's ranking depends on it.
+#[btf_tracepoint(function = "oom_score_adj_update")]
+pub fn oom_adj_update(ctx: BtfTracePointContext) -> u32 {
+    match try_oom_adj_update(&ctx) {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+fn try_oom_adj_update(ctx: &BtfTracePointContext) -> Result<u32, u32> {
+    let task: u64 = ctx.arg(0);
+    let tgid: u32 = rd(task, conf!(task_tgid))?;
+    let signal: u64 = rd(task, conf!(task_signal))?;
+    let adj: i16 = rd(signal, conf!(signal_oom_score_adj))?;
+    let Some(mut entry) = EVENTS.reserve::<AdjEvent>(0) else {
+        count_lost(KIND_OOM_ADJ);
+        return Ok(0);
+    };
+    let ev = entry.as_mut_ptr();
+    // SAFETY: reserved slot.
+    unsafe {
+        (*ev).hdr = header(KIND_OOM_ADJ, job_flag(tgid), tgid, leader_start_ns(task));
+        (*ev).oom_score_adj = adj as i32;
+        (*ev).writer_tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+        (*ev).comm = rd_comm(task);
+    }
+    entry.submit(0);
+    Ok(0)
+}
+
 // ------------------------------------------------------------ memory growth
 
 /// The state of the current process, created on first sight.

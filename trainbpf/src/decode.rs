@@ -14,6 +14,7 @@ pub const KIND_JOB_EXIT: u16 = 101;
 pub const KIND_LOST: u16 = 102;
 pub const KIND_CGROUP: u16 = 103;
 pub const KIND_NOTE: u16 = 104;
+pub const KIND_EXE: u16 = 105;
 
 /// A process, named so that a recycled pid is a different process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -85,6 +86,19 @@ pub struct OomRecord {
     pub trigger: Task,
 }
 
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SignalRecord {
+    pub target: ProcKey,
+    pub target_pid: u32,
+    pub comm: String,
+    pub sig: u32,
+    /// `si_code`: 0 SI_USER (kill), 0x80 SI_KERNEL, <0 tkill/queue, >0 fault.
+    pub code: i32,
+    pub result: i32,
+    pub sender: Task,
+    pub sender_uid: u32,
+}
+
 /// How the job's main process ended, as `wait(2)` said.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -130,6 +144,16 @@ impl Lost {
     }
 }
 
+/// A process's executable, read from /proc while it lived (for signal
+/// senders: systemd-oomd, earlyoom, kubelet, a shell).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExeName {
+    pub tgid: u32,
+    pub exe: String,
+    #[serde(default)]
+    pub uid: Option<u32>,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CgroupName {
     pub id: u64,
@@ -170,10 +194,21 @@ pub enum Event {
         tgid: u32,
         msg: String,
     },
+    /// A signal sent to a job process, and who sent it.
+    Signal(Box<SignalRecord>),
+    /// A process's `oom_score_adj` changed.
+    OomAdj {
+        proc: ProcKey,
+        in_job: bool,
+        comm: String,
+        oom_score_adj: i32,
+        writer_tgid: u32,
+    },
     JobStart(JobStart),
     JobExit(JobExit),
     Lost(Lost),
     Cgroup(CgroupName),
+    Exe(ExeName),
     Note(String),
 }
 
@@ -346,7 +381,36 @@ pub fn decode(kind: u16, bytes: &[u8], page_kb: u64) -> Result<Timed, DecodeErro
             };
             (e.hdr.ts_ns, ev)
         }
-        KIND_JOB_START | KIND_JOB_EXIT | KIND_LOST | KIND_CGROUP | KIND_NOTE => {
+        common::KIND_SIGNAL => {
+            let e: common::SignalEvent = read_pod(kind, bytes)?;
+            let rec = SignalRecord {
+                target: key(&e.hdr),
+                target_pid: e.target_pid,
+                comm: cstr(&e.comm),
+                sig: e.sig,
+                code: e.code,
+                result: e.result,
+                sender: Task {
+                    pid: e.sender_pid,
+                    tgid: e.sender_tgid,
+                    comm: cstr(&e.sender_comm),
+                },
+                sender_uid: e.sender_uid,
+            };
+            (e.hdr.ts_ns, Event::Signal(Box::new(rec)))
+        }
+        common::KIND_OOM_ADJ => {
+            let e: common::AdjEvent = read_pod(kind, bytes)?;
+            let ev = Event::OomAdj {
+                proc: key(&e.hdr),
+                in_job: e.hdr.flags & common::FLAG_IN_JOB != 0,
+                comm: cstr(&e.comm),
+                oom_score_adj: e.oom_score_adj,
+                writer_tgid: e.writer_tgid,
+            };
+            (e.hdr.ts_ns, ev)
+        }
+        KIND_JOB_START | KIND_JOB_EXIT | KIND_LOST | KIND_CGROUP | KIND_NOTE | KIND_EXE => {
             let w: UserRecord = json(kind, bytes)?;
             let ev = match (kind, w.body) {
                 (KIND_JOB_START, UserBody::JobStart(j)) => Event::JobStart(j),
@@ -354,6 +418,7 @@ pub fn decode(kind: u16, bytes: &[u8], page_kb: u64) -> Result<Timed, DecodeErro
                 (KIND_LOST, UserBody::Lost(l)) => Event::Lost(l),
                 (KIND_CGROUP, UserBody::Cgroup(c)) => Event::Cgroup(c),
                 (KIND_NOTE, UserBody::Note(n)) => Event::Note(n),
+                (KIND_EXE, UserBody::Exe(x)) => Event::Exe(x),
                 _ => {
                     return Err(DecodeError::Json {
                         kind,
@@ -383,6 +448,7 @@ pub enum UserBody {
     Lost(Lost),
     Cgroup(CgroupName),
     Note(String),
+    Exe(ExeName),
 }
 
 impl UserBody {
@@ -393,6 +459,7 @@ impl UserBody {
             UserBody::Lost(_) => KIND_LOST,
             UserBody::Cgroup(_) => KIND_CGROUP,
             UserBody::Note(_) => KIND_NOTE,
+            UserBody::Exe(_) => KIND_EXE,
         }
     }
 }

@@ -236,6 +236,12 @@ impl KernelBtf {
         c.oc_constraint = self.offset("oom_control", &["constraint"]);
         c.oc_memcg = self.offset("oom_control", &["memcg"]);
         c.bprm_filename = self.offset("linux_binprm", &["filename"]);
+        c.siginfo_code = self.offset("kernel_siginfo", &["si_code"]);
+        if c.siginfo_code < 0 {
+            // The member sits in an anonymous struct (`__SIGINFO`); the UAPI
+            // layout puts it at 8 on every architecture trainbpf runs on.
+            c.siginfo_code = 8;
+        }
         Ok(())
     }
 

@@ -19,6 +19,9 @@
 //! Times are CLOCK_MONOTONIC ns, as recorded; [`Report::realtime_ns`] turns
 //! them into wall-clock time with the recording header's clock pair.
 
+mod deaths;
+pub use deaths::{Cause, Death, Sender};
+
 use std::collections::{HashMap, HashSet, VecDeque};
 
 use crate::decode::{
@@ -79,6 +82,8 @@ pub struct Report {
     pub kills: Vec<Kill>,
     /// The job's processes, by birth.
     pub processes: Vec<Process>,
+    /// Every job process that ended, with the cause, by time.
+    pub deaths: Vec<Death>,
     /// Largest peak resident memory seen, any process on the machine.
     pub top_memory: Vec<MemoryUser>,
     /// The collector's last (cumulative) lost-event counts.
@@ -305,6 +310,8 @@ pub struct Process {
     pub exit: Option<ExitStatus>,
     pub peak_rss_kb: u64,
     pub oom_killed: bool,
+    /// Last `oom_score_adj` written while recording, if any.
+    pub oom_score_adj: Option<i32>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -478,6 +485,9 @@ struct Builder {
     done: Vec<OpenKill>,
     job: Option<Job>,
     lost: Lost,
+    signals: deaths::Signals,
+    /// Latest `oom_score_adj` per process, for the report's processes.
+    adj: HashMap<ProcKey, i32>,
 }
 
 impl Builder {
@@ -499,6 +509,8 @@ impl Builder {
             done: Vec::new(),
             job: None,
             lost: Lost::default(),
+            signals: deaths::Signals::default(),
+            adj: HashMap::new(),
         }
     }
 
@@ -589,6 +601,19 @@ impl Builder {
                 ..
             } => self.on_mem(ts, proc, in_job, comm, rss),
             Event::Oom(rec) => self.on_oom(ts, *rec),
+            Event::Signal(rec) => self.signals.observe(ts, *rec),
+            Event::Exe(x) => self.signals.observe_exe(x),
+            Event::OomAdj {
+                proc,
+                in_job,
+                oom_score_adj,
+                ..
+            } => {
+                // Only the job's are reported; a bound on what is kept.
+                if in_job || self.job_procs.contains_key(&proc) {
+                    self.adj.insert(proc, oom_score_adj);
+                }
+            }
             Event::Printk { msg, .. } => {
                 let parsed = parse_kernel_line(&msg);
                 if parsed != KernelLine::Other || self.log.len() < MAX_PRINTK_LINES / 2 {
@@ -1107,9 +1132,15 @@ impl Builder {
                 exit: p.exit,
                 peak_rss_kb: p.peak_kb,
                 oom_killed: p.oom_killed,
+                oom_score_adj: self.adj.get(key).copied(),
             })
             .collect();
         processes.sort_by_key(|p| (p.born_ns.unwrap_or(0), p.pid, p.start_ns));
+        let mut deaths: Vec<Death> = processes
+            .iter()
+            .filter_map(|p| deaths::classify(p, &kills, &self.signals))
+            .collect();
+        deaths.sort_by_key(|d| (d.ts_ns, d.pid));
 
         let mut top = std::mem::take(&mut self.retired);
         top.extend(self.tracks.iter().map(|(key, t)| MemoryUser {
@@ -1130,6 +1161,7 @@ impl Builder {
             job: self.job,
             kills,
             processes,
+            deaths,
             top_memory: top,
             lost: self.lost,
             undecodable: 0,

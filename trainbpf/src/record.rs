@@ -260,6 +260,7 @@ pub fn run(opts: RecordOptions) -> Result<Outcome, RecordError> {
 struct Collector {
     writer: Writer<File>,
     known_cgroups: std::collections::HashSet<u64>,
+    known_exes: std::collections::HashSet<u32>,
     last_lost: Lost,
     last_sync: Instant,
 }
@@ -280,6 +281,25 @@ impl Collector {
         }
     }
 
+    /// Names a signal sender's executable now: it may be gone by report
+    /// time. Once per process.
+    fn name_exe(&mut self, tgid: u32) {
+        if tgid == 0 || !self.known_exes.insert(tgid) {
+            return;
+        }
+        let exe = fs::read_link(format!("/proc/{tgid}/exe"))
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+        let uid = fs::read_to_string(format!("/proc/{tgid}/status"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("Uid:"))
+                    .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            });
+        self.user(UserBody::Exe(decode::ExeName { tgid, exe, uid }));
+    }
+
     fn on_record(&mut self, bytes: &[u8]) {
         if bytes.len() < size_of::<common::Header>() {
             self.last_lost.undecodable += 1;
@@ -287,6 +307,14 @@ impl Collector {
         }
         let kind = u16::from_le_bytes([bytes[0], bytes[1]]);
         self.writer.record(kind, bytes);
+        if kind == common::KIND_SIGNAL
+            && let Ok(decode::Timed {
+                event: decode::Event::Signal(s),
+                ..
+            }) = decode::decode(kind, bytes, 4)
+        {
+            self.name_exe(s.sender.tgid);
+        }
         if (kind == common::KIND_OOM_VICTIM || kind == common::KIND_OOM_KILL)
             && let Ok(decode::Timed {
                 event: decode::Event::Oom(r),
@@ -369,6 +397,7 @@ async fn collect(
     let mut c = Collector {
         writer,
         known_cgroups: Default::default(),
+        known_exes: Default::default(),
         last_lost: Lost {
             by_kind: vec![0; common::KIND_MAX as usize],
             ..Default::default()

@@ -64,6 +64,11 @@ pub struct Attach {
     pub faults: Option<String>,
     pub lifecycle: Option<String>,
     pub printk: Option<String>,
+    /// Who sent a job process a signal.
+    #[serde(default)]
+    pub signals: Option<String>,
+    #[serde(default)]
+    pub oom_score_adj: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -7,8 +7,8 @@
 use serde_json::{Value, json};
 
 use crate::decode::{ExitStatus, OomRecordKind};
-use crate::model::{Grower, Kill, Process, Report, ns_to_s};
-use crate::render::rfc3339_ms;
+use crate::model::{Death, Grower, Kill, Process, Report, ns_to_s};
+use crate::render::{death_phrase, rfc3339_ms};
 
 /// Adding keys keeps this; removing or renaming one, or changing a type or
 /// unit, bumps it.
@@ -52,6 +52,7 @@ pub fn render(r: &Report) -> Value {
         })),
         "kills": r.kills.iter().map(|k| kill(r, k)).collect::<Vec<_>>(),
         "processes": r.processes.iter().map(|p| process(r, p)).collect::<Vec<_>>(),
+        "deaths": r.deaths.iter().map(|d| death(r, d)).collect::<Vec<_>>(),
         "top_memory": r.top_memory.iter().map(|u| json!({
             "pid": u.pid,
             "comm": u.comm,
@@ -139,6 +140,28 @@ fn process(r: &Report, p: &Process) -> Value {
         "exit": p.exit.map(exit),
         "peak_rss_kb": p.peak_rss_kb,
         "oom_killed": p.oom_killed,
+        "oom_score_adj": p.oom_score_adj,
+    })
+}
+
+fn death(r: &Report, d: &Death) -> Value {
+    json!({
+        "pid": d.pid,
+        "comm": d.comm,
+        "time": r.realtime_ns(d.ts_ns).map(rfc3339_ms),
+        "time_s": secs_since(r, d.ts_ns),
+        "cause": d.cause.as_str(),
+        "signal": d.signal,
+        "code": d.code,
+        "sender": d.sender.as_ref().map(|s| json!({
+            "pid": s.pid,
+            "comm": s.comm,
+            "exe": s.exe,
+            "uid": s.uid,
+        })),
+        "memcg": d.memcg,
+        "memcg_limit_kb": d.memcg_limit_kb,
+        "phrase": death_phrase(d),
     })
 }
 
@@ -180,6 +203,7 @@ fn kind_name(i: usize) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::death_phrase;
     use super::*;
     use crate::recording::ClockPair;
     use crate::render::fixture::sample_report;

@@ -4,7 +4,10 @@
 pub mod json;
 pub mod text;
 
-use crate::decode::ExitStatus;
+use crate::{
+    decode::ExitStatus,
+    model::{Cause, Death},
+};
 
 /// Sizes as people read them: `512 KiB`, `250.1 MiB`, `1.25 GiB`.
 pub fn human_kb(kb: u64) -> String {
@@ -87,6 +90,52 @@ pub fn signal_name(sig: i32) -> Option<&'static str> {
 }
 
 /// "exited with code 1" / "killed by signal 9 (SIGKILL)".
+/// How a process died, in words: "killed by SIGKILL from pid 812
+/// (bash, /usr/bin/bash, uid 1000)".
+pub fn death_phrase(d: &Death) -> String {
+    let sig = |n: i32| match signal_name(n) {
+        Some(name) => format!("{name} ({n})"),
+        None => format!("signal {n}"),
+    };
+    let from = || match &d.sender {
+        Some(s) => {
+            let mut who = s.comm.clone();
+            if let Some(exe) = &s.exe {
+                who.push_str(&format!(", {exe}"));
+            }
+            if let Some(uid) = s.uid {
+                who.push_str(&format!(", uid {uid}"));
+            }
+            if s.pid == d.pid {
+                " from itself".to_string()
+            } else {
+                format!(" from pid {} ({who})", s.pid)
+            }
+        }
+        None => " (sender not seen)".to_string(),
+    };
+    match d.cause {
+        Cause::Exit => format!("exited with code {}", d.code.unwrap_or(0)),
+        Cause::OomMemcg => {
+            let mut s = "killed by the kernel's OOM killer: its memory cgroup".to_string();
+            if let Some(m) = &d.memcg {
+                s.push_str(&format!(" {m}"));
+            }
+            if let Some(l) = d.memcg_limit_kb {
+                s.push_str(&format!(" hit its limit of {}", human_kb(l)));
+            } else {
+                s.push_str(" hit its limit");
+            }
+            s
+        }
+        Cause::OomGlobal => {
+            "killed by the kernel's OOM killer: the machine ran out of memory".into()
+        }
+        Cause::Signal => format!("killed by {}{}", sig(d.signal.unwrap_or(0)), from()),
+        Cause::Crash => format!("crashed with {}{}", sig(d.signal.unwrap_or(0)), from()),
+    }
+}
+
 pub fn exit_phrase(status: ExitStatus) -> String {
     match status {
         ExitStatus::Code(c) => format!("exited with code {c}"),
@@ -259,7 +308,9 @@ pub(crate) mod fixture {
                 exit: None,
                 peak_rss_kb: 40_960,
                 oom_killed: false,
+                oom_score_adj: None,
             }],
+            deaths: vec![],
             top_memory: vec![],
             lost: Lost {
                 by_kind: vec![0, 0, 0, 0, 3, 0, 0, 0],

@@ -4,8 +4,8 @@
 
 use std::fmt::Write as _;
 
-use crate::model::{Constraint, Grower, Kill, Report};
-use crate::render::{exit_phrase, human_kb, human_rate, human_secs, rfc3339_ms};
+use crate::model::{Cause, Constraint, Grower, Kill, Report};
+use crate::render::{death_phrase, exit_phrase, human_kb, human_rate, human_secs, rfc3339_ms};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TextOptions {
@@ -114,6 +114,20 @@ pub fn render(r: &Report, o: &TextOptions) -> String {
         kill_section(&mut out, r, k, i, n, width, &p);
     }
 
+    if !r.deaths.is_empty() {
+        let _ = writeln!(out, "{}", p.bold("Deaths in the job:"));
+        for d in &r.deaths {
+            let _ = writeln!(
+                out,
+                "  +{:>7.1} s  pid {} ({}): {}",
+                r.since_start_s(d.ts_ns),
+                d.pid,
+                d.comm,
+                death_phrase(d)
+            );
+        }
+        out.push('\n');
+    }
     let _ = writeln!(out, "job: {}", job_outcome(r));
     let lost = r.lost_events();
     let lost_line = format!("lost events: {lost}{}", lost_detail(r));
@@ -487,6 +501,22 @@ pub fn verdict(r: &Report) -> String {
         let _ = writeln!(out, "trainbpf: no OOM kill recorded");
     }
     let _ = writeln!(out, "trainbpf: job {}", job_outcome(r));
+    // The root's cause, and any other process that did not simply exit.
+    let root = r.job.as_ref().map(|j| j.pid);
+    for d in r
+        .deaths
+        .iter()
+        .filter(|d| Some(d.pid) == root || d.cause != Cause::Exit)
+        .take(VERDICT_KILLS + 1)
+    {
+        let _ = writeln!(
+            out,
+            "trainbpf: pid {} ({}) {}",
+            d.pid,
+            d.comm,
+            death_phrase(d)
+        );
+    }
     if r.lost_events() > 0 {
         let _ = writeln!(
             out,

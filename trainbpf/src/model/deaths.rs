@@ -1,0 +1,170 @@
+//! Why each job process died: the kernel's OOM killer (global or a memory
+//! cgroup), a signal from another process (with the sender), a crash signal,
+//! or a plain exit. A torchrun job only shows `exitcode: -9`; the sender of
+//! that SIGKILL is the difference between systemd-oomd, a person's `kill`
+//! and the kernel.
+
+use std::collections::{HashMap, VecDeque};
+
+use crate::decode::{ExeName, ExitStatus, ProcKey, SignalRecord};
+
+use super::{Constraint, Kill, Process};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cause {
+    OomGlobal,
+    OomMemcg,
+    Signal,
+    Crash,
+    Exit,
+}
+
+impl Cause {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Cause::OomGlobal => "oom_global",
+            Cause::OomMemcg => "oom_memcg",
+            Cause::Signal => "signal",
+            Cause::Crash => "crash",
+            Cause::Exit => "exit",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sender {
+    pub pid: u32,
+    pub comm: String,
+    /// Read from /proc by the recorder while the sender lived.
+    pub exe: Option<String>,
+    pub uid: Option<u32>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Death {
+    pub pid: u32,
+    pub start_ns: u64,
+    pub comm: String,
+    pub ts_ns: u64,
+    pub cause: Cause,
+    pub signal: Option<i32>,
+    pub code: Option<i32>,
+    /// Who sent the fatal signal; for an OOM kill, the task whose
+    /// allocation triggered it.
+    pub sender: Option<Sender>,
+    /// For OOM kills: the memory cgroup and its limit.
+    pub memcg: Option<String>,
+    pub memcg_limit_kb: Option<u64>,
+}
+
+/// Signals that end a process by the process's own fault.
+const CRASH_SIGNALS: [i32; 7] = [4, 5, 6, 7, 8, 11, 31];
+/// Signals kept per target: the fatal one is among the last.
+const PER_TARGET: usize = 8;
+
+/// Signals sent to job processes, and the senders' executables.
+#[derive(Default)]
+pub(super) struct Signals {
+    by_target: HashMap<ProcKey, VecDeque<(u64, SignalRecord)>>,
+    exes: HashMap<u32, ExeName>,
+}
+
+impl Signals {
+    pub(super) fn observe(&mut self, ts: u64, rec: SignalRecord) {
+        let q = self.by_target.entry(rec.target).or_default();
+        if q.len() == PER_TARGET {
+            q.pop_front();
+        }
+        q.push_back((ts, rec));
+    }
+
+    pub(super) fn observe_exe(&mut self, exe: ExeName) {
+        self.exes.insert(exe.tgid, exe);
+    }
+
+    /// The newest `sig` sent to `target` at or before `ts`.
+    fn last(&self, target: ProcKey, sig: i32, ts: u64) -> Option<&SignalRecord> {
+        let q = self.by_target.get(&target).or_else(|| {
+            // The root's start time may be unknown (0) on one side.
+            self.by_target
+                .iter()
+                .find(|(k, _)| k.tgid == target.tgid && (k.start_ns == 0 || target.start_ns == 0))
+                .map(|(_, q)| q)
+        })?;
+        q.iter()
+            .rev()
+            .find(|(t, r)| *t <= ts && r.sig as i32 == sig)
+            .map(|(_, r)| r)
+    }
+
+    fn sender(&self, r: &SignalRecord) -> Sender {
+        let exe = self.exes.get(&r.sender.tgid);
+        Sender {
+            pid: r.sender.tgid,
+            comm: r.sender.comm.clone(),
+            exe: exe.map(|e| e.exe.clone()).filter(|e| !e.is_empty()),
+            uid: exe.and_then(|e| e.uid).or(Some(r.sender_uid)),
+        }
+    }
+}
+
+/// The cause of one process's death, or None while it lives.
+pub(super) fn classify(p: &Process, kills: &[Kill], signals: &Signals) -> Option<Death> {
+    let status = p.exit?;
+    let key = ProcKey {
+        tgid: p.pid,
+        start_ns: p.start_ns,
+    };
+    let ts = p.died_ns.unwrap_or(0);
+    let mut d = Death {
+        pid: p.pid,
+        start_ns: p.start_ns,
+        comm: p.comm.clone(),
+        ts_ns: ts,
+        cause: Cause::Exit,
+        signal: None,
+        code: None,
+        sender: None,
+        memcg: None,
+        memcg_limit_kb: None,
+    };
+    let sig = match status {
+        ExitStatus::Code(c) => {
+            d.code = Some(c);
+            return Some(d);
+        }
+        ExitStatus::Signal(s) => s,
+    };
+    d.signal = Some(sig);
+    let oom = kills.iter().find(|k| {
+        k.victim.pid == p.pid
+            && (k.victim.start_ns == p.start_ns || k.victim.start_ns == 0 || p.start_ns == 0)
+    });
+    if let (9, Some(k)) = (sig, oom) {
+        d.cause = if k.constraint == Constraint::Memcg {
+            Cause::OomMemcg
+        } else {
+            Cause::OomGlobal
+        };
+        d.memcg = k.memcg.clone();
+        d.memcg_limit_kb = k.memcg_limit_kb;
+        d.sender = Some(Sender {
+            pid: k.trigger.tgid,
+            comm: k.trigger.comm.clone(),
+            exe: None,
+            uid: None,
+        });
+        return Some(d);
+    }
+    let sent = signals.last(key, sig, ts);
+    if let Some(r) = sent {
+        d.code = Some(r.code);
+        d.sender = Some(signals.sender(r));
+    }
+    d.cause = if CRASH_SIGNALS.contains(&sig) {
+        Cause::Crash
+    } else {
+        Cause::Signal
+    };
+    Some(d)
+}
