@@ -203,7 +203,6 @@ fn kind_name(i: usize) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::death_phrase;
     use super::*;
     use crate::recording::ClockPair;
     use crate::render::fixture::sample_report;
