@@ -63,6 +63,13 @@ pub enum Command {
         #[arg(long, conflicts_with = "json")]
         events: bool,
     },
+    /// Check this machine for what makes or hides OOM kills, and which eBPF
+    /// features record can use (docs/doctor.md). Run as root for all checks.
+    Doctor {
+        /// Machine-readable output: {"checks": [{"id", "status", "finding", "why", "fix"}]}.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// `60s`, `2m`, `500ms`, `1h`, or plain seconds.
@@ -137,6 +144,11 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             }
             .with_context(|| format!("reading {}", path.display()))?;
             crate::write_stdout(&out)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        // Doctor diagnoses: warnings and failures are findings, not errors.
+        Command::Doctor { json } => {
+            crate::write_stdout(&crate::doctor::run(json))?;
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -6,6 +6,7 @@
 
 pub mod cli;
 pub mod decode;
+pub mod doctor;
 pub mod job;
 pub mod kernel;
 pub mod loader;

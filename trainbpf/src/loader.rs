@@ -380,6 +380,8 @@ pub struct Features {
 /// probe reads [`Unavailable::Denied`]. Nothing stays attached: the links
 /// and maps go when the `Ebpf` is dropped on return.
 pub fn probe_features() -> Features {
+    // Mounted first: the classic tracepoint's fields are read from it.
+    let tracefs = kernel::ensure_tracefs();
     let fields: Vec<String> = kernel::tp_format("oom", "mark_victim")
         .map(|f| f.into_iter().map(|f| f.name).collect())
         .unwrap_or_default();
@@ -395,7 +397,6 @@ pub fn probe_features() -> Features {
         Ok(k) => k,
         Err(e) => return all_fail(Unavailable::Missing(e.to_string())),
     };
-    let tracefs = kernel::ensure_tracefs();
     // Thresholds don't matter here: nothing is recorded.
     let t = Tunables {
         rss_threshold_bytes: 4 << 20,
@@ -479,7 +480,7 @@ pub fn probe_features() -> Features {
     };
     // The object holds EVENTS, a ring buffer: it loaded, so the map exists.
     let ringbuf = match ebpf.map("EVENTS") {
-        Some(m) if matches!(m, aya::maps::Map::RingBuf(_)) => Ok(()),
+        Some(aya::maps::Map::RingBuf(_)) => Ok(()),
         _ => Err(Unavailable::Failed(
             "the object's EVENTS ring buffer is missing".into(),
         )),
