@@ -4,6 +4,19 @@
 mod common;
 
 use common::*;
+use serde_json::Value;
+
+/// The job's biggest grower. Other processes on the machine are listed too
+/// (a compiler running beside the tests can outgrow the job), so tests about
+/// the job look at the job's own.
+fn top_job_grower(k: &Value) -> &Value {
+    k["growers"]
+        .as_array()
+        .expect("growers")
+        .iter()
+        .find(|g| g["in_job"] == true)
+        .unwrap_or_else(|| panic!("no job process among the growers: {k:#}"))
+}
 
 /// Grows by `step_mb` MiB every `sleep_s` seconds, touching every page.
 const GROW: &str = r#"
@@ -64,8 +77,25 @@ fn victim_fields_equal_the_kernels_own_report() {
     );
     assert_eq!(r["job"]["exit"]["signal"], 9);
     assert_eq!(u(&r["lost_events"]), 0);
+    // Why this victim: the reconstruction ranks it first, from the cgroup's
+    // limit, and its points are the kernel's formula over its own figures.
+    let cands = k["candidates"].as_array().expect("candidates");
+    assert_eq!(cands[0]["is_victim"], true, "{cands:#?}");
+    assert_eq!(u(&cands[0]["pid"]), pid);
+    assert_eq!(k["ranking"]["totalpages_source"], "memcg_limit");
+    assert_eq!(
+        u(&k["ranking"]["totalpages"]),
+        160 * 256,
+        "160 MiB in 4 KiB pages"
+    );
+    let pages = (kernel.anon_kb + kernel.file_kb + kernel.shmem_kb + u(&v["pgtables_kb"])) / 4;
+    assert_eq!(cands[0]["points"].as_i64().unwrap(), pages as i64);
+    // The pressure before it: the cgroup's usage close to its limit.
+    let pr = &k["pressure"];
+    assert_eq!(u(&pr["cgroup_limit_kb"]), 160 * 1024);
+    assert!(u(&pr["mem_total_kb"]) > 0);
     // The growth before the kill is attributed to the victim, who grew.
-    let top = &k["growers"][0];
+    let top = top_job_grower(k);
     assert_eq!(u(&top["pid"]), pid);
     assert!(u(&top["grew_kb"]) > 100 * 1024, "grew {top}");
 }
@@ -118,7 +148,7 @@ fn top_grower_is_the_worker_when_the_kernel_kills_a_sibling() {
     let victim = u(&k["victim"]["pid"]);
     let kernel = dmesg_kill(victim).expect("kernel log line for the sibling");
     assert_eq!(u(&k["victim"]["anon_rss_kb"]), kernel.anon_kb);
-    let top = &k["growers"][0];
+    let top = top_job_grower(k);
     assert_ne!(
         u(&top["pid"]),
         victim,
@@ -133,6 +163,15 @@ fn top_grower_is_the_worker_when_the_kernel_kills_a_sibling() {
         u(&k["trigger"]["pid"]),
         u(&top["pid"]),
         "the worker's allocation triggered the kill"
+    );
+    // oom_score_adj 1000 puts the small sibling above the big worker.
+    let cands = k["candidates"].as_array().expect("candidates");
+    assert_eq!(u(&cands[0]["pid"]), victim, "{cands:#?}");
+    assert_eq!(cands[0]["oom_score_adj"], 1000);
+    assert_eq!(
+        u(&cands[1]["pid"]),
+        u(&top["pid"]),
+        "the grower ranks second: {cands:#?}"
     );
 }
 
@@ -169,5 +208,9 @@ fn grandchild_counts_as_part_of_the_job() {
         "tree starts at the job's root"
     );
     assert_eq!(u(&tree[tree.len() - 1]["pid"]), u(&v["pid"]));
-    assert_eq!(k["growers"][0]["in_job"], true);
+    assert_eq!(
+        u(&top_job_grower(k)["pid"]),
+        u(&v["pid"]),
+        "the grandchild grew"
+    );
 }

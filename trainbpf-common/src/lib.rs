@@ -56,6 +56,11 @@ pub const MM_SWAPENTS: usize = 2;
 pub const MM_SHMEMPAGES: usize = 3;
 pub const NR_MM_COUNTERS: usize = 4;
 
+/// Kinds of allocation stall, indexing `Counters::stall_*`.
+pub const STALL_DIRECT_RECLAIM: usize = 0;
+pub const STALL_MEMCG_RECLAIM: usize = 1;
+pub const STALL_COMPACTION: usize = 2;
+
 /// `OomEvent::source`: which probe produced the record.
 pub const SRC_FENTRY: u32 = 1;
 pub const SRC_KPROBE: u32 = 2;
@@ -123,9 +128,22 @@ pub struct MemEvent {
     /// User page faults of the process so far, counted in the kernel.
     pub faults: u64,
     pub reason: u32,
-    pub _pad: u32,
+    /// `signal->oom_score_adj` when the record was sent.
+    pub oom_score_adj: i32,
     pub comm: [u8; COMM_LEN],
+    // Fields below were added after the first layout (88 bytes); a reader
+    // zero-fills them in a shorter record.
+    /// `mm->pgtables_bytes`: part of the OOM killer's badness.
+    pub pgtables_bytes: u64,
+    /// kernfs id of the process's memory cgroup: its OOM domain.
+    pub memcg_id: u64,
+    /// Time the process spent stalled in direct reclaim, memcg reclaim and
+    /// compaction so far, ns.
+    pub stall_ns: u64,
 }
+
+/// Size of the first `MemEvent` layout, still accepted by the reader.
+pub const MEM_EVENT_V1_SIZE: usize = 88;
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -326,6 +344,9 @@ pub struct Counters {
     pub lost: [u64; KIND_MAX as usize],
     /// Processes not tracked because the per-process map was full.
     pub proc_map_full: u64,
+    /// Time tasks spent stalled, and how often, by `STALL_*`.
+    pub stall_ns: [u64; 4],
+    pub stall_count: [u64; 4],
     /// Job members not added because the job map was full.
     pub job_map_full: u64,
 }
@@ -335,7 +356,7 @@ const _: () = assert!(core::mem::size_of::<Header>() == 24);
 const _: () = assert!(core::mem::size_of::<ForkEvent>() == 56);
 const _: () = assert!(core::mem::size_of::<ExecEvent>() == 168);
 const _: () = assert!(core::mem::size_of::<ExitEvent>() == 48);
-const _: () = assert!(core::mem::size_of::<MemEvent>() == 88);
+const _: () = assert!(core::mem::size_of::<MemEvent>() == 112);
 const _: () = assert!(core::mem::size_of::<OomEvent>() == 168);
 const _: () = assert!(core::mem::size_of::<PrintkEvent>() == 272);
 const _: () = assert!(core::mem::size_of::<SignalEvent>() == 88);

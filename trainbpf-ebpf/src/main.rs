@@ -66,7 +66,12 @@ struct ProcState {
     last_emit_ns: u64,
     faults: u64,
     start_ns: u64,
+    stall_ns: u64,
 }
+
+/// When each task (by pid) entered a reclaim or compaction stall.
+#[map]
+static STALL_START: HashMap<u32, u64> = HashMap::with_max_entries(8192, 0);
 
 /// Reads one CONFIG field. Volatile, so that the compiler doesn't fold the
 /// build-time placeholder in: the loader rewrites the value before load.
@@ -645,6 +650,7 @@ fn proc_state(tgid: u32, task: u64, mm: u64, now: u64) -> Option<*mut ProcState>
         last_emit_ns: now,
         faults: 0,
         start_ns: leader_start_ns(task),
+        stall_ns: 0,
     };
     if PROCS.insert(&tgid, &init, 0).is_err() {
         count_proc_map_full();
@@ -727,12 +733,17 @@ fn try_rss_stat(ctx: &BtfTracePointContext) -> Result<u32, u32> {
         };
         let fresh = read_counters(mm);
         let ev = entry.as_mut_ptr();
+        let signal: u64 = rd(task, conf!(task_signal)).unwrap_or(0);
+        let adj: i16 = rd(signal, conf!(signal_oom_score_adj)).unwrap_or(0);
         (*ev).hdr = header(KIND_MEM, job_flag(tgid), tgid, (*st).start_ns);
         (*ev).counters = fresh;
         (*ev).faults = (*st).faults;
         (*ev).reason = reason;
-        (*ev)._pad = 0;
+        (*ev).oom_score_adj = adj as i32;
         (*ev).comm = bpf_get_current_comm().unwrap_or([0; COMM_LEN]);
+        (*ev).pgtables_bytes = rd(mm, conf!(mm_pgtables_bytes)).unwrap_or(0);
+        (*ev).memcg_id = task_memcg_id(task);
+        (*ev).stall_ns = (*st).stall_ns;
         entry.submit(0);
         (*st).cur = fresh;
         (*st).reported = fresh;
@@ -752,6 +763,85 @@ pub fn page_fault_user(_ctx: TracePointContext) -> u32 {
         };
     }
     0
+}
+
+// ------------------------------------------------------ allocation stalls
+
+/// Entering direct reclaim, memcg reclaim or compaction: remember when, per
+/// task. Kernel threads (kswapd, kcompactd) reclaim in the background and
+/// stall nobody, so they are left out.
+#[inline(always)]
+fn stall_begin() -> u32 {
+    // SAFETY: helper without preconditions.
+    let task = unsafe { bpf_get_current_task() };
+    if rd::<u64>(task, conf!(task_mm)).unwrap_or(0) == 0 {
+        return 0;
+    }
+    let pid = bpf_get_current_pid_tgid() as u32;
+    // SAFETY: helper without preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let _ = STALL_START.insert(&pid, &now, 0);
+    0
+}
+
+/// Leaving it: add the time to the process and to the per-CPU totals.
+#[inline(always)]
+fn stall_end(kind: usize) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let pid = pid_tgid as u32;
+    // SAFETY: the value is copied out before the entry is removed.
+    let Some(start) = (unsafe { STALL_START.get(&pid) }).copied() else {
+        return 0;
+    };
+    let _ = STALL_START.remove(&pid);
+    // SAFETY: helper without preconditions.
+    let d = unsafe { bpf_ktime_get_ns() }.wrapping_sub(start);
+    if let Some(c) = COUNTERS.get_ptr_mut(0) {
+        let k = kind & 3;
+        // SAFETY: per-CPU slot, this CPU only.
+        unsafe {
+            (*c).stall_ns[k] += d;
+            (*c).stall_count[k] += 1;
+        }
+    }
+    let tgid = (pid_tgid >> 32) as u32;
+    if let Some(st) = PROCS.get_ptr_mut(&tgid) {
+        // SAFETY: aligned u64 inside a live map value.
+        unsafe {
+            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(addr_of_mut!((*st).stall_ns), d)
+        };
+    }
+    0
+}
+
+#[btf_tracepoint(function = "mm_vmscan_direct_reclaim_begin")]
+pub fn direct_reclaim_begin(_ctx: BtfTracePointContext) -> u32 {
+    stall_begin()
+}
+
+#[btf_tracepoint(function = "mm_vmscan_direct_reclaim_end")]
+pub fn direct_reclaim_end(_ctx: BtfTracePointContext) -> u32 {
+    stall_end(STALL_DIRECT_RECLAIM)
+}
+
+#[btf_tracepoint(function = "mm_vmscan_memcg_reclaim_begin")]
+pub fn memcg_reclaim_begin(_ctx: BtfTracePointContext) -> u32 {
+    stall_begin()
+}
+
+#[btf_tracepoint(function = "mm_vmscan_memcg_reclaim_end")]
+pub fn memcg_reclaim_end(_ctx: BtfTracePointContext) -> u32 {
+    stall_end(STALL_MEMCG_RECLAIM)
+}
+
+#[btf_tracepoint(function = "mm_compaction_begin")]
+pub fn compaction_begin(_ctx: BtfTracePointContext) -> u32 {
+    stall_begin()
+}
+
+#[btf_tracepoint(function = "mm_compaction_end")]
+pub fn compaction_end(_ctx: BtfTracePointContext) -> u32 {
+    stall_end(STALL_COMPACTION)
 }
 
 #[cfg(not(test))]

@@ -15,6 +15,7 @@ pub const KIND_LOST: u16 = 102;
 pub const KIND_CGROUP: u16 = 103;
 pub const KIND_NOTE: u16 = 104;
 pub const KIND_EXE: u16 = 105;
+pub const KIND_PRESSURE: u16 = 106;
 
 /// A process, named so that a recycled pid is a different process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -188,6 +189,12 @@ pub enum Event {
         rss: Rss,
         faults: u64,
         reason: u32,
+        /// The process's badness inputs besides RSS (0 in old recordings).
+        oom_score_adj: i32,
+        pgtables_kb: u64,
+        memcg_id: u64,
+        /// Cumulative reclaim/compaction stall time, ns.
+        stall_ns: u64,
     },
     Oom(Box<OomRecord>),
     Printk {
@@ -209,6 +216,7 @@ pub enum Event {
     Lost(Lost),
     Cgroup(CgroupName),
     Exe(ExeName),
+    Pressure(Box<crate::pressure::Pressure>),
     Note(String),
 }
 
@@ -314,7 +322,17 @@ pub fn decode(kind: u16, bytes: &[u8], page_kb: u64) -> Result<Timed, DecodeErro
             (e.hdr.ts_ns, ev)
         }
         common::KIND_MEM => {
-            let e: common::MemEvent = read_pod(kind, bytes)?;
+            // Records of the first, shorter layout read with the newer
+            // fields zero.
+            let e: common::MemEvent = if bytes.len() >= common::MEM_EVENT_V1_SIZE
+                && bytes.len() < size_of::<common::MemEvent>()
+            {
+                let mut full = vec![0u8; size_of::<common::MemEvent>()];
+                full[..bytes.len()].copy_from_slice(bytes);
+                read_pod(kind, &full)?
+            } else {
+                read_pod(kind, bytes)?
+            };
             let c = e.counters;
             let ev = Event::Mem {
                 proc: key(&e.hdr),
@@ -328,6 +346,10 @@ pub fn decode(kind: u16, bytes: &[u8], page_kb: u64) -> Result<Timed, DecodeErro
                 },
                 faults: e.faults,
                 reason: e.reason,
+                oom_score_adj: e.oom_score_adj,
+                pgtables_kb: e.pgtables_bytes / 1024,
+                memcg_id: e.memcg_id,
+                stall_ns: e.stall_ns,
             };
             (e.hdr.ts_ns, ev)
         }
@@ -410,7 +432,8 @@ pub fn decode(kind: u16, bytes: &[u8], page_kb: u64) -> Result<Timed, DecodeErro
             };
             (e.hdr.ts_ns, ev)
         }
-        KIND_JOB_START | KIND_JOB_EXIT | KIND_LOST | KIND_CGROUP | KIND_NOTE | KIND_EXE => {
+        KIND_JOB_START | KIND_JOB_EXIT | KIND_LOST | KIND_CGROUP | KIND_NOTE | KIND_EXE
+        | KIND_PRESSURE => {
             let w: UserRecord = json(kind, bytes)?;
             let ev = match (kind, w.body) {
                 (KIND_JOB_START, UserBody::JobStart(j)) => Event::JobStart(j),
@@ -419,6 +442,7 @@ pub fn decode(kind: u16, bytes: &[u8], page_kb: u64) -> Result<Timed, DecodeErro
                 (KIND_CGROUP, UserBody::Cgroup(c)) => Event::Cgroup(c),
                 (KIND_NOTE, UserBody::Note(n)) => Event::Note(n),
                 (KIND_EXE, UserBody::Exe(x)) => Event::Exe(x),
+                (KIND_PRESSURE, UserBody::Pressure(p)) => Event::Pressure(p),
                 _ => {
                     return Err(DecodeError::Json {
                         kind,
@@ -449,6 +473,7 @@ pub enum UserBody {
     Cgroup(CgroupName),
     Note(String),
     Exe(ExeName),
+    Pressure(Box<crate::pressure::Pressure>),
 }
 
 impl UserBody {
@@ -460,6 +485,7 @@ impl UserBody {
             UserBody::Cgroup(_) => KIND_CGROUP,
             UserBody::Note(_) => KIND_NOTE,
             UserBody::Exe(_) => KIND_EXE,
+            UserBody::Pressure(_) => KIND_PRESSURE,
         }
     }
 }
@@ -506,8 +532,11 @@ mod tests {
             counters: [10, 256, 0, 3],
             faults: 99,
             reason: common::MEM_REASON_THRESHOLD,
-            _pad: 0,
+            oom_score_adj: 500,
             comm: comm("python3"),
+            pgtables_bytes: 8192,
+            memcg_id: 77,
+            stall_ns: 5,
         };
         let t = decode(common::KIND_MEM, &pod_bytes(&e), 4).unwrap();
         assert_eq!(t.ts_ns, 1000);
@@ -538,14 +567,46 @@ mod tests {
     }
 
     #[test]
+    fn first_mem_layout_still_reads() {
+        let e = common::MemEvent {
+            hdr: hdr(common::KIND_MEM, 3, 1),
+            counters: [0, 10, 0, 0],
+            faults: 1,
+            reason: common::MEM_REASON_FIRST,
+            oom_score_adj: 0,
+            comm: comm("old"),
+            pgtables_bytes: 4096,
+            memcg_id: 9,
+            stall_ns: 1,
+        };
+        let b = pod_bytes(&e);
+        let t = decode(common::KIND_MEM, &b[..common::MEM_EVENT_V1_SIZE], 4).unwrap();
+        let Event::Mem {
+            rss,
+            pgtables_kb,
+            memcg_id,
+            comm,
+            ..
+        } = t.event
+        else {
+            panic!()
+        };
+        assert_eq!((rss.anon_kb, pgtables_kb, memcg_id), (40, 0, 0));
+        assert_eq!(comm, "old");
+    }
+
+    #[test]
     fn short_record_is_an_error_not_a_panic() {
         let e = common::MemEvent {
             hdr: hdr(common::KIND_MEM, 1, 1),
             counters: [0; 4],
             faults: 0,
             reason: 0,
-            _pad: 0,
+            oom_score_adj: 0,
             comm: [0; 16],
+            pgtables_bytes: 0,
+            memcg_id: 0,
+            stall_ns: 0,
         };
         let b = pod_bytes(&e);
         assert_eq!(
@@ -553,7 +614,7 @@ mod tests {
             Err(DecodeError::Short {
                 kind: common::KIND_MEM,
                 len: 40,
-                want: 88
+                want: 112
             })
         );
         assert_eq!(decode(77, &b, 4), Err(DecodeError::UnknownKind(77)));

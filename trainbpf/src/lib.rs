@@ -11,6 +11,7 @@ pub mod job;
 pub mod kernel;
 pub mod loader;
 pub mod model;
+pub mod pressure;
 pub mod record;
 pub mod recording;
 pub mod render;

@@ -203,6 +203,24 @@ pub fn load(t: &Tunables, page_size: u64) -> Result<Loaded, LoadError> {
         Ok(()) => attach.oom_score_adj = Some("tp_btf:oom_score_adj_update".into()),
         Err(e) => fell("tp_btf:oom_score_adj_update", e),
     }
+    // Allocation stalls: optional; the report says when they are missing.
+    let mut stalls = Vec::new();
+    for (prog, tp) in [
+        ("direct_reclaim_begin", "mm_vmscan_direct_reclaim_begin"),
+        ("direct_reclaim_end", "mm_vmscan_direct_reclaim_end"),
+        ("memcg_reclaim_begin", "mm_vmscan_memcg_reclaim_begin"),
+        ("memcg_reclaim_end", "mm_vmscan_memcg_reclaim_end"),
+        ("compaction_begin", "mm_compaction_begin"),
+        ("compaction_end", "mm_compaction_end"),
+    ] {
+        match attach_tp_btf(&mut ebpf, &btf, prog, tp) {
+            Ok(()) => stalls.push(tp),
+            Err(e) => fell(&format!("tp_btf:{tp}"), e),
+        }
+    }
+    if !stalls.is_empty() {
+        attach.stalls = Some(format!("tp_btf:{}", stalls.join(",")));
+    }
     match attach_tp_btf(&mut ebpf, &btf, "rss_stat", "rss_stat") {
         Ok(()) => attach.memory = Some("tp_btf:rss_stat".into()),
         Err(e) => fell("tp_btf:rss_stat", e),

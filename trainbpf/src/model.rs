@@ -19,7 +19,11 @@
 //! Times are CLOCK_MONOTONIC ns, as recorded; [`Report::realtime_ns`] turns
 //! them into wall-clock time with the recording header's clock pair.
 
+mod badness;
+mod before;
+pub use before::PressureBefore;
 mod deaths;
+pub use badness::{Candidate as RankedCandidate, Ranking, TotalSource};
 pub use deaths::{Cause, Death, Sender};
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -43,6 +47,9 @@ const SETTLE_NS: u64 = PRINTK_NS;
 /// Event time between sweeps for dead processes.
 const SWEEP_NS: u64 = 10 * SEC;
 const TOP_GROWERS: usize = 10;
+/// Job processes always listed among a kill's growers, however busy the
+/// rest of the machine was.
+const TOP_JOB_GROWERS: usize = 10;
 const TOP_MEMORY: usize = 10;
 /// The printk probe forwards OOM lines only, but an OOM storm prints many;
 /// the buffer must stay bounded even then.
@@ -225,6 +232,11 @@ pub struct Kill {
     /// Processes whose resident memory grew in the window before the kill,
     /// most first, at most ten.
     pub growers: Vec<Grower>,
+    /// The OOM killer's ranking at the kill, reconstructed from tracked
+    /// memory (see `badness`).
+    pub ranking: Option<Ranking>,
+    /// The machine and cgroup on the way to the kill.
+    pub pressure: Option<PressureBefore>,
     pub window_ns: u64,
     /// The kernel log lines read as part of this kill.
     pub kernel_log: Vec<String>,
@@ -341,7 +353,7 @@ pub fn build(
     events: impl Iterator<Item = Timed>,
     opts: &ModelOptions,
 ) -> Report {
-    let mut b = Builder::new(opts);
+    let mut b = Builder::new(opts, header);
     for t in events {
         b.observe(t);
     }
@@ -355,6 +367,24 @@ pub fn build(
 struct Sample {
     ts: u64,
     kb: u64,
+    /// The OOM killer's other inputs, as of this sample.
+    swap_kb: u64,
+    pgtables_kb: u64,
+    adj: i32,
+    memcg_id: u64,
+}
+
+impl Sample {
+    fn at(ts: u64, kb: u64) -> Sample {
+        Sample {
+            ts,
+            kb,
+            swap_kb: 0,
+            pgtables_kb: 0,
+            adj: 0,
+            memcg_id: 0,
+        }
+    }
 }
 
 /// One process's memory over time: only the window's worth.
@@ -486,12 +516,16 @@ struct Builder {
     job: Option<Job>,
     lost: Lost,
     signals: deaths::Signals,
+    page_kb: u64,
+    pressure: before::History,
+    /// MemTotal + SwapTotal when recording started: a global OOM's domain.
+    machine_kb: u64,
     /// Latest `oom_score_adj` per process, for the report's processes.
     adj: HashMap<ProcKey, i32>,
 }
 
 impl Builder {
-    fn new(opts: &ModelOptions) -> Self {
+    fn new(opts: &ModelOptions, header: &RecordingHeader) -> Self {
         Builder {
             window: opts.window_ns,
             now: 0,
@@ -510,6 +544,9 @@ impl Builder {
             job: None,
             lost: Lost::default(),
             signals: deaths::Signals::default(),
+            page_kb: (header.page_size / 1024).max(1),
+            pressure: before::History::default(),
+            machine_kb: header.mem_total_kb + header.swap_total_kb,
             adj: HashMap::new(),
         }
     }
@@ -598,8 +635,19 @@ impl Builder {
                 in_job,
                 comm,
                 rss,
+                oom_score_adj,
+                pgtables_kb,
+                memcg_id,
                 ..
-            } => self.on_mem(ts, proc, in_job, comm, rss),
+            } => {
+                let more = Sample {
+                    adj: oom_score_adj,
+                    pgtables_kb,
+                    memcg_id,
+                    ..Sample::at(ts, 0)
+                };
+                self.on_mem(ts, proc, in_job, comm, rss, more)
+            }
             Event::Oom(rec) => self.on_oom(ts, *rec),
             Event::Signal(rec) => self.signals.observe(ts, *rec),
             Event::Exe(x) => self.signals.observe_exe(x),
@@ -632,6 +680,10 @@ impl Builder {
                 self.cgroups.insert(id, path);
             }
             Event::Note(_) => {}
+            Event::Pressure(p) => {
+                let horizon = self.horizon();
+                self.pressure.push(ts, *p, horizon);
+            }
         }
         self.settle(false);
         if self.now >= self.next_sweep {
@@ -661,7 +713,15 @@ impl Builder {
         }
     }
 
-    fn on_mem(&mut self, ts: u64, proc: ProcKey, in_job: bool, comm: String, rss: Rss) {
+    fn on_mem(
+        &mut self,
+        ts: u64,
+        proc: ProcKey,
+        in_job: bool,
+        comm: String,
+        rss: Rss,
+        more: Sample,
+    ) {
         self.note_pid(proc, ts);
         let horizon = self.horizon();
         let kb = rss.resident_kb();
@@ -673,7 +733,15 @@ impl Builder {
         let tr = self.tracks.entry(proc).or_default();
         tr.comm = comm;
         tr.in_job |= in_job;
-        tr.push(Sample { ts, kb }, horizon);
+        tr.push(
+            Sample {
+                ts,
+                kb,
+                swap_kb: rss.swap_kb,
+                ..more
+            },
+            horizon,
+        );
     }
 
     fn on_job_start(&mut self, ts: u64, j: JobStart) {
@@ -826,6 +894,8 @@ impl Builder {
                 oom_memcg_id: oc.map_or(0, |o| o.memcg_id),
                 victim_memcg_id: rec.memcg_id,
                 growers: Vec::new(),
+                ranking: None,
+                pressure: None,
                 window_ns: self.window,
                 kernel_log: Vec::new(),
             },
@@ -926,6 +996,10 @@ impl Builder {
             .unwrap_or(Constraint::Unknown);
         k.victim.tree = self.tree(&k.victim);
         k.growers = self.growers(k);
+        k.ranking = Some(self.rank(k));
+        k.pressure = self
+            .pressure
+            .before(k.ts_ns.saturating_sub(self.window), k.ts_ns);
     }
 
     /// When the process was born, if known: its fork, else its start time.
@@ -934,6 +1008,79 @@ impl Builder {
             .get(&key)
             .and_then(|p| p.fork_ns)
             .or((key.start_ns != 0).then_some(key.start_ns))
+    }
+
+    /// The candidates the OOM killer weighed: the kill's domain (the memcg
+    /// for a memcg OOM, the machine otherwise), alive at the kill, with
+    /// their last sample before it.
+    fn rank(&self, k: &Kill) -> Ranking {
+        let kill = k.ts_ns;
+        let memcg = k.constraint == Constraint::Memcg;
+        let domain = if k.oom_memcg_id != 0 {
+            k.oom_memcg_id
+        } else {
+            k.victim_memcg_id
+        };
+        let job_cgroup = self.job.as_ref().and_then(|j| j.cgroup.as_ref()).is_some();
+        let victim = k.victim.key();
+        let mut others = Vec::new();
+        for (&key, tr) in &self.tracks {
+            if key == victim || tr.died_ns.is_some_and(|d| d <= kill) {
+                continue;
+            }
+            let Some(s) = tr.at_or_before(kill) else {
+                continue;
+            };
+            if memcg {
+                let inside = match (s.memcg_id, domain) {
+                    (0, _) | (_, 0) => tr.in_job && job_cgroup,
+                    (m, d) => m == d,
+                };
+                if !inside {
+                    continue;
+                }
+            }
+            others.push(badness::Inputs {
+                pid: key.tgid,
+                start_ns: key.start_ns,
+                comm: tr.comm.clone(),
+                in_job: tr.in_job,
+                rss_kb: s.kb,
+                swap_kb: s.swap_kb,
+                pgtables_kb: s.pgtables_kb,
+                oom_score_adj: s.adj,
+            });
+        }
+        let v = &k.victim;
+        let vin = badness::Inputs {
+            pid: v.pid,
+            start_ns: v.start_ns,
+            comm: v.comm.clone(),
+            in_job: v.in_job,
+            rss_kb: v.rss.resident_kb(),
+            swap_kb: v.rss.swap_kb,
+            pgtables_kb: v.pgtables_kb,
+            oom_score_adj: v.oom_score_adj,
+        };
+        let page_kb = self.page_kb.max(1);
+        let job_limit_kb = self
+            .job
+            .as_ref()
+            .filter(|_| v.in_job)
+            .and_then(|j| j.memory_limit_bytes)
+            .map(|b| b / 1024);
+        let (total, source) = match (k.totalpages.filter(|&t| t > 0), memcg) {
+            (Some(t), _) => (t, TotalSource::Kernel),
+            (None, true) => match k.memcg_limit_kb.or(job_limit_kb) {
+                Some(l) => (l / page_kb, TotalSource::MemcgLimit),
+                None => (0, TotalSource::Unknown),
+            },
+            (None, false) if self.machine_kb > 0 => {
+                (self.machine_kb / page_kb, TotalSource::Machine)
+            }
+            (None, false) => (0, TotalSource::Unknown),
+        };
+        badness::rank(&vin, others, page_kb, total, source, k.kernel_points)
     }
 
     fn growers(&self, k: &Kill) -> Vec<Grower> {
@@ -950,10 +1097,7 @@ impl Builder {
                 continue;
             }
             let end = if is_victim {
-                Sample {
-                    ts: kill,
-                    kb: k.victim.rss.resident_kb(),
-                }
+                Sample::at(kill, k.victim.rss.resident_kb())
             } else {
                 match tr.at_or_before(kill) {
                     Some(s) => s,
@@ -976,10 +1120,7 @@ impl Builder {
             let c = Candidate {
                 key: victim,
                 track: None,
-                end: Sample {
-                    ts: kill,
-                    kb: k.victim.rss.resident_kb(),
-                },
+                end: Sample::at(kill, k.victim.rss.resident_kb()),
                 comm: &k.victim.comm,
                 in_job: k.victim.in_job,
                 is_victim: true,
@@ -987,7 +1128,20 @@ impl Builder {
             out.extend(self.growth(c, start));
         }
         out.sort_by(|a, b| b.grew_kb.cmp(&a.grew_kb).then(a.pid.cmp(&b.pid)));
-        out.truncate(TOP_GROWERS);
+        // The machine's top growers, plus the job's own top ten and the
+        // victim even when a busy machine (a compiler, another job) outgrew
+        // them: those are the lines the user came for.
+        let mut kept = 0;
+        let mut job_kept = 0;
+        out.retain(|g| {
+            let keep =
+                kept < TOP_GROWERS || (g.in_job && job_kept < TOP_JOB_GROWERS) || g.is_victim;
+            if keep {
+                kept += 1;
+                job_kept += usize::from(g.in_job);
+            }
+            keep
+        });
         out
     }
 
@@ -1014,7 +1168,7 @@ impl Builder {
             None => match born.filter(|&b| b >= start && b <= end.ts) {
                 // Rate over its life, not over the whole window: a process
                 // born a second before the kill grew fast.
-                Some(b) => (Sample { ts: b, kb: 0 }, true),
+                Some(b) => (Sample::at(b, 0), true),
                 None => (tr?.first_after(start).filter(|s| s.ts <= end.ts)?, false),
             },
         };
@@ -1350,6 +1504,10 @@ mod tests {
                 },
                 faults: 0,
                 reason: 1,
+                oom_score_adj: 0,
+                pgtables_kb: 0,
+                memcg_id: 0,
+                stall_ns: 0,
             },
         )
     }
@@ -1657,6 +1815,35 @@ mod tests {
         assert!(!k.growers[0].is_victim);
     }
 
+    #[test]
+    fn job_growers_stay_listed_on_a_busy_machine() {
+        let w = key(801, s(1.0));
+        let v = key(802, s(1.0));
+        let mut evs = vec![
+            job_start(0.0, ROOT),
+            fork(1.0, w, ROOT, "python3"),
+            fork(1.0, v, ROOT, "python3"),
+            mem(2.0, w, "worker", 5 * MIB, true),
+        ];
+        // Twelve compilers outside the job, each outgrowing the worker.
+        for i in 0..12 {
+            evs.push(mem(3.0, key(900 + i, s(2.5)), "rustc", 500 * MIB, false));
+        }
+        evs.push(oom(5.0, OomRecordKind::Victim, v, "victim", MIB, None));
+        let r = run(evs);
+        let g = &r.kills[0].growers;
+        assert!(
+            g.iter().any(|g| g.pid == 801),
+            "the job's grower is listed: {g:#?}"
+        );
+        assert!(g.iter().any(|g| g.is_victim), "the victim is listed");
+        assert_eq!(
+            g.iter().filter(|g| !g.in_job).count(),
+            10,
+            "and the machine's top ten"
+        );
+    }
+
     /// Regression: a worker renamed after fork (`pt_data_worker`) sent no
     /// memory record since, and was listed under its parent's name.
     #[test]
@@ -1792,7 +1979,7 @@ mod tests {
     #[test]
     fn memory_stays_bounded_over_a_long_recording() {
         let p = key(10, 1);
-        let mut b = Builder::new(&ModelOptions::default());
+        let mut b = Builder::new(&ModelOptions::default(), &RecordingHeader::default());
         for i in 0..100_000u64 {
             b.observe(mem(i as f64, p, "p", i, true));
             // Short-lived job processes come and go.

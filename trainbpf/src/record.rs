@@ -177,6 +177,7 @@ pub fn run(opts: RecordOptions) -> Result<Outcome, RecordError> {
         .unwrap_or(4096) as u64;
 
     let loaded = loader::load(&opts.tunables, page_size)?;
+    let machine = crate::pressure::sample(None);
     let uts = nix::sys::utsname::uname().ok();
     let header = RecordingHeader {
         trainbpf_version: env!("CARGO_PKG_VERSION").into(),
@@ -189,6 +190,8 @@ pub fn run(opts: RecordOptions) -> Result<Outcome, RecordError> {
             .map(|u| u.nodename().to_string_lossy().into_owned())
             .unwrap_or_default(),
         page_size,
+        mem_total_kb: machine.mem_total_kb,
+        swap_total_kb: machine.swap_total_kb,
         clock: ClockPair {
             monotonic_ns: mono_ns(),
             realtime_ns: now(nix::time::ClockId::CLOCK_REALTIME),
@@ -263,6 +266,8 @@ struct Collector {
     known_exes: std::collections::HashSet<u32>,
     last_lost: Lost,
     last_sync: Instant,
+    last_pressure: Option<crate::pressure::Pressure>,
+    stall: ([u64; 3], [u64; 3]),
 }
 
 impl Collector {
@@ -347,16 +352,36 @@ impl Collector {
             undecodable: self.last_lost.undecodable,
             ..Default::default()
         };
+        let mut stall = ([0u64; 3], [0u64; 3]);
         for c in per_cpu.iter() {
             for (i, v) in c.lost.iter().enumerate() {
                 lost.by_kind[i] += v;
             }
             lost.proc_map_full += c.proc_map_full;
             lost.job_map_full += c.job_map_full;
+            for i in 0..3 {
+                stall.0[i] += c.stall_ns[i];
+                stall.1[i] += c.stall_count[i];
+            }
         }
+        self.stall = stall;
         if lost != self.last_lost {
             self.last_lost = lost.clone();
             self.user(UserBody::Lost(lost));
+        }
+    }
+
+    /// Samples memory pressure; records it when it moved.
+    fn poll_pressure(&mut self, cgroup: Option<&MemCgroup>) {
+        let mut p = crate::pressure::sample(cgroup.map(|c| (c.dir.as_path(), c.v2)));
+        (p.stall_ns, p.stall_count) = self.stall;
+        if self
+            .last_pressure
+            .as_ref()
+            .is_none_or(|last| p.moved_from(last))
+        {
+            self.last_pressure = Some(p.clone());
+            self.user(UserBody::Pressure(Box::new(p)));
         }
     }
 
@@ -403,6 +428,8 @@ async fn collect(
             ..Default::default()
         },
         last_sync: Instant::now(),
+        last_pressure: None,
+        stall: ([0; 3], [0; 3]),
     };
     // SAFETY: both fds are owned by the values moved in, and stay open until
     // the AsyncFd (and its registration) is dropped.
@@ -425,6 +452,7 @@ async fn collect(
         let (id, path) = (cg.id(), cg.rel.clone());
         c.user(UserBody::Cgroup(CgroupName { id, path }));
     }
+    c.poll_pressure(cgroup);
     c.user(UserBody::JobStart(JobStart {
         pid,
         // The kernel's start time isn't visible from here; the report
@@ -469,6 +497,7 @@ async fn collect(
                 c.drain(ring.get_mut());
                 c.poll_lost(&counters);
                 if last_flush.elapsed() >= Duration::from_secs(1) || c.writer.pending() > FLUSH_BYTES {
+                    c.poll_pressure(cgroup);
                     c.flush()?;
                     last_flush = Instant::now();
                 }

@@ -32,6 +32,11 @@ pub struct RecordingHeader {
     pub kernel: String,
     pub hostname: String,
     pub page_size: u64,
+    /// MemTotal and SwapTotal at the start, kB: a global OOM's domain.
+    #[serde(default)]
+    pub mem_total_kb: u64,
+    #[serde(default)]
+    pub swap_total_kb: u64,
     /// The same instant on both clocks, to turn event times (monotonic) into
     /// wall-clock times.
     pub clock: ClockPair,
@@ -69,6 +74,9 @@ pub struct Attach {
     pub signals: Option<String>,
     #[serde(default)]
     pub oom_score_adj: Option<String>,
+    /// Reclaim and compaction stall probes.
+    #[serde(default)]
+    pub stalls: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

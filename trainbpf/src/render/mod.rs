@@ -254,6 +254,8 @@ pub(crate) mod fixture {
             totalpages: Some(76_800),
             oom_memcg_id: 55,
             victim_memcg_id: 55,
+            ranking: None,
+            pressure: None,
             growers: vec![
                 g.clone(),
                 Grower {

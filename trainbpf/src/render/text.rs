@@ -317,6 +317,109 @@ fn kill_section(
         }
     }
     out.push('\n');
+    if let Some(rk) = &k.ranking {
+        ranking_section(out, k, rk, p);
+    }
+    if let Some(pr) = &k.pressure {
+        pressure_section(out, pr);
+    }
+}
+
+/// The OOM killer's ranking, reconstructed, with the kernel's own figure
+/// beside it where a probe saw it.
+fn ranking_section(out: &mut String, k: &Kill, rk: &crate::model::Ranking, p: &Paint) {
+    let mut head = format!(
+        "  Why this victim (badness reconstructed from tracked memory; totalpages {} from {}",
+        rk.totalpages,
+        rk.totalpages_source.as_str()
+    );
+    match (k.kernel_points, rk.victim_points, rk.agrees_with_kernel) {
+        (Some(kp), Some(vp), Some(agree)) => {
+            let _ = write!(
+                head,
+                "; kernel's own points {kp}, reconstruction {vp}: {}",
+                if agree { "they agree" } else { "they differ" }
+            );
+        }
+        _ => head.push_str("; the kernel's own points were not available"),
+    }
+    head.push_str("):");
+    let _ = writeln!(out, "{head}");
+    let _ = writeln!(
+        out,
+        "  {:>7}  {:<16}  {:>10}  {:>11}  {:>9}  {:>9}  {:>5}  JOB",
+        "PID", "COMM", "POINTS", "RSS", "SWAP", "PGTABLES", "ADJ"
+    );
+    for c in rk.candidates.iter().take(5) {
+        let mut row = format!(
+            "  {:>7}  {:<16}  {:>10}  {:>11}  {:>9}  {:>9}  {:>5}  {}",
+            c.pid,
+            c.comm,
+            c.points,
+            human_kb(c.rss_kb),
+            human_kb(c.swap_kb),
+            human_kb(c.pgtables_kb),
+            c.oom_score_adj,
+            yes_no(c.in_job)
+        );
+        if c.is_victim {
+            row.push_str("  ← victim");
+            row = p.red(&row);
+        }
+        let _ = writeln!(out, "{row}");
+    }
+    out.push('\n');
+}
+
+fn pressure_section(out: &mut String, pr: &crate::model::PressureBefore) {
+    let mut s = format!(
+        "Pressure: available memory {} → {} over {} (lowest {}) of {} total",
+        human_kb(pr.available_start_kb),
+        human_kb(pr.available_at_kill_kb),
+        human_secs(pr.span_ns),
+        human_kb(pr.available_min_kb),
+        human_kb(pr.mem_total_kb)
+    );
+    if pr.swap_total_kb > 0 {
+        let _ = write!(
+            s,
+            "; swap {} of {} used",
+            human_kb(pr.swap_used_kb),
+            human_kb(pr.swap_total_kb)
+        );
+    } else {
+        s.push_str("; no swap");
+    }
+    let _ = write!(
+        s,
+        "; shmem {}; committed {} of limit {}",
+        human_kb(pr.shmem_kb),
+        human_kb(pr.committed_as_kb),
+        human_kb(pr.commit_limit_kb)
+    );
+    if let (Some(u), Some(l)) = (pr.cgroup_usage_kb, pr.cgroup_limit_kb) {
+        let _ = write!(s, "; job cgroup {} of {}", human_kb(u), human_kb(l));
+        if let Some(h) = pr.cgroup_max_events.filter(|&h| h > 0) {
+            let _ = write!(s, " ({h} limit hits)");
+        }
+    }
+    let stall: u64 = pr.stall_ms.iter().sum();
+    let _ = write!(
+        s,
+        "; reclaim/compaction stalls {} ms (direct {}, memcg {}, compaction {})",
+        stall, pr.stall_ms[0], pr.stall_ms[1], pr.stall_ms[2]
+    );
+    match (pr.psi_some_avg10, pr.psi_some_stall_ms) {
+        (Some(a), Some(ms)) => {
+            let _ = write!(s, "; PSI some avg10 {a:.2}%, {ms} ms stalled");
+        }
+        _ => s.push_str("; PSI unavailable"),
+    }
+    s.push('.');
+    for line in wrap(&s, 98) {
+        let _ = writeln!(out, "  {line}");
+    }
+    out.push('\n');
 }
 
 /// One or two sentences: who grew, and what the kernel did about it.
@@ -336,6 +439,30 @@ fn story(k: &Kill) -> String {
         );
     };
     let mut s = format!("{}; {killer} then {killed}.", grew_clause(top));
+    if let Some(pr) = &k.pressure {
+        let stall: u64 = pr.stall_ms.iter().sum();
+        let fell = pr.available_start_kb > pr.available_at_kill_kb + pr.mem_total_kb / 10;
+        if fell {
+            let _ = write!(
+                s,
+                " Available memory fell from {} to {} in {}",
+                human_kb(pr.available_start_kb),
+                human_kb(pr.available_at_kill_kb),
+                human_secs(pr.span_ns)
+            );
+        }
+        if stall >= 100 {
+            let _ = write!(
+                s,
+                "{} reclaim and compaction stalled tasks for {:.1} s",
+                if fell { ";" } else { " Before the kill," },
+                stall as f64 / 1000.0
+            );
+        }
+        if fell || stall >= 100 {
+            s.push('.');
+        }
+    }
     if !top.is_victim {
         let own = k.growers.iter().find(|g| g.is_victim);
         let _ = write!(

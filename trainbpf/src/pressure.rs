@@ -1,0 +1,252 @@
+//! Memory pressure, sampled by the recorder once a second: what the machine
+//! and the job's cgroup looked like on the way to a kill.
+//!
+//! Sources: /proc/meminfo (MemAvailable, swap, Shmem — what /dev/shm and
+//! DataLoader batches use —, Committed_AS against CommitLimit),
+//! vm.overcommit_memory, the job cgroup's usage, limit and event counters,
+//! and PSI (/proc/pressure/memory, Linux 4.20+, when booted with it on).
+//! Reclaim and compaction stall totals come from the kernel programs.
+
+use std::{fs, path::Path};
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pressure {
+    pub mem_total_kb: u64,
+    pub mem_available_kb: u64,
+    pub swap_total_kb: u64,
+    pub swap_free_kb: u64,
+    pub shmem_kb: u64,
+    pub committed_as_kb: u64,
+    pub commit_limit_kb: u64,
+    /// vm.overcommit_memory: 0 heuristic, 1 always, 2 never.
+    pub overcommit_memory: Option<u32>,
+    pub cgroup: Option<CgroupPressure>,
+    pub psi: Option<Psi>,
+    /// Cumulative stall time and count, all tasks: direct reclaim, memcg
+    /// reclaim, compaction.
+    #[serde(default)]
+    pub stall_ns: [u64; 3],
+    #[serde(default)]
+    pub stall_count: [u64; 3],
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CgroupPressure {
+    pub usage_kb: u64,
+    /// None: no limit.
+    pub limit_kb: Option<u64>,
+    /// v2 memory.events `max` (hits of the limit), v1 memory.failcnt.
+    pub max_events: u64,
+    /// v2 memory.events `oom` / `oom_kill`; v1 memory.oom_control `oom_kill`.
+    pub oom_events: u64,
+    pub oom_kill_events: u64,
+}
+
+/// PSI memory: share of time some / all tasks stalled on memory.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Psi {
+    pub some_avg10: f64,
+    pub full_avg10: f64,
+    /// Cumulative stall, µs.
+    pub some_total_us: u64,
+    pub full_total_us: u64,
+}
+
+impl Eq for Psi {}
+
+/// `Key:   12345 kB` lines of /proc/meminfo.
+pub fn parse_meminfo(text: &str, p: &mut Pressure) {
+    for line in text.lines() {
+        let Some((k, v)) = line.split_once(':') else {
+            continue;
+        };
+        let v: u64 = v
+            .split_whitespace()
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        match k {
+            "MemTotal" => p.mem_total_kb = v,
+            "MemAvailable" => p.mem_available_kb = v,
+            "SwapTotal" => p.swap_total_kb = v,
+            "SwapFree" => p.swap_free_kb = v,
+            "Shmem" => p.shmem_kb = v,
+            "Committed_AS" => p.committed_as_kb = v,
+            "CommitLimit" => p.commit_limit_kb = v,
+            _ => {}
+        }
+    }
+}
+
+/// /proc/pressure/memory: `some avg10=0.00 avg60=… total=N` and `full …`.
+pub fn parse_psi(text: &str) -> Option<Psi> {
+    let mut psi = Psi::default();
+    let mut seen = false;
+    for line in text.lines() {
+        let mut words = line.split_whitespace();
+        let which = words.next()?;
+        for w in words {
+            let Some((k, v)) = w.split_once('=') else {
+                continue;
+            };
+            match (which, k) {
+                ("some", "avg10") => psi.some_avg10 = v.parse().ok()?,
+                ("full", "avg10") => psi.full_avg10 = v.parse().ok()?,
+                ("some", "total") => psi.some_total_us = v.parse().ok()?,
+                ("full", "total") => psi.full_total_us = v.parse().ok()?,
+                _ => continue,
+            }
+            seen = true;
+        }
+    }
+    seen.then_some(psi)
+}
+
+/// `key value` lines (memory.events, memory.oom_control).
+fn keyed(text: &str, key: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// A limit file's value; `max` or a near-2^63 number means no limit.
+fn limit_kb(text: &str) -> Option<u64> {
+    let t = text.trim();
+    if t == "max" {
+        return None;
+    }
+    let b: u64 = t.parse().ok()?;
+    (b < 1 << 60).then_some(b / 1024)
+}
+
+pub fn cgroup_pressure(dir: &Path, v2: bool) -> Option<CgroupPressure> {
+    let read = |f: &str| fs::read_to_string(dir.join(f)).ok();
+    if v2 {
+        let events = read("memory.events").unwrap_or_default();
+        Some(CgroupPressure {
+            usage_kb: read("memory.current")?.trim().parse::<u64>().ok()? / 1024,
+            limit_kb: limit_kb(&read("memory.max")?),
+            max_events: keyed(&events, "max"),
+            oom_events: keyed(&events, "oom"),
+            oom_kill_events: keyed(&events, "oom_kill"),
+        })
+    } else {
+        let oc = read("memory.oom_control").unwrap_or_default();
+        Some(CgroupPressure {
+            usage_kb: read("memory.usage_in_bytes")?.trim().parse::<u64>().ok()? / 1024,
+            limit_kb: limit_kb(&read("memory.limit_in_bytes")?),
+            max_events: read("memory.failcnt")
+                .and_then(|s| s.trim().parse().ok())
+                .unwrap_or(0),
+            oom_events: keyed(&oc, "under_oom"),
+            oom_kill_events: keyed(&oc, "oom_kill"),
+        })
+    }
+}
+
+/// One sample of the machine (and the job's cgroup, if any).
+pub fn sample(cgroup: Option<(&Path, bool)>) -> Pressure {
+    let mut p = Pressure::default();
+    if let Ok(t) = fs::read_to_string("/proc/meminfo") {
+        parse_meminfo(&t, &mut p);
+    }
+    p.overcommit_memory = fs::read_to_string("/proc/sys/vm/overcommit_memory")
+        .ok()
+        .and_then(|s| s.trim().parse().ok());
+    p.psi = fs::read_to_string("/proc/pressure/memory")
+        .ok()
+        .and_then(|t| parse_psi(&t));
+    p.cgroup = cgroup.and_then(|(dir, v2)| cgroup_pressure(dir, v2));
+    p
+}
+
+impl Pressure {
+    /// Whether `self` differs from `prev` enough to be worth a record:
+    /// memory moved by 1 MiB or more, or any counter moved.
+    pub fn moved_from(&self, prev: &Pressure) -> bool {
+        let far = |a: u64, b: u64| a.abs_diff(b) >= 1024;
+        far(self.mem_available_kb, prev.mem_available_kb)
+            || far(self.swap_free_kb, prev.swap_free_kb)
+            || far(self.shmem_kb, prev.shmem_kb)
+            || far(self.committed_as_kb, prev.committed_as_kb)
+            || self
+                .cgroup
+                .as_ref()
+                .map(|c| (c.usage_kb / 1024, c.max_events, c.oom_kill_events))
+                != prev
+                    .cgroup
+                    .as_ref()
+                    .map(|c| (c.usage_kb / 1024, c.max_events, c.oom_kill_events))
+            || self
+                .psi
+                .as_ref()
+                .map(|p| (p.some_total_us / 10_000, p.full_total_us / 10_000))
+                != prev
+                    .psi
+                    .as_ref()
+                    .map(|p| (p.some_total_us / 10_000, p.full_total_us / 10_000))
+            || self.stall_count != prev.stall_count
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn meminfo_fields() {
+        let mut p = Pressure::default();
+        parse_meminfo(
+            "MemTotal:       24576000 kB\nMemFree:  100 kB\nMemAvailable:   9000000 kB\nSwapTotal: 0 kB\nSwapFree: 0 kB\nShmem:  2048 kB\nCommitLimit: 12288000 kB\nCommitted_AS: 400000 kB\n",
+            &mut p,
+        );
+        assert_eq!(p.mem_total_kb, 24_576_000);
+        assert_eq!(p.mem_available_kb, 9_000_000);
+        assert_eq!(p.shmem_kb, 2048);
+        assert_eq!(
+            (p.committed_as_kb, p.commit_limit_kb),
+            (400_000, 12_288_000)
+        );
+    }
+
+    #[test]
+    fn psi_lines() {
+        let psi = parse_psi(
+            "some avg10=1.50 avg60=0.20 avg300=0.00 total=20121\nfull avg10=0.75 avg60=0.00 avg300=0.00 total=12749\n",
+        )
+        .unwrap();
+        assert_eq!(psi.some_avg10, 1.5);
+        assert_eq!(psi.full_total_us, 12_749);
+        assert_eq!(parse_psi(""), None);
+    }
+
+    #[test]
+    fn limits_and_events() {
+        assert_eq!(limit_kb("max\n"), None);
+        assert_eq!(limit_kb("9223372036854771712\n"), None, "v1's 'no limit'");
+        assert_eq!(limit_kb("314572800\n"), Some(307_200));
+        assert_eq!(
+            keyed("low 0\nhigh 0\nmax 42\noom 1\noom_kill 1\n", "max"),
+            42
+        );
+        assert_eq!(
+            keyed("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n", "oom_kill"),
+            3
+        );
+    }
+
+    #[test]
+    fn small_moves_are_not_recorded() {
+        let a = Pressure {
+            mem_available_kb: 1_000_000,
+            ..Default::default()
+        };
+        let mut b = a.clone();
+        b.mem_available_kb += 100;
+        assert!(!b.moved_from(&a));
+        b.mem_available_kb += 2048;
+        assert!(b.moved_from(&a));
+    }
+}
