@@ -384,11 +384,14 @@ pub fn printk_console(ctx: TracePointContext) -> u32 {
     }
 }
 
+const HEAD: usize = 40;
+
 #[inline(always)]
-fn has_prefix(head: &[u8; 20], prefix: &[u8]) -> bool {
+fn has_prefix(head: &[u8; HEAD], skip: usize, prefix: &[u8]) -> bool {
     let mut i = 0;
-    while i < prefix.len() && i < head.len() {
-        if head[i] != prefix[i] {
+    while i < prefix.len() {
+        let j = skip + i;
+        if j >= HEAD || head[j] != prefix[i] {
             return false;
         }
         i += 1;
@@ -396,13 +399,37 @@ fn has_prefix(head: &[u8; 20], prefix: &[u8]) -> bool {
     true
 }
 
+/// Before 5.15 or so the console tracepoint got the line as printed,
+/// after a `[   12.345678] ` timestamp; skip it.
+#[inline(always)]
+fn timestamp_len(head: &[u8; HEAD]) -> usize {
+    if head[0] != b'[' {
+        return 0;
+    }
+    let mut i = 1;
+    while i < 20 {
+        if head[i] == b']' {
+            return if head[i + 1] == b' ' { i + 2 } else { i + 1 };
+        }
+        i += 1;
+    }
+    0
+}
+
 fn try_printk_console(ctx: &TracePointContext) -> Result<u32, u32> {
     let loc: u32 = tp_field(ctx, conf!(tp_console_msg));
     let msg = ctx.as_ptr() as u64 + (loc & 0xffff) as u64;
-    let mut head = [0u8; 20];
-    // SAFETY: __data_loc points inside this record; a short read fails cleanly.
-    unsafe { bpf_probe_read_kernel_buf(msg as *const u8, &mut head) }.map_err(|_| 0u32)?;
-    if !PRINTK_PREFIXES.iter().any(|p| has_prefix(&head, p)) {
+    let mut head = [0u8; HEAD];
+    // SAFETY: __data_loc points inside this record. A line shorter than the
+    // buffer may fail the read near the end of the record: try shorter.
+    if unsafe { bpf_probe_read_kernel_buf(msg as *const u8, &mut head) }.is_err() {
+        let mut short = [0u8; 16];
+        // SAFETY: as above.
+        unsafe { bpf_probe_read_kernel_buf(msg as *const u8, &mut short) }.map_err(|_| 0u32)?;
+        head[..16].copy_from_slice(&short);
+    }
+    let skip = timestamp_len(&head);
+    if !PRINTK_PREFIXES.iter().any(|p| has_prefix(&head, skip, p)) {
         return Ok(0);
     }
     let Some(mut entry) = EVENTS.reserve::<PrintkEvent>(0) else {

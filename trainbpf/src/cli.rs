@@ -5,7 +5,11 @@ use std::{ffi::OsString, path::PathBuf, process::ExitCode};
 use anyhow::{Context as _, Result, bail};
 use clap::{Parser, Subcommand};
 
-use crate::{job, loader::Tunables, record, report};
+use crate::{
+    job,
+    loader::{OomProbe, Tunables},
+    record, report,
+};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -38,6 +42,10 @@ pub enum Command {
         /// Report a smaller change once this many milliseconds have passed.
         #[arg(long, default_value_t = 5000)]
         heartbeat_ms: u64,
+        /// Probe on oom_kill_process: auto (fentry, then kprobe), fentry,
+        /// kprobe, or none (the victim tracepoint alone).
+        #[arg(long, value_enum, default_value_t = OomProbe::Auto)]
+        oom_probe: OomProbe,
         /// Ring buffer size (a power of two, at least one page).
         #[arg(long, default_value = "4M", value_parser = job::parse_size)]
         ring_size: u64,
@@ -105,6 +113,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             rss_threshold,
             rss_relative_shift,
             heartbeat_ms,
+            oom_probe,
             ring_size,
             cmd,
         } => {
@@ -119,6 +128,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                     rss_relative_shift,
                     heartbeat_ms,
                     ring_bytes: ring_size as u32,
+                    oom_probe,
                 },
                 argv: cmd,
             })?;

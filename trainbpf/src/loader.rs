@@ -45,6 +45,21 @@ pub struct Tunables {
     pub rss_relative_shift: u32,
     pub heartbeat_ms: u64,
     pub ring_bytes: u32,
+    pub oom_probe: OomProbe,
+}
+
+/// Which probe on `oom_kill_process` to try.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum OomProbe {
+    /// fentry, then kprobe.
+    #[default]
+    Auto,
+    /// fentry only.
+    Fentry,
+    /// kprobe only (where fentry misbehaves, or to test the kprobe path).
+    Kprobe,
+    /// Neither: the victim tracepoint alone.
+    None,
 }
 
 pub struct Loaded {
@@ -130,11 +145,23 @@ pub fn load(t: &Tunables, page_size: u64) -> Result<Loaded, LoadError> {
     // Kill context.
     let fentry = "fentry:oom_kill_process";
     let kprobe = "kprobe:oom_kill_process";
-    match attach_fentry(&mut ebpf, &btf, "oom_kill_fentry", "oom_kill_process") {
+    let try_fentry = matches!(t.oom_probe, OomProbe::Auto | OomProbe::Fentry);
+    let try_kprobe = matches!(t.oom_probe, OomProbe::Auto | OomProbe::Kprobe);
+    let first = if try_fentry {
+        attach_fentry(&mut ebpf, &btf, "oom_kill_fentry", "oom_kill_process")
+    } else {
+        Err(format!("skipped (--oom-probe {:?})", t.oom_probe).to_lowercase())
+    };
+    match first {
         Ok(()) => attach.oom_context = Some(fentry.into()),
         Err(e) => {
             fell(fentry, e);
-            if !kernel::kprobes_available() {
+            if !try_kprobe {
+                fell(
+                    kprobe,
+                    format!("skipped (--oom-probe {:?})", t.oom_probe).to_lowercase(),
+                );
+            } else if !kernel::kprobes_available() {
                 fell(
                     kprobe,
                     "kernel has no kprobes (CONFIG_KPROBES unset: /sys/bus/event_source/devices/kprobe missing)"
@@ -421,6 +448,7 @@ pub fn probe_features() -> Features {
         rss_relative_shift: 6,
         heartbeat_ms: 5000,
         ring_bytes: 0,
+        oom_probe: OomProbe::Auto,
     };
     let config = match config(&kbtf, &t, 4096) {
         Ok(c) => c,

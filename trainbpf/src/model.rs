@@ -809,7 +809,14 @@ impl Builder {
         }
     }
 
-    fn on_oom(&mut self, ts: u64, rec: OomRecord) {
+    fn on_oom(&mut self, ts: u64, mut rec: OomRecord) {
+        // The classic tracepoint knows no start time: the victim is the
+        // live process with that pid.
+        if rec.victim.start_ns == 0
+            && let Some(&start_ns) = self.current.get(&rec.victim.tgid)
+        {
+            rec.victim.start_ns = start_ns;
+        }
         let key = rec.victim;
         if rec.in_job || self.job_procs.contains_key(&key) {
             let p = self.job_procs.entry(key).or_default();
@@ -839,8 +846,9 @@ impl Builder {
                 k.sources.sort_by_key(|s| s.record != OomRecordKind::Kill);
             }
             // mark_victim reads the counters as the process is marked, the
-            // closest to what it held when killed; prefer its figures.
-            if rec.kind == OomRecordKind::Victim {
+            // closest to what it held when killed; prefer its figures, unless
+            // it is the classic tracepoint before 6.8, which has only a pid.
+            if rec.kind == OomRecordKind::Victim && has_figures(&rec) {
                 fill_victim(&mut k.victim, &rec);
             }
             if k.victim.start_ns == 0 {
@@ -1354,6 +1362,12 @@ impl Builder {
     }
 }
 
+/// Whether an OOM record carries the victim's figures: the classic
+/// `oom:mark_victim` before Linux 6.8 has a pid and nothing else.
+fn has_figures(rec: &OomRecord) -> bool {
+    !rec.comm.is_empty()
+}
+
 fn fill_victim(v: &mut Victim, rec: &OomRecord) {
     v.thread_pid = rec.victim_pid;
     v.comm.clone_from(&rec.comm);
@@ -1842,6 +1856,39 @@ mod tests {
             10,
             "and the machine's top ten"
         );
+    }
+
+    /// Regression (seen on Linux 5.10): the classic mark_victim record has
+    /// only a pid and no start time; it must neither blank the victim that
+    /// the fentry record described nor make a second process of it.
+    #[test]
+    fn pid_only_tracepoint_record_keeps_the_probe_figures() {
+        let g = key(801, s(1.0));
+        let mut kill = oom(5.0, OomRecordKind::Kill, g, "grow", 64 * MIB, None);
+        if let Event::Oom(r) = &mut kill.event {
+            r.oc = Some(crate::decode::OomControl {
+                constraint: 3,
+                chosen_points: 16_484,
+                totalpages: 16_384,
+                memcg_id: 7,
+            });
+        }
+        let mut victim = oom(5.001, OomRecordKind::Victim, key(801, 0), "", 0, None);
+        if let Event::Oom(r) = &mut victim.event {
+            r.source = "tracepoint".into();
+        }
+        let r = run(vec![
+            job_start(0.0, ROOT),
+            fork(1.0, g, ROOT, "grow"),
+            mem(2.0, g, "grow", 10 * MIB, true),
+            kill,
+            victim,
+        ]);
+        assert_eq!(r.kills.len(), 1);
+        let v = &r.kills[0].victim;
+        assert_eq!(v.comm, "grow");
+        assert_eq!(v.rss.anon_kb, 64 * MIB);
+        assert_eq!(r.processes.iter().filter(|p| p.pid == 801).count(), 1);
     }
 
     /// Regression: a worker renamed after fork (`pt_data_worker`) sent no
