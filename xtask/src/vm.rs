@@ -603,9 +603,10 @@ fn section<'a>(
     Some((body, None))
 }
 
-/// The guest records twice: `--oom-probe auto` (fentry where allowed), then
-/// `--oom-probe kprobe`.
-const PASSES: [&str; 2] = ["auto", "kprobe"];
+/// The guest records three times: `--oom-probe auto` (fentry where allowed)
+/// and `--oom-probe kprobe` in a 64M memcg, then with no limit, into a
+/// global OOM of the guest's 1 GiB.
+const PASSES: [&str; 3] = ["auto", "kprobe", "global"];
 const PASS: &str = "===PASS===";
 
 /// The console output of one pass: from its `===PASS=== name` line to the
@@ -689,9 +690,24 @@ fn check(console: &str, pass: &str) -> Result<String> {
             victim["comm"], victim["pid"], report["job"]["pid"]
         ));
     }
-    if kill["constraint"] != "memcg" {
+    let want = if pass == "global" { "none" } else { "memcg" };
+    let death = report["deaths"]
+        .as_array()
+        .and_then(|d| d.iter().find(|d| d["pid"] == victim["pid"]));
+    let want_cause = if pass == "global" {
+        "oom_global"
+    } else {
+        "oom_memcg"
+    };
+    if death.is_none_or(|d| d["cause"] != want_cause) {
         failures.push(format!(
-            "the constraint is {}, not memcg: the job's 64M limit did not kill it",
+            "the victim's death is {}, not {want_cause}",
+            death.map_or("missing".to_string(), |d| d["cause"].to_string())
+        ));
+    }
+    if kill["constraint"] != want {
+        failures.push(format!(
+            "the constraint is {}, not {want}: the job's 64M limit did not kill it (or, for the global pass, the guest's memory did not run out)",
             kill["constraint"]
         ));
     }
