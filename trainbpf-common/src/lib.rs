@@ -33,7 +33,8 @@ pub const KIND_SIGNAL: u16 = 8;
 /// A process's `oom_score_adj` changed. [`AdjEvent`].
 pub const KIND_OOM_ADJ: u16 = 9;
 /// Sizes the lost-event counters: a power of two above every kernel kind.
-pub const KIND_MAX: u16 = 16;
+/// Kinds 10-19 are kept for memory attribution, 20-29 for the GPU.
+pub const KIND_MAX: u16 = 32;
 
 /// `Header::flags`: the process belongs to the recorded job's tree.
 pub const FLAG_IN_JOB: u16 = 1 << 0;
