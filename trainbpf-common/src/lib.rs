@@ -141,6 +141,10 @@ pub struct MemEvent {
     /// Time the process spent stalled in direct reclaim, memcg reclaim and
     /// compaction so far, ns.
     pub stall_ns: u64,
+    /// Pages allocated and freed in this process's context so far
+    /// (mm_page_alloc / mm_page_free): its honest growth is the difference.
+    pub alloc_pages: u64,
+    pub freed_pages: u64,
 }
 
 /// Size of the first `MemEvent` layout, still accepted by the reader.
@@ -357,7 +361,7 @@ const _: () = assert!(core::mem::size_of::<Header>() == 24);
 const _: () = assert!(core::mem::size_of::<ForkEvent>() == 56);
 const _: () = assert!(core::mem::size_of::<ExecEvent>() == 168);
 const _: () = assert!(core::mem::size_of::<ExitEvent>() == 48);
-const _: () = assert!(core::mem::size_of::<MemEvent>() == 112);
+const _: () = assert!(core::mem::size_of::<MemEvent>() == 128);
 const _: () = assert!(core::mem::size_of::<OomEvent>() == 168);
 const _: () = assert!(core::mem::size_of::<PrintkEvent>() == 272);
 const _: () = assert!(core::mem::size_of::<SignalEvent>() == 88);

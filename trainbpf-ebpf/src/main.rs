@@ -67,6 +67,11 @@ struct ProcState {
     faults: u64,
     start_ns: u64,
     stall_ns: u64,
+    /// Pages allocated and freed in this process's context (mm_page_alloc,
+    /// mm_page_free), and the net at the last record.
+    alloc_pages: u64,
+    freed_pages: u64,
+    reported_net: i64,
 }
 
 /// When each task (by pid) entered a reclaim or compaction stall.
@@ -678,6 +683,9 @@ fn proc_state(tgid: u32, task: u64, mm: u64, now: u64) -> Option<*mut ProcState>
         faults: 0,
         start_ns: leader_start_ns(task),
         stall_ns: 0,
+        alloc_pages: 0,
+        freed_pages: 0,
+        reported_net: 0,
     };
     if PROCS.insert(&tgid, &init, 0).is_err() {
         count_proc_map_full();
@@ -722,30 +730,48 @@ fn try_rss_stat(ctx: &BtfTracePointContext) -> Result<u32, u32> {
     let member = member as usize;
     // SAFETY: `st` points into a map value; races between threads of one
     // process can only duplicate or delay a record, never corrupt one.
+    unsafe { (*st).cur[member & (NR_MM_COUNTERS - 1)] = read_counter(mm, member) };
+    maybe_emit(st, task, mm, tgid, now);
+    Ok(0)
+}
+
+/// The larger of the fixed threshold and the relative one, in pages.
+#[inline(always)]
+fn threshold_for(total: i64) -> i64 {
+    let mut threshold = conf!(rss_threshold_pages);
+    let shift = conf!(rss_relative_shift);
+    if shift > 0 && shift < 63 && total > 0 {
+        let rel = total >> shift;
+        if rel > threshold {
+            threshold = rel;
+        }
+    }
+    threshold
+}
+
+/// Sends a MemEvent when the process's RSS counters or its net page
+/// allocations moved by the threshold since the last record, or moved at
+/// all once the heartbeat passed.
+#[inline(always)]
+fn maybe_emit(st: *mut ProcState, task: u64, mm: u64, tgid: u32, now: u64) {
+    // SAFETY: `st` points into a live map value (see try_rss_stat).
     unsafe {
-        (*st).cur[member & (NR_MM_COUNTERS - 1)] = read_counter(mm, member);
         let cur = (*st).cur;
         let rep = (*st).reported;
+        let net = (*st).alloc_pages as i64 - (*st).freed_pages as i64;
         let moved = abs(cur[0] - rep[0])
             + abs(cur[1] - rep[1])
             + abs(cur[2] - rep[2])
-            + abs(cur[3] - rep[3]);
+            + abs(cur[3] - rep[3])
+            + abs(net - (*st).reported_net);
         if moved == 0 {
-            return Ok(0);
+            return;
         }
-        let total = cur[MM_FILEPAGES] + cur[MM_ANONPAGES] + cur[MM_SHMEMPAGES];
-        let mut threshold = conf!(rss_threshold_pages);
-        let shift = conf!(rss_relative_shift);
-        if shift > 0 && shift < 63 && total > 0 {
-            let rel = total >> shift;
-            if rel > threshold {
-                threshold = rel;
-            }
-        }
+        let threshold = threshold_for(cur[MM_FILEPAGES] + cur[MM_ANONPAGES] + cur[MM_SHMEMPAGES]);
         let heartbeat = now.wrapping_sub((*st).last_emit_ns) >= conf!(heartbeat_ns) as u64;
         let first = rep[0] == 0 && rep[1] == 0 && rep[2] == 0 && rep[3] == 0;
         if moved < threshold && !heartbeat {
-            return Ok(0);
+            return;
         }
         let reason = if first {
             MEM_REASON_FIRST
@@ -756,7 +782,7 @@ fn try_rss_stat(ctx: &BtfTracePointContext) -> Result<u32, u32> {
         };
         let Some(mut entry) = EVENTS.reserve::<MemEvent>(0) else {
             count_lost(KIND_MEM);
-            return Ok(0);
+            return;
         };
         let fresh = read_counters(mm);
         let ev = entry.as_mut_ptr();
@@ -771,12 +797,73 @@ fn try_rss_stat(ctx: &BtfTracePointContext) -> Result<u32, u32> {
         (*ev).pgtables_bytes = rd(mm, conf!(mm_pgtables_bytes)).unwrap_or(0);
         (*ev).memcg_id = task_memcg_id(task);
         (*ev).stall_ns = (*st).stall_ns;
+        (*ev).alloc_pages = (*st).alloc_pages;
+        (*ev).freed_pages = (*st).freed_pages;
         entry.submit(0);
         (*st).cur = fresh;
         (*st).reported = fresh;
+        (*st).reported_net = net;
         (*st).last_emit_ns = now;
     }
-    Ok(0)
+}
+
+/// Pages allocated or freed in the current process's context. A
+/// copy-on-write break allocates a page without moving any RSS counter (a
+/// shared page is swapped for a private one), so only this sees what a
+/// forked worker really adds; a fork allocates nothing for the child's
+/// inherited pages, so it does not count as the child's growth.
+#[inline(always)]
+fn account_pages(order: u32, freed: bool) -> u32 {
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    let Some(st) = PROCS.get_ptr_mut(&tgid) else {
+        return 0;
+    };
+    let pages = 1u64 << (order & 15);
+    // SAFETY: aligned u64s inside a live map value.
+    unsafe {
+        if freed {
+            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
+                addr_of_mut!((*st).freed_pages),
+                pages,
+            );
+        } else {
+            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
+                addr_of_mut!((*st).alloc_pages),
+                pages,
+            );
+        }
+        // Cheap test first: most calls end here.
+        let net = (*st).alloc_pages as i64 - (*st).freed_pages as i64;
+        if abs(net - (*st).reported_net) < conf!(rss_threshold_pages) {
+            return 0;
+        }
+    }
+    // SAFETY: helper without preconditions.
+    let task = unsafe { bpf_get_current_task() };
+    let mm: u64 = rd(task, conf!(task_mm)).unwrap_or(0);
+    if mm == 0 {
+        return 0;
+    }
+    // SAFETY: helper without preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    maybe_emit(st, task, mm, tgid, now);
+    0
+}
+
+/// `mm_page_alloc(struct page *page, unsigned int order, gfp_t, int migratetype)`.
+#[btf_tracepoint(function = "mm_page_alloc")]
+pub fn page_alloc(ctx: BtfTracePointContext) -> u32 {
+    let page: u64 = ctx.arg(0);
+    if page == 0 {
+        return 0; // a failed allocation
+    }
+    account_pages(ctx.arg::<u32>(1), false)
+}
+
+/// `mm_page_free(struct page *page, unsigned int order)`.
+#[btf_tracepoint(function = "mm_page_free")]
+pub fn page_free(ctx: BtfTracePointContext) -> u32 {
+    account_pages(ctx.arg::<u32>(1), true)
 }
 
 /// `exceptions:page_fault_user`: one atomic add per fault, nothing sent.

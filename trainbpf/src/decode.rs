@@ -195,6 +195,10 @@ pub enum Event {
         memcg_id: u64,
         /// Cumulative reclaim/compaction stall time, ns.
         stall_ns: u64,
+        /// Memory allocated and freed in the process's context so far, kB
+        /// (0 in old recordings).
+        alloc_kb: u64,
+        freed_kb: u64,
     },
     Oom(Box<OomRecord>),
     Printk {
@@ -350,6 +354,8 @@ pub fn decode(kind: u16, bytes: &[u8], page_kb: u64) -> Result<Timed, DecodeErro
                 pgtables_kb: e.pgtables_bytes / 1024,
                 memcg_id: e.memcg_id,
                 stall_ns: e.stall_ns,
+                alloc_kb: e.alloc_pages * page_kb,
+                freed_kb: e.freed_pages * page_kb,
             };
             (e.hdr.ts_ns, ev)
         }
@@ -537,6 +543,8 @@ mod tests {
             pgtables_bytes: 8192,
             memcg_id: 77,
             stall_ns: 5,
+            alloc_pages: 300,
+            freed_pages: 44,
         };
         let t = decode(common::KIND_MEM, &pod_bytes(&e), 4).unwrap();
         assert_eq!(t.ts_ns, 1000);
@@ -578,6 +586,8 @@ mod tests {
             pgtables_bytes: 4096,
             memcg_id: 9,
             stall_ns: 1,
+            alloc_pages: 1,
+            freed_pages: 1,
         };
         let b = pod_bytes(&e);
         let t = decode(common::KIND_MEM, &b[..common::MEM_EVENT_V1_SIZE], 4).unwrap();
@@ -607,6 +617,8 @@ mod tests {
             pgtables_bytes: 0,
             memcg_id: 0,
             stall_ns: 0,
+            alloc_pages: 0,
+            freed_pages: 0,
         };
         let b = pod_bytes(&e);
         assert_eq!(
@@ -614,7 +626,7 @@ mod tests {
             Err(DecodeError::Short {
                 kind: common::KIND_MEM,
                 len: 40,
-                want: 112
+                want: 128
             })
         );
         assert_eq!(decode(77, &b, 4), Err(DecodeError::UnknownKind(77)));

@@ -248,6 +248,22 @@ pub fn load(t: &Tunables, page_size: u64) -> Result<Loaded, LoadError> {
     if !stalls.is_empty() {
         attach.stalls = Some(format!("tp_btf:{}", stalls.join(",")));
     }
+    // Honest growth: pages allocated and freed in each process's context.
+    let mut pages = Vec::new();
+    for (prog, tp) in [
+        ("page_alloc", "mm_page_alloc"),
+        // Not mm_page_free_batched: a batched free passes through
+        // free_pages_prepare too, so mm_page_free already saw it.
+        ("page_free", "mm_page_free"),
+    ] {
+        match attach_tp_btf(&mut ebpf, &btf, prog, tp) {
+            Ok(()) => pages.push(tp),
+            Err(e) => fell(&format!("tp_btf:{tp}"), e),
+        }
+    }
+    if !pages.is_empty() {
+        attach.pages = Some(format!("tp_btf:{}", pages.join(",")));
+    }
     match attach_tp_btf(&mut ebpf, &btf, "rss_stat", "rss_stat") {
         Ok(()) => attach.memory = Some("tp_btf:rss_stat".into()),
         Err(e) => fell("tp_btf:rss_stat", e),

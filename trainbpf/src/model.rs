@@ -1522,6 +1522,8 @@ mod tests {
                 pgtables_kb: 0,
                 memcg_id: 0,
                 stall_ns: 0,
+                alloc_kb: 0,
+                freed_kb: 0,
             },
         )
     }

@@ -77,6 +77,9 @@ pub struct Attach {
     /// Reclaim and compaction stall probes.
     #[serde(default)]
     pub stalls: Option<String>,
+    /// Page allocation and free probes (honest growth).
+    #[serde(default)]
+    pub pages: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
