@@ -35,12 +35,15 @@ use aya_ebpf::{
 };
 use trainbpf_common::*;
 
+/// The GPU probes: CUDA driver uprobes, Xid, the driver's page allocator.
+mod gpu;
+
 #[unsafe(no_mangle)]
 static CONFIG: Config = Config::UNSET;
 
 /// Records for userspace. Its size is set by the loader.
 #[map]
-static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 22, 0);
+pub(crate) static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 22, 0);
 
 /// Lost records and full maps, per CPU (one slot).
 #[map]
@@ -131,13 +134,13 @@ fn read_counters(mm: u64) -> [i64; NR_MM_COUNTERS] {
 /// Start time of the task's group leader: with the tgid, a process's name
 /// that survives pid reuse.
 #[inline(always)]
-fn leader_start_ns(task: u64) -> u64 {
+pub(crate) fn leader_start_ns(task: u64) -> u64 {
     let leader: u64 = rd(task, conf!(task_group_leader)).unwrap_or(task);
     rd(leader, conf!(task_start_time)).unwrap_or(0)
 }
 
 #[inline(always)]
-fn in_job(tgid: u32) -> bool {
+pub(crate) fn in_job(tgid: u32) -> bool {
     // SAFETY: the value is only tested for presence.
     unsafe { JOB.get(&tgid) }.is_some()
 }
@@ -148,7 +151,7 @@ fn job_flag(tgid: u32) -> u16 {
 }
 
 #[inline(always)]
-fn count_lost(kind: u16) {
+pub(crate) fn count_lost(kind: u16) {
     if let Some(c) = COUNTERS.get_ptr_mut(0) {
         let i = (kind as usize) & (KIND_MAX as usize - 1);
         // SAFETY: per-CPU slot, this CPU only; programs don't nest here.
@@ -165,7 +168,7 @@ fn count_proc_map_full() {
 }
 
 #[inline(always)]
-fn header(kind: u16, flags: u16, tgid: u32, start_ns: u64) -> Header {
+pub(crate) fn header(kind: u16, flags: u16, tgid: u32, start_ns: u64) -> Header {
     Header {
         kind,
         flags,
@@ -373,13 +376,15 @@ fn try_mark_victim_tp(ctx: &TracePointContext) -> Result<u32, u32> {
 }
 
 /// Kernel log lines worth keeping: the OOM report's constraint line, its
-/// memcg usage line and its verdict. Everything else is dropped here, before
-/// a reserve, so a chatty kernel costs a prefix compare.
-const PRINTK_PREFIXES: [&[u8]; 4] = [
+/// memcg usage line and its verdict, and the NVIDIA driver's Xid errors on
+/// drivers without the `nvidia_dev_xid` tracepoint. Everything else is
+/// dropped here, before a reserve, so a chatty kernel costs a prefix compare.
+const PRINTK_PREFIXES: [&[u8]; 5] = [
     b"oom-kill:",
     b"Memory cgroup out",
     b"Out of memory",
     b"memory: usage ",
+    b"NVRM: Xid",
 ];
 
 #[tracepoint]
@@ -815,8 +820,25 @@ fn maybe_emit(st: *mut ProcState, task: u64, mm: u64, tgid: u32, now: u64) {
 #[inline(always)]
 fn account_pages(order: u32, freed: bool) -> u32 {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    let Some(st) = PROCS.get_ptr_mut(&tgid) else {
-        return 0;
+    let st = match PROCS.get_ptr_mut(&tgid) {
+        Some(st) => st,
+        // A forked worker's first copy-on-write breaks move no RSS counter,
+        // so its state may not exist yet: make it here, or those pages go
+        // uncounted. Kernel threads (no mm) are not processes to track.
+        None => {
+            // SAFETY: helper without preconditions.
+            let task = unsafe { bpf_get_current_task() };
+            let mm: u64 = rd(task, conf!(task_mm)).unwrap_or(0);
+            if mm == 0 {
+                return 0;
+            }
+            // SAFETY: helper without preconditions.
+            let now = unsafe { bpf_ktime_get_ns() };
+            let Some(st) = proc_state(tgid, task, mm, now) else {
+                return 0;
+            };
+            st
+        }
     };
     let pages = 1u64 << (order & 15);
     // SAFETY: aligned u64s inside a live map value.

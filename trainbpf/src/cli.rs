@@ -70,6 +70,14 @@ pub enum Command {
         /// Print every decoded event as a JSON line instead of a report.
         #[arg(long, conflicts_with = "json")]
         events: bool,
+        /// Also write the report as one self-contained HTML page with charts
+        /// (works offline: no script, nothing fetched).
+        #[arg(long, value_name = "PATH", conflicts_with = "events")]
+        html: Option<PathBuf>,
+        /// Also write a Chrome trace-event JSON of memory over the run, for
+        /// ui.perfetto.dev or chrome://tracing.
+        #[arg(long, value_name = "PATH", conflicts_with = "events")]
+        perfetto: Option<PathBuf>,
     },
     /// Check this machine for what makes or hides OOM kills, and which eBPF
     /// features record can use (docs/doctor.md). Run as root for all checks.
@@ -146,11 +154,17 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             window,
             no_color,
             events,
+            html,
+            perfetto,
         } => {
             let out = if events {
                 report::events(&path)
             } else {
-                report::run(&path, json, window, no_color)
+                let files = report::Files {
+                    html: html.as_deref(),
+                    perfetto: perfetto.as_deref(),
+                };
+                report::run(&path, json, window, no_color, &files)
             }
             .with_context(|| format!("reading {}", path.display()))?;
             crate::write_stdout(&out)?;

@@ -7,6 +7,9 @@
 use serde::{Deserialize, Serialize};
 use trainbpf_common as common;
 
+/// GPU records: kernel kinds 20-29, collector kinds 110-119.
+pub mod gpu;
+
 /// Record kinds written by the collector itself. Kernel kinds are below 100
 /// (`trainbpf_common::KIND_*`); these never collide with them.
 pub const KIND_JOB_START: u16 = 100;
@@ -16,6 +19,9 @@ pub const KIND_CGROUP: u16 = 103;
 pub const KIND_NOTE: u16 = 104;
 pub const KIND_EXE: u16 = 105;
 pub const KIND_PRESSURE: u16 = 106;
+pub const KIND_SMAPS: u16 = 107;
+pub const KIND_PROC_INFO: u16 = 108;
+pub const KIND_SHM: u16 = 109;
 
 /// A process, named so that a recycled pid is a different process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -221,7 +227,22 @@ pub enum Event {
     Cgroup(CgroupName),
     Exe(ExeName),
     Pressure(Box<crate::pressure::Pressure>),
+    /// USS/PSS of the job's live processes.
+    Smaps(SmapsSample),
+    ProcInfo(crate::procfs::ProcInfo),
+    /// Shared-memory objects, each once.
+    Shm(Vec<crate::procfs::ShmObject>),
+    /// A CUDA call, an Xid, an NVML sample, what the GPU probes attached.
+    Gpu(Box<gpu::GpuEvent>),
     Note(String),
+}
+
+/// One round of /proc/PID/smaps_rollup reads, and what it cost.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SmapsSample {
+    pub procs: Vec<crate::procfs::Smaps>,
+    /// Wall time the reads took, µs: the price of USS/PSS.
+    pub cost_us: u64,
 }
 
 /// An event and when it happened (CLOCK_MONOTONIC ns).
@@ -438,8 +459,12 @@ pub fn decode(kind: u16, bytes: &[u8], page_kb: u64) -> Result<Timed, DecodeErro
             };
             (e.hdr.ts_ns, ev)
         }
+        common::KIND_CUDA | common::KIND_XID | common::KIND_NV_PAGES => {
+            gpu::decode_kernel(kind, bytes)?
+        }
+        gpu::KIND_GPU_ATTACH..=gpu::KIND_GPU_USER_MAX => gpu::decode_user(kind, bytes)?,
         KIND_JOB_START | KIND_JOB_EXIT | KIND_LOST | KIND_CGROUP | KIND_NOTE | KIND_EXE
-        | KIND_PRESSURE => {
+        | KIND_PRESSURE | KIND_SMAPS | KIND_PROC_INFO | KIND_SHM => {
             let w: UserRecord = json(kind, bytes)?;
             let ev = match (kind, w.body) {
                 (KIND_JOB_START, UserBody::JobStart(j)) => Event::JobStart(j),
@@ -449,6 +474,9 @@ pub fn decode(kind: u16, bytes: &[u8], page_kb: u64) -> Result<Timed, DecodeErro
                 (KIND_NOTE, UserBody::Note(n)) => Event::Note(n),
                 (KIND_EXE, UserBody::Exe(x)) => Event::Exe(x),
                 (KIND_PRESSURE, UserBody::Pressure(p)) => Event::Pressure(p),
+                (KIND_SMAPS, UserBody::Smaps(s)) => Event::Smaps(s),
+                (KIND_PROC_INFO, UserBody::ProcInfo(i)) => Event::ProcInfo(i),
+                (KIND_SHM, UserBody::Shm(o)) => Event::Shm(o),
                 _ => {
                     return Err(DecodeError::Json {
                         kind,
@@ -480,6 +508,9 @@ pub enum UserBody {
     Note(String),
     Exe(ExeName),
     Pressure(Box<crate::pressure::Pressure>),
+    Smaps(SmapsSample),
+    ProcInfo(crate::procfs::ProcInfo),
+    Shm(Vec<crate::procfs::ShmObject>),
 }
 
 impl UserBody {
@@ -492,6 +523,9 @@ impl UserBody {
             UserBody::Note(_) => KIND_NOTE,
             UserBody::Exe(_) => KIND_EXE,
             UserBody::Pressure(_) => KIND_PRESSURE,
+            UserBody::Smaps(_) => KIND_SMAPS,
+            UserBody::ProcInfo(_) => KIND_PROC_INFO,
+            UserBody::Shm(_) => KIND_SHM,
         }
     }
 }

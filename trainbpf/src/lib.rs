@@ -7,11 +7,13 @@
 pub mod cli;
 pub mod decode;
 pub mod doctor;
+pub mod gpu;
 pub mod job;
 pub mod kernel;
 pub mod loader;
 pub mod model;
 pub mod pressure;
+pub mod procfs;
 pub mod record;
 pub mod recording;
 pub mod render;

@@ -125,9 +125,12 @@ pub fn load(t: &Tunables, page_size: u64) -> Result<Loaded, LoadError> {
     let kbtf = KernelBtf::open()?;
     let tracefs = kernel::ensure_tracefs();
     let config = config(&kbtf, t, page_size)?;
+    // The Xid tracepoint's layout, from tracefs (mounted above).
+    let gpu_config = crate::gpu::config();
 
     let mut ebpf = EbpfLoader::new()
         .override_global("CONFIG", &config, true)
+        .override_global("GPU_CONFIG", &gpu_config, true)
         .map_max_entries("EVENTS", t.ring_bytes)
         .load(OBJECT)
         .map_err(|e| LoadError::Object(e.to_string()))?;

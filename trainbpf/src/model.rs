@@ -19,12 +19,20 @@
 //! Times are CLOCK_MONOTONIC ns, as recorded; [`Report::realtime_ns`] turns
 //! them into wall-clock time with the recording header's clock pair.
 
+mod attribution;
 mod badness;
+/// The GPU ledger: CUDA calls, NVML, Xid.
+pub mod gpu;
+pub use attribution::{Group, SumCheck};
 mod before;
 pub use before::PressureBefore;
 mod deaths;
 pub use badness::{Candidate as RankedCandidate, Ranking, TotalSource};
 pub use deaths::{Cause, Death, Sender};
+pub(crate) mod series;
+pub use series::{
+    Bucket, Churn, Folded, Grid, KillWindow, Line, Pick, ProcLine, Series, WindowLine,
+};
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
@@ -91,15 +99,29 @@ pub struct Report {
     pub processes: Vec<Process>,
     /// Every job process that ended, with the cause, by time.
     pub deaths: Vec<Death>,
+    /// The job's processes grouped by role over the whole run: the most each
+    /// member added, summed (`grew_kb` holds the summed peak RSS here).
+    pub groups: Vec<Group>,
+    /// Shared-memory objects, each counted once, biggest first.
+    pub shared_memory: Vec<crate::procfs::ShmObject>,
+    /// The job's honest growth against its cgroup at the cgroup's peak.
+    pub attribution_at_peak: Option<SumCheck>,
+    /// What USS/PSS sampling cost: rounds and total µs.
+    pub smaps_rounds: u64,
+    pub smaps_cost_us: u64,
     /// Largest peak resident memory seen, any process on the machine.
     pub top_memory: Vec<MemoryUser>,
     /// The collector's last (cumulative) lost-event counts.
     pub lost: Lost,
+    /// Memory over the whole run, bounded, for charts.
+    pub series: Series,
     /// Records in the file that did not decode: set by the caller from
     /// `recording::Reader::undecodable` once the events are consumed.
     pub undecodable: u64,
     /// Set by the caller from `recording::Reader::stop`.
     pub stopped_early: Option<Stop>,
+    /// GPU and pinned host memory per process, CUDA OOMs, Xid errors.
+    pub gpu: gpu::GpuReport,
 }
 
 impl Report {
@@ -235,6 +257,10 @@ pub struct Kill {
     /// The OOM killer's ranking at the kill, reconstructed from tracked
     /// memory (see `badness`).
     pub ranking: Option<Ranking>,
+    /// The job's processes grouped by role, with their growth.
+    pub groups: Vec<Group>,
+    /// The job's honest growth in the window against the cgroup's.
+    pub sum_check: Option<SumCheck>,
     /// The machine and cgroup on the way to the kill.
     pub pressure: Option<PressureBefore>,
     pub window_ns: u64,
@@ -295,7 +321,12 @@ pub struct Grower {
     pub pid: u32,
     pub start_ns: u64,
     pub comm: String,
+    /// Growth of resident memory (RSS), as the kernel counts it.
     pub grew_kb: u64,
+    /// Memory allocated minus freed in the process's own context over the
+    /// same span: what it really added. None when the recording has no page
+    /// allocation probes.
+    pub honest_kb: Option<i64>,
     /// From the baseline (or birth) to the last sample before the kill.
     pub window_ns: u64,
     /// `None` when the growth spans under a second: a jump, not a rate.
@@ -324,6 +355,15 @@ pub struct Process {
     pub oom_killed: bool,
     /// Last `oom_score_adj` written while recording, if any.
     pub oom_score_adj: Option<i32>,
+    /// Memory it allocated minus what it freed, in its own context, at its
+    /// last record: what it really added.
+    pub honest_kb: Option<i64>,
+    /// The most it had added at any record: a process that frees its heap
+    /// before exiting still shows what it held.
+    pub honest_peak_kb: Option<i64>,
+    /// Unique and proportional memory from its last smaps_rollup sample.
+    pub uss_kb: Option<u64>,
+    pub pss_kb: Option<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -372,6 +412,9 @@ struct Sample {
     pgtables_kb: u64,
     adj: i32,
     memcg_id: u64,
+    /// Allocated minus freed in the process's own context, kB: the honest
+    /// measure, which a fork does not move and a copy-on-write break does.
+    net_kb: i64,
 }
 
 impl Sample {
@@ -383,6 +426,7 @@ impl Sample {
             pgtables_kb: 0,
             adj: 0,
             memcg_id: 0,
+            net_kb: 0,
         }
     }
 }
@@ -444,6 +488,10 @@ struct JobProc {
     exit: Option<ExitStatus>,
     peak_kb: u64,
     oom_killed: bool,
+    /// Allocated minus freed in its own context, at its last record, and
+    /// the most it reached.
+    net_kb: Option<i64>,
+    peak_net_kb: Option<i64>,
 }
 
 /// What the kernel log said, parsed.
@@ -518,10 +566,15 @@ struct Builder {
     signals: deaths::Signals,
     page_kb: u64,
     pressure: before::History,
+    series: series::Builder,
+    attribution: attribution::Attribution,
+    /// The recording has page allocation probes: rank by honest growth.
+    honest: bool,
     /// MemTotal + SwapTotal when recording started: a global OOM's domain.
     machine_kb: u64,
     /// Latest `oom_score_adj` per process, for the report's processes.
     adj: HashMap<ProcKey, i32>,
+    gpu: gpu::Ledger,
 }
 
 impl Builder {
@@ -546,8 +599,12 @@ impl Builder {
             signals: deaths::Signals::default(),
             page_kb: (header.page_size / 1024).max(1),
             pressure: before::History::default(),
+            series: series::Builder::new(opts.window_ns),
+            attribution: attribution::Attribution::default(),
+            honest: header.attach.pages.is_some(),
             machine_kb: header.mem_total_kb + header.swap_total_kb,
             adj: HashMap::new(),
+            gpu: gpu::Ledger::default(),
         }
     }
 
@@ -572,6 +629,8 @@ impl Builder {
         self.now = self.now.max(ts);
         self.first = Some(self.first.map_or(ts, |f| f.min(ts)));
         self.last = Some(self.last.map_or(ts, |l| l.max(ts)));
+        self.series.observe(&t);
+        self.gpu.observe(&t);
         match &t.event {
             Event::Fork { child, parent, .. } => {
                 self.adopt_root(*parent);
@@ -638,12 +697,15 @@ impl Builder {
                 oom_score_adj,
                 pgtables_kb,
                 memcg_id,
+                alloc_kb,
+                freed_kb,
                 ..
             } => {
                 let more = Sample {
                     adj: oom_score_adj,
                     pgtables_kb,
                     memcg_id,
+                    net_kb: alloc_kb as i64 - freed_kb as i64,
                     ..Sample::at(ts, 0)
                 };
                 self.on_mem(ts, proc, in_job, comm, rss, more)
@@ -682,8 +744,14 @@ impl Builder {
             Event::Note(_) => {}
             Event::Pressure(p) => {
                 let horizon = self.horizon();
+                self.attribution.on_pressure(ts, &p, &self.tracks);
                 self.pressure.push(ts, *p, horizon);
             }
+            Event::Smaps(s) => self.attribution.on_smaps(s),
+            // The GPU ledger is kept elsewhere (model/gpu.rs, in progress).
+            Event::Gpu(_) => {}
+            Event::ProcInfo(i) => self.attribution.on_proc_info(i),
+            Event::Shm(o) => self.attribution.on_shm(o),
         }
         self.settle(false);
         if self.now >= self.next_sweep {
@@ -729,6 +797,10 @@ impl Builder {
             let p = self.job_procs.entry(proc).or_default();
             p.peak_kb = p.peak_kb.max(kb);
             p.comm.clone_from(&comm);
+            if self.honest {
+                p.net_kb = Some(more.net_kb);
+                p.peak_net_kb = Some(p.peak_net_kb.map_or(more.net_kb, |n| n.max(more.net_kb)));
+            }
         }
         let tr = self.tracks.entry(proc).or_default();
         tr.comm = comm;
@@ -903,6 +975,8 @@ impl Builder {
                 victim_memcg_id: rec.memcg_id,
                 growers: Vec::new(),
                 ranking: None,
+                groups: Vec::new(),
+                sum_check: None,
                 pressure: None,
                 window_ns: self.window,
                 kernel_log: Vec::new(),
@@ -923,6 +997,7 @@ impl Builder {
             if all || self.open[i].kill.ts_ns + SETTLE_NS < now {
                 let mut k = self.open.swap_remove(i);
                 self.close(&mut k);
+                self.series.on_kill(&k.kill, &self.tracks);
                 self.done.push(k);
             } else {
                 i += 1;
@@ -1003,7 +1078,10 @@ impl Builder {
             .or(h.prefix_constraint)
             .unwrap_or(Constraint::Unknown);
         k.victim.tree = self.tree(&k.victim);
-        k.growers = self.growers(k);
+        let all = self.growers(k);
+        k.groups = attribution::groups(&all, |g| self.role_of(g));
+        k.sum_check = self.kill_sum_check(k);
+        k.growers = keep_top(all);
         k.ranking = Some(self.rank(k));
         k.pressure = self
             .pressure
@@ -1105,7 +1183,10 @@ impl Builder {
                 continue;
             }
             let end = if is_victim {
-                Sample::at(kill, k.victim.rss.resident_kb())
+                Sample {
+                    net_kb: tr.at_or_before(kill).map_or(0, |s| s.net_kb),
+                    ..Sample::at(kill, k.victim.rss.resident_kb())
+                }
             } else {
                 match tr.at_or_before(kill) {
                     Some(s) => s,
@@ -1135,22 +1216,86 @@ impl Builder {
             };
             out.extend(self.growth(c, start));
         }
-        out.sort_by(|a, b| b.grew_kb.cmp(&a.grew_kb).then(a.pid.cmp(&b.pid)));
-        // The machine's top growers, plus the job's own top ten and the
-        // victim even when a busy machine (a compiler, another job) outgrew
-        // them: those are the lines the user came for.
-        let mut kept = 0;
-        let mut job_kept = 0;
-        out.retain(|g| {
-            let keep =
-                kept < TOP_GROWERS || (g.in_job && job_kept < TOP_JOB_GROWERS) || g.is_victim;
-            if keep {
-                kept += 1;
-                job_kept += usize::from(g.in_job);
-            }
-            keep
-        });
+        // Honest growth ranks where the recording has it: RSS blames a
+        // forked worker for its parent's pages.
+        if self.honest {
+            out.sort_by(|a, b| {
+                b.honest_kb
+                    .cmp(&a.honest_kb)
+                    .then(b.grew_kb.cmp(&a.grew_kb))
+                    .then(a.pid.cmp(&b.pid))
+            });
+        } else {
+            out.sort_by(|a, b| b.grew_kb.cmp(&a.grew_kb).then(a.pid.cmp(&b.pid)));
+        }
         out
+    }
+
+    /// Role groups over the whole run, from each process's last record.
+    fn run_groups(&self, processes: &[Process]) -> Vec<Group> {
+        let as_growers: Vec<Grower> = processes
+            .iter()
+            .map(|p| Grower {
+                pid: p.pid,
+                start_ns: p.start_ns,
+                comm: p.comm.clone(),
+                grew_kb: p.peak_rss_kb,
+                honest_kb: p.honest_peak_kb,
+                window_ns: p
+                    .died_ns
+                    .or(self.last)
+                    .unwrap_or(0)
+                    .saturating_sub(p.born_ns.unwrap_or(0)),
+                rate_kb_per_s: None,
+                rss_kb: p.peak_rss_kb,
+                in_job: true,
+                born_in_window: false,
+                is_victim: false,
+            })
+            .collect();
+        attribution::groups(&as_growers, |g| self.role_of(g))
+    }
+
+    /// A grower's role: DataLoader worker, torchrun rank, or its command
+    /// line when it has siblings (groups of one are dropped later).
+    fn role_of(&self, g: &Grower) -> Option<String> {
+        let info = self.attribution.info_of(g.pid);
+        attribution::role(&g.comm, info).or_else(|| {
+            let cmd = info?.cmdline.join(" ");
+            (!cmd.is_empty()).then(|| format!("`{}`", truncate_chars(&cmd, 60)))
+        })
+    }
+
+    /// The job's honest growth over the kill's window against the job
+    /// cgroup's usage change: the kernel's own usage at the kill where its
+    /// log gave it, else the last sample.
+    fn kill_sum_check(&self, k: &Kill) -> Option<SumCheck> {
+        let start = k.ts_ns.saturating_sub(self.window);
+        let from = self.pressure.around(start)?;
+        let mut to = self.pressure.around(k.ts_ns)?.clone();
+        if let (Some(u), Some(cg)) = (k.memcg_usage_kb, to.cgroup.as_mut())
+            && k.constraint == Constraint::Memcg
+        {
+            cg.usage_kb = u;
+        }
+        from.cgroup.as_ref()?;
+        let attributed = self
+            .tracks
+            .iter()
+            .filter(|(key, t)| {
+                (t.in_job || **key == k.victim.key()) && t.died_ns.is_none_or(|d| d > k.ts_ns)
+            })
+            .filter_map(|(key, t)| {
+                let end = t.at_or_before(k.ts_ns)?;
+                let base = match t.at_or_before(start) {
+                    Some(b) => b.net_kb,
+                    None if self.born_ns(*key).is_some_and(|b| b >= start) => 0,
+                    None => t.first_after(start)?.net_kb,
+                };
+                Some(end.net_kb - base)
+            })
+            .sum();
+        Some(attribution::sum_check(k.ts_ns, from, &to, attributed))
     }
 
     /// Growth of one process from the window's start to `end`.
@@ -1181,7 +1326,8 @@ impl Builder {
             },
         };
         let grew_kb = end.kb.saturating_sub(from.kb);
-        if grew_kb == 0 {
+        let honest_kb = self.honest.then(|| end.net_kb - from.net_kb);
+        if grew_kb == 0 && honest_kb.unwrap_or(0) <= 0 {
             return None;
         }
         let window_ns = end.ts.saturating_sub(from.ts);
@@ -1190,6 +1336,7 @@ impl Builder {
             start_ns: key.start_ns,
             comm: comm.to_string(),
             grew_kb,
+            honest_kb,
             window_ns,
             // Over less than a second the samples measure a jump (a fork's
             // inherited pages, one big allocation), not a rate.
@@ -1295,6 +1442,10 @@ impl Builder {
                 peak_rss_kb: p.peak_kb,
                 oom_killed: p.oom_killed,
                 oom_score_adj: self.adj.get(key).copied(),
+                honest_kb: p.net_kb,
+                honest_peak_kb: p.peak_net_kb,
+                uss_kb: self.attribution.smaps_of(key.tgid).map(|s| s.uss_kb),
+                pss_kb: self.attribution.smaps_of(key.tgid).map(|s| s.pss_kb),
             })
             .collect();
         processes.sort_by_key(|p| (p.born_ns.unwrap_or(0), p.pid, p.start_ns));
@@ -1303,6 +1454,7 @@ impl Builder {
             .filter_map(|p| deaths::classify(p, &kills, &self.signals))
             .collect();
         deaths.sort_by_key(|d| (d.ts_ns, d.pid));
+        let groups = self.run_groups(&processes);
 
         let mut top = std::mem::take(&mut self.retired);
         top.extend(self.tracks.iter().map(|(key, t)| MemoryUser {
@@ -1314,6 +1466,7 @@ impl Builder {
         }));
         top_memory(&mut top);
 
+        let series = std::mem::take(&mut self.series).finish(&processes);
         let mut report = Report {
             header: header.clone(),
             window_ns: self.window,
@@ -1324,11 +1477,24 @@ impl Builder {
             kills,
             processes,
             deaths,
+            groups,
+            shared_memory: self.attribution.shm_objects(),
+            attribution_at_peak: self.attribution.peak.clone(),
+            smaps_rounds: self.attribution.smaps_rounds,
+            smaps_cost_us: self.attribution.smaps_cost_us,
             top_memory: top,
             lost: self.lost,
+            series,
             undecodable: 0,
             stopped_early: None,
+            gpu: gpu::GpuReport::default(),
         };
+        let kill_windows: Vec<(u64, u64)> = report
+            .kills
+            .iter()
+            .map(|k| (k.ts_ns, k.window_ns))
+            .collect();
+        report.gpu = std::mem::take(&mut self.gpu).finish(&kill_windows);
         for i in 0..report.kills.len() {
             report.kills[i].realtime_ns = report.realtime_ns(report.kills[i].ts_ns);
         }
@@ -1377,6 +1543,30 @@ fn fill_victim(v: &mut Victim, rec: &OomRecord) {
     v.in_job |= rec.in_job;
     v.total_vm_kb = rec.total_vm_kb;
     v.pgtables_kb = rec.pgtables_kb;
+}
+
+/// The machine's top growers, plus the job's own top ten and the victim
+/// even when a busy machine (a compiler, another job) outgrew them: those
+/// are the lines the user came for.
+fn keep_top(mut out: Vec<Grower>) -> Vec<Grower> {
+    let mut kept = 0;
+    let mut job_kept = 0;
+    out.retain(|g| {
+        let keep = kept < TOP_GROWERS || (g.in_job && job_kept < TOP_JOB_GROWERS) || g.is_victim;
+        if keep {
+            kept += 1;
+            job_kept += usize::from(g.in_job);
+        }
+        keep
+    });
+    out
+}
+
+fn truncate_chars(s: &str, n: usize) -> String {
+    match s.char_indices().nth(n) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_string(),
+    }
 }
 
 /// Keeps the largest few, one entry per process.

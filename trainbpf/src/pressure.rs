@@ -42,6 +42,12 @@ pub struct CgroupPressure {
     /// v2 memory.events `oom` / `oom_kill`; v1 memory.oom_control `oom_kill`.
     pub oom_events: u64,
     pub oom_kill_events: u64,
+    /// From memory.stat: page cache, and kernel memory (v2 `kernel`, v1
+    /// memory.kmem.usage_in_bytes).
+    #[serde(default)]
+    pub file_kb: u64,
+    #[serde(default)]
+    pub kernel_kb: u64,
 }
 
 /// PSI memory: share of time some / all tasks stalled on memory.
@@ -125,7 +131,10 @@ pub fn cgroup_pressure(dir: &Path, v2: bool) -> Option<CgroupPressure> {
     let read = |f: &str| fs::read_to_string(dir.join(f)).ok();
     if v2 {
         let events = read("memory.events").unwrap_or_default();
+        let stat = read("memory.stat").unwrap_or_default();
         Some(CgroupPressure {
+            file_kb: keyed(&stat, "file") / 1024,
+            kernel_kb: keyed(&stat, "kernel") / 1024,
             usage_kb: read("memory.current")?.trim().parse::<u64>().ok()? / 1024,
             limit_kb: limit_kb(&read("memory.max")?),
             max_events: keyed(&events, "max"),
@@ -134,7 +143,13 @@ pub fn cgroup_pressure(dir: &Path, v2: bool) -> Option<CgroupPressure> {
         })
     } else {
         let oc = read("memory.oom_control").unwrap_or_default();
+        let stat = read("memory.stat").unwrap_or_default();
         Some(CgroupPressure {
+            file_kb: keyed(&stat, "cache") / 1024,
+            kernel_kb: read("memory.kmem.usage_in_bytes")
+                .and_then(|s| s.trim().parse::<u64>().ok())
+                .unwrap_or(0)
+                / 1024,
             usage_kb: read("memory.usage_in_bytes")?.trim().parse::<u64>().ok()? / 1024,
             limit_kb: limit_kb(&read("memory.limit_in_bytes")?),
             max_events: read("memory.failcnt")

@@ -171,6 +171,14 @@ pub fn run(opts: RecordOptions) -> Result<Outcome, RecordError> {
         return Err(RecordError::Privileges { missing });
     }
     let job_adj = protect_from_oom_killer();
+    // Orphaned workers re-parent to us rather than to init, so they stay
+    // visible as the job's until they exit.
+    // SAFETY: prctl with integer arguments only.
+    if unsafe { nix::libc::prctl(nix::libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+        eprintln!(
+            "trainbpf: warning: could not become the job's subreaper: orphaned workers re-parent to init"
+        );
+    }
     let page_size = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
         .ok()
         .flatten()
@@ -268,6 +276,10 @@ struct Collector {
     last_sync: Instant,
     last_pressure: Option<crate::pressure::Pressure>,
     stall: ([u64; 3], [u64; 3]),
+    /// The job's live processes, from the lifecycle records.
+    job: std::collections::HashSet<u32>,
+    shm: crate::procfs::ShmTracker,
+    last_procfs: Instant,
 }
 
 impl Collector {
@@ -312,6 +324,24 @@ impl Collector {
         }
         let kind = u16::from_le_bytes([bytes[0], bytes[1]]);
         self.writer.record(kind, bytes);
+        match kind {
+            common::KIND_FORK | common::KIND_EXEC => {
+                let tgid = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
+                if self.job.len() < MAX_JOB_PROCS {
+                    self.job.insert(tgid);
+                }
+                // Command line and torchrun rank, for grouping; read now,
+                // while the process exists (a worker may live a second).
+                if let Some(info) = crate::procfs::proc_info(tgid) {
+                    self.user(UserBody::ProcInfo(info));
+                }
+            }
+            common::KIND_EXIT => {
+                let tgid = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
+                self.job.remove(&tgid);
+            }
+            _ => {}
+        }
         if kind == common::KIND_SIGNAL
             && let Ok(decode::Timed {
                 event: decode::Event::Signal(s),
@@ -371,6 +401,33 @@ impl Collector {
         }
     }
 
+    /// Every few seconds: USS/PSS of the job's processes (the kernel walks
+    /// their page tables for it, so what it cost is recorded too) and the
+    /// shared-memory objects, each once.
+    fn poll_procfs(&mut self) {
+        if self.last_procfs.elapsed() < PROCFS_EVERY {
+            return;
+        }
+        self.last_procfs = Instant::now();
+        // Forget processes that are gone without an exit record (lost).
+        self.job.retain(|&t| crate::procfs::alive(t));
+        let started = Instant::now();
+        let procs: Vec<_> = self
+            .job
+            .iter()
+            .take(MAX_SMAPS_PER_ROUND)
+            .filter_map(|&t| crate::procfs::smaps(t))
+            .collect();
+        let cost_us = started.elapsed().as_micros() as u64;
+        if !procs.is_empty() {
+            self.user(UserBody::Smaps(decode::SmapsSample { procs, cost_us }));
+        }
+        let objs = self.shm.sample(&self.job);
+        if !objs.is_empty() {
+            self.user(UserBody::Shm(objs));
+        }
+    }
+
     /// Samples memory pressure; records it when it moved.
     fn poll_pressure(&mut self, cgroup: Option<&MemCgroup>) {
         let mut p = crate::pressure::sample(cgroup.map(|c| (c.dir.as_path(), c.v2)));
@@ -402,6 +459,11 @@ impl Collector {
 /// Frame buffer size that forces a flush before the timer: bounds the
 /// recorder's memory in a burst.
 const FLUSH_BYTES: usize = 256 << 10;
+/// How often USS/PSS and shared memory are sampled.
+const PROCFS_EVERY: Duration = Duration::from_secs(5);
+/// Bounds on the collector's own bookkeeping of the job's processes.
+const MAX_JOB_PROCS: usize = 65536;
+const MAX_SMAPS_PER_ROUND: usize = 512;
 
 async fn collect(
     loaded: Loaded,
@@ -413,10 +475,11 @@ async fn collect(
     sigfd: SignalFd,
 ) -> Result<ExitStatus, RecordError> {
     let Loaded {
-        ebpf: _ebpf,
+        mut ebpf,
         events,
         counters,
         mut job,
+        attach,
         ..
     } = loaded;
     let mut c = Collector {
@@ -430,6 +493,9 @@ async fn collect(
         last_sync: Instant::now(),
         last_pressure: None,
         stall: ([0; 3], [0; 3]),
+        job: Default::default(),
+        shm: Default::default(),
+        last_procfs: Instant::now(),
     };
     // SAFETY: both fds are owned by the values moved in, and stay open until
     // the AsyncFd (and its registration) is dropped.
@@ -439,6 +505,15 @@ async fn collect(
     // SAFETY: as above.
     let sigfd = unsafe { AsyncFd::register_with_interest(sigfd, tokio::io::Interest::READABLE) }
         .map_err(|e| io_err("polling the signalfd")(e.into()))?;
+
+    // The GPU probes go on before the job starts, so that a libcuda it loads
+    // from a known place is probed from its first call.
+    let (mut gpu, records) =
+        crate::gpu::GpuProbes::start(&mut ebpf, attach.printk.is_some(), mono_ns());
+    for (kind, bytes) in records {
+        c.writer.record(kind, &bytes);
+    }
+    eprintln!("trainbpf: {}", gpu.describe());
 
     let pending = job::spawn(&argv, &invoker, job_adj)?;
     let pid = pending.pid;
@@ -477,6 +552,7 @@ async fn collect(
             fs::read_to_string(cg.dir.join(f)).ok()?.trim().parse().ok()
         }),
     }));
+    c.job.insert(pid);
     c.flush()?;
     let mut child = pending.release()?;
 
@@ -496,8 +572,13 @@ async fn collect(
             _ = tick.tick() => {
                 c.drain(ring.get_mut());
                 c.poll_lost(&counters);
+                reap_orphans(Some(pid));
                 if last_flush.elapsed() >= Duration::from_secs(1) || c.writer.pending() > FLUSH_BYTES {
                     c.poll_pressure(cgroup);
+                    c.poll_procfs();
+                    for (kind, bytes) in gpu.tick(&mut ebpf, &job, mono_ns()) {
+                        c.writer.record(kind, &bytes);
+                    }
                     c.flush()?;
                     last_flush = Instant::now();
                 }
@@ -525,14 +606,79 @@ async fn collect(
     let until = Instant::now() + Duration::from_millis(300);
     while Instant::now() < until {
         c.drain(ring.get_mut());
+        reap_orphans(None);
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Workers orphaned by the main process's death are still the job: the
+    // recorder is their subreaper and records them until they exit.
+    c.job.remove(&pid);
+    c.job.retain(|&t| crate::procfs::alive(t));
+    if !c.job.is_empty() {
+        eprintln!(
+            "trainbpf: the job's main process ended; recording its {} remaining processes until they exit (Ctrl-C to stop)",
+            c.job.len()
+        );
+        let mut last_flush = Instant::now();
+        'orphans: loop {
+            tokio::select! {
+                _ = tick.tick() => {
+                    c.drain(ring.get_mut());
+                    c.poll_lost(&counters);
+                    reap_orphans(None);
+                    c.job.retain(|&t| crate::procfs::alive(t));
+                    if c.job.is_empty() {
+                        break 'orphans;
+                    }
+                    if last_flush.elapsed() >= Duration::from_secs(1) {
+                        c.poll_pressure(cgroup);
+                        c.poll_procfs();
+                        for (kind, bytes) in gpu.tick(&mut ebpf, &job, mono_ns()) {
+                            c.writer.record(kind, &bytes);
+                        }
+                        c.flush()?;
+                        last_flush = Instant::now();
+                    }
+                }
+                guard = sigfd.readable() => {
+                    let mut guard = guard.map_err(io_err("signalfd"))?;
+                    let stop = matches!(guard.get_inner().read_signal(), Ok(Some(_)));
+                    guard.clear_ready();
+                    if stop {
+                        eprintln!("trainbpf: stopped waiting; {} job processes run on", c.job.len());
+                        break 'orphans;
+                    }
+                }
+            }
+        }
+        c.drain(ring.get_mut());
     }
     c.drain(ring.get_mut());
     c.poll_lost(&counters);
+    for (kind, bytes) in gpu.finish(mono_ns()) {
+        c.writer.record(kind, &bytes);
+    }
     c.user(UserBody::JobExit(JobExit { pid, status }));
     c.flush()?;
     let _ = c.writer.get_ref().sync_all();
     Ok(status)
+}
+
+/// Reaps children that were re-parented to the recorder (its subreaper
+/// role), except `keep`, which tokio waits for. WNOWAIT peeks first so that
+/// the main process's status is never taken from under tokio.
+fn reap_orphans(keep: Option<u32>) {
+    use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
+    for _ in 0..64 {
+        let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+        let Ok(st) = waitid(Id::All, flags) else {
+            return;
+        };
+        let Some(pid) = st.pid() else { return };
+        if matches!(st, WaitStatus::StillAlive) || Some(pid.as_raw() as u32) == keep {
+            return;
+        }
+        let _ = waitpid(pid, Some(WaitPidFlag::WNOHANG));
+    }
 }
 
 /// A signal a process sent us (kill, systemd stop) goes on to the job. One

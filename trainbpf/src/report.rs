@@ -51,8 +51,22 @@ pub fn build(path: &Path, window: Duration) -> Result<Report> {
     Ok(report)
 }
 
-pub fn run(path: &Path, json: bool, window: Duration, no_color: bool) -> Result<String> {
+/// Files `report` writes besides what it prints.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Files<'a> {
+    pub html: Option<&'a Path>,
+    pub perfetto: Option<&'a Path>,
+}
+
+pub fn run(
+    path: &Path,
+    json: bool,
+    window: Duration,
+    no_color: bool,
+    files: &Files<'_>,
+) -> Result<String> {
     let report = build(path, window)?;
+    write_files(&report, files)?;
     if json {
         let mut s = serde_json::to_string_pretty(&render::json::render(&report))?;
         s.push('\n');
@@ -67,6 +81,26 @@ pub fn run(path: &Path, json: bool, window: Duration, no_color: bool) -> Result<
             width: terminal_width(),
         },
     ))
+}
+
+/// Writes the HTML page and the Perfetto trace, each whole or not at all: a
+/// half-written file is written beside and renamed over the target.
+fn write_files(report: &Report, files: &Files<'_>) -> Result<()> {
+    let write = |path: &Path, bytes: &[u8]| -> Result<()> {
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(".tmp");
+        std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", path.display()))?;
+        std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("trainbpf: wrote {}", path.display());
+        Ok(())
+    };
+    if let Some(p) = files.html {
+        write(p, render::html::render(report).as_bytes())?;
+    }
+    if let Some(p) = files.perfetto {
+        write(p, &serde_json::to_vec(&render::perfetto::render(report))?)?;
+    }
+    Ok(())
 }
 
 /// The end-of-run verdict `record` prints.

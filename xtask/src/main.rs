@@ -2,9 +2,12 @@
 //! `.cargo/config.toml`). Every task installs what it needs first, so a fresh
 //! clone needs nothing but rustup, python3 and a C compiler.
 
+mod bench;
+mod report_bench;
 mod setup;
 mod tasks;
 mod util;
+mod vm;
 
 use std::{ffi::OsString, process::ExitCode};
 
@@ -37,6 +40,63 @@ enum Task {
     /// As root: build, record the bundled example being OOM-killed in a
     /// 300 MiB memory limit, then print the report.
     Demo,
+    /// As root: overhead benchmark (issue 5). Each workload runs untraced,
+    /// under trainbpf, bpftrace and perf, interleaved; writes
+    /// target/bench/results.md and prints it. About 40 minutes in full.
+    Bench {
+        /// A few seconds in all, on the debug build: proves every tool still
+        /// runs (for CI); the figures mean nothing and nothing is asserted.
+        #[arg(long)]
+        smoke: bool,
+        /// Runs of each arm [default: 5, or 1 with --smoke].
+        #[arg(long)]
+        runs: Option<usize>,
+        /// Seconds of one W4 (steady job) run [default: 180, or 2 with --smoke].
+        #[arg(long)]
+        w4_secs: Option<u64>,
+    },
+    /// Write a large synthetic recording with trainbpf's real writer: a
+    /// training job with re-spawned DataLoader workers and a few OOM kills
+    /// (trainbpf/examples/gen_recording.rs).
+    GenRecording {
+        /// Hours of recording.
+        #[arg(long, default_value_t = 24.0)]
+        hours: f64,
+        /// Processes in the job: the trainer and its workers.
+        #[arg(long, default_value_t = 8)]
+        procs: usize,
+        /// MiB each worker allocates and frees per batch (the record rate).
+        #[arg(long, default_value_t = 24)]
+        batch_mib: u32,
+        #[arg(short, long)]
+        output: std::path::PathBuf,
+    },
+    /// Time `trainbpf report` (text, JSON, HTML and Perfetto) and its peak
+    /// RSS on generated 24-hour recordings; writes
+    /// target/bench-report/results.md (BENCHMARKS.md quotes it).
+    BenchReport {
+        #[arg(long, default_value_t = 24.0)]
+        hours: f64,
+        #[arg(long, default_value_t = 8)]
+        procs: usize,
+        /// Runs of each measurement.
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+    },
+    /// Boot Debian's kernel (it has kprobes) under qemu with a static
+    /// trainbpf, cause a memory-cgroup OOM kill in the guest and check that
+    /// the oom_kill_process probe gave points, totalpages and the trigger.
+    Vm {
+        /// Kernel line: 5.10 (bullseye), 6.1 (bookworm) or 6.12 (trixie).
+        #[arg(long, default_value = "6.1")]
+        kernel: String,
+        /// The Debian suite to take the kernel from, for a line not above.
+        #[arg(long)]
+        suite: Option<String>,
+        /// Seconds the guest gets from boot to power-off.
+        #[arg(long, default_value_t = 120)]
+        timeout: u64,
+    },
 }
 
 fn main() -> ExitCode {
@@ -65,5 +125,37 @@ fn run(task: Task) -> anyhow::Result<()> {
             cargo_test_args,
         } => tasks::test(!no_lint, &cargo_test_args),
         Task::Demo => tasks::demo(),
+        Task::Bench {
+            smoke,
+            runs,
+            w4_secs,
+        } => bench::bench(bench::Options {
+            smoke,
+            runs,
+            w4_secs,
+        }),
+        Task::GenRecording {
+            hours,
+            procs,
+            batch_mib,
+            output,
+        } => report_bench::gen_recording(&report_bench::GenOptions {
+            hours,
+            procs,
+            batch_mib,
+            output,
+        }),
+        Task::BenchReport { hours, procs, runs } => {
+            report_bench::bench_report(&report_bench::BenchOptions { hours, procs, runs })
+        }
+        Task::Vm {
+            kernel,
+            suite,
+            timeout,
+        } => vm::vm(&vm::Options {
+            kernel,
+            suite,
+            timeout: std::time::Duration::from_secs(timeout),
+        }),
     }
 }

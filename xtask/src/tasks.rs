@@ -26,6 +26,8 @@ pub fn test(lint: bool, cargo_test_args: &[OsString]) -> Result<()> {
         run(cargo().args(["fmt", "--all", "--", "--check"]))?;
     }
     let bin = build()?;
+    // The HTML report's test renders the page in a real browser.
+    crate::report_bench::ensure_chromium()?;
     if lint {
         // trainbpf-ebpf cannot be checked for the host: it is no_std with its
         // own panic handler and uses nightly features, and a workspace-wide

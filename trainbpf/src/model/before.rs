@@ -19,6 +19,16 @@ impl History {
         }
     }
 
+    /// The sample in force at `t`, else the first after it.
+    pub(super) fn around(&self, t: u64) -> Option<&Pressure> {
+        self.samples
+            .iter()
+            .rev()
+            .find(|(s, _)| *s <= t)
+            .or_else(|| self.samples.iter().find(|(s, _)| *s >= t))
+            .map(|(_, p)| p)
+    }
+
     /// Summarises `[start, kill]`.
     pub(super) fn before(&self, start: u64, kill: u64) -> Option<PressureBefore> {
         let at_kill = self.samples.iter().rev().find(|(t, _)| *t <= kill)?;

@@ -10,6 +10,9 @@ use crate::decode::{ExitStatus, OomRecordKind};
 use crate::model::{Death, Grower, Kill, Process, Report, ns_to_s};
 use crate::render::{death_phrase, rfc3339_ms};
 
+/// The `gpu` object.
+mod gpu;
+
 /// Adding keys keeps this; removing or renaming one, or changing a type or
 /// unit, bumps it.
 pub const SCHEMA: &str = "trainbpf.report/1";
@@ -56,12 +59,35 @@ pub fn render(r: &Report) -> Value {
         "kills": r.kills.iter().map(|k| kill(r, k)).collect::<Vec<_>>(),
         "processes": r.processes.iter().map(|p| process(r, p)).collect::<Vec<_>>(),
         "deaths": r.deaths.iter().map(|d| death(r, d)).collect::<Vec<_>>(),
+        "groups": r.groups.iter().map(|g| json!({
+            "role": g.role,
+            "pids": g.pids,
+            "count": g.pids.len(),
+            "honest_kb": g.honest_kb,
+            "peak_rss_kb": g.grew_kb,
+        })).collect::<Vec<_>>(),
+        "shared_memory": r.shared_memory.iter().map(|o| json!({
+            "kind": o.kind,
+            "name": o.name,
+            "id": o.id,
+            "size_kb": o.size_kb,
+            "resident_kb": o.resident_kb,
+            "owner_pid": o.owner_tgid,
+            "mappers": o.mappers,
+        })).collect::<Vec<_>>(),
+        "attribution_at_peak": r.attribution_at_peak.as_ref().map(sum_check),
+        "smaps_cost": {
+            "rounds": r.smaps_rounds,
+            "total_us": r.smaps_cost_us,
+        },
         "top_memory": r.top_memory.iter().map(|u| json!({
             "pid": u.pid,
             "comm": u.comm,
             "peak_rss_kb": u.peak_rss_kb,
             "in_job": u.in_job,
         })).collect::<Vec<_>>(),
+        "run": run(r),
+        "gpu": gpu::render(r),
         "lost_events": r.lost_events(),
         "lost": {
             "by_kind": r.lost.by_kind.iter().enumerate()
@@ -152,8 +178,58 @@ fn kill(r: &Report, k: &Kill) -> Value {
             "stalls": {"direct_reclaim": p.stalls[0], "memcg_reclaim": p.stalls[1], "compaction": p.stalls[2]},
         })),
         "window_s": secs(k.window_ns),
+        "groups": k.groups.iter().map(|g| json!({
+            "role": g.role,
+            "pids": g.pids,
+            "count": g.pids.len(),
+            "honest_kb": g.honest_kb,
+            "grew_kb": g.grew_kb,
+            "window_s": secs(g.window_ns),
+        })).collect::<Vec<_>>(),
+        "sum_check": k.sum_check.as_ref().map(sum_check),
         "growers": k.growers.iter().map(grower).collect::<Vec<_>>(),
         "kernel_log": k.kernel_log,
+    })
+}
+
+fn sum_check(s: &crate::model::SumCheck) -> Value {
+    json!({
+        "cgroup_delta_kb": s.cgroup_delta_kb,
+        "attributed_kb": s.attributed_kb,
+        "unattributed_kb": s.unattributed_kb,
+        "unattributed": {
+            "page_cache_delta_kb": s.file_delta_kb,
+            "kernel_delta_kb": s.kernel_delta_kb,
+        },
+        "ratio": s.ratio().map(|r| (r * 1000.0).round() / 1000.0),
+    })
+}
+
+/// The whole run, from the bounded series: the charted processes' peaks
+/// and the job processes that came and went.
+fn run(r: &Report) -> Value {
+    let s = &r.series;
+    json!({
+        "duration_s": secs(r.duration_ns()),
+        "peaks": s.job_first().iter().map(|p| json!({
+            "pid": p.pid,
+            "comm": p.comm,
+            "in_job": p.in_job,
+            "peak_rss_kb": p.peak_kb,
+            "peak_s": secs_since(r, p.peak_ns),
+            "born_s": p.born_ns.map(|t| secs_since(r, t)),
+            "died_s": p.died_ns.map(|t| secs_since(r, t)),
+            "oom_killed": p.oom_killed,
+        })).collect::<Vec<_>>(),
+        "folded": {"count": s.folded.count, "peak_rss_kb": s.folded.peak_kb},
+        "came_and_went": s.came_and_went.iter().map(|c| json!({
+            "comm": c.comm,
+            "count": c.count,
+            "shortest_s": secs(c.shortest_ns),
+            "longest_s": secs(c.longest_ns),
+            "peak_rss_kb": c.peak_kb,
+        })).collect::<Vec<_>>(),
+        "uncharted": {"job": s.uncharted_job, "outside": s.uncharted_outside},
     })
 }
 
@@ -162,6 +238,7 @@ fn grower(g: &Grower) -> Value {
         "pid": g.pid,
         "comm": g.comm,
         "grew_kb": g.grew_kb,
+        "honest_kb": g.honest_kb,
         "window_s": secs(g.window_ns),
         "rate_kb_per_s": g.rate_kb_per_s.map(|r| (r * 10.0).round() / 10.0),
         "rss_kb": g.rss_kb,
@@ -183,6 +260,10 @@ fn process(r: &Report, p: &Process) -> Value {
         "peak_rss_kb": p.peak_rss_kb,
         "oom_killed": p.oom_killed,
         "oom_score_adj": p.oom_score_adj,
+        "honest_kb": p.honest_kb,
+        "honest_peak_kb": p.honest_peak_kb,
+        "uss_kb": p.uss_kb,
+        "pss_kb": p.pss_kb,
     })
 }
 
@@ -238,6 +319,9 @@ fn kind_name(i: usize) -> String {
         c::KIND_OOM_VICTIM => "oom_victim",
         c::KIND_OOM_KILL => "oom_kill",
         c::KIND_PRINTK => "printk",
+        c::KIND_CUDA => "cuda",
+        c::KIND_XID => "xid",
+        c::KIND_NV_PAGES => "nv_pages",
         _ => return format!("kind_{i}"),
     };
     name.to_string()

@@ -1,7 +1,10 @@
 //! Renderers: interchangeable views of one [`crate::model::Report`]. They
 //! read the model only, never the recording.
 
+pub mod chart;
+pub mod html;
 pub mod json;
+pub mod perfetto;
 pub mod text;
 
 use crate::{
@@ -191,6 +194,7 @@ pub(crate) mod fixture {
             pid: 812,
             start_ns: 5,
             comm: "pt_data_worker".into(),
+            honest_kb: None,
             grew_kb: 256_102,
             window_ns: 12_000_000_000,
             rate_kb_per_s: Some(21_341.8),
@@ -254,6 +258,8 @@ pub(crate) mod fixture {
             totalpages: Some(76_800),
             oom_memcg_id: 55,
             victim_memcg_id: 55,
+            groups: vec![],
+            sum_check: None,
             ranking: None,
             pressure: None,
             growers: vec![
@@ -311,8 +317,17 @@ pub(crate) mod fixture {
                 peak_rss_kb: 40_960,
                 oom_killed: false,
                 oom_score_adj: None,
+                honest_kb: None,
+                honest_peak_kb: None,
+                uss_kb: None,
+                pss_kb: None,
             }],
             deaths: vec![],
+            groups: vec![],
+            shared_memory: vec![],
+            attribution_at_peak: None,
+            smaps_rounds: 0,
+            smaps_cost_us: 0,
             top_memory: vec![],
             lost: Lost {
                 by_kind: vec![0, 0, 0, 0, 3, 0, 0, 0],
@@ -320,8 +335,10 @@ pub(crate) mod fixture {
                 proc_map_full: 0,
                 job_map_full: 0,
             },
+            series: Default::default(),
             undecodable: 2,
             stopped_early: None,
+            gpu: Default::default(),
         }
     }
 }

@@ -7,6 +7,9 @@ use std::fmt::Write as _;
 use crate::model::{Cause, Constraint, Grower, Kill, Report};
 use crate::render::{death_phrase, exit_phrase, human_kb, human_rate, human_secs, rfc3339_ms};
 
+/// GPU and pinned memory, CUDA OOMs, Xid.
+mod gpu;
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TextOptions {
     /// ANSI colour; the caller decides (terminal, `NO_COLOR`, `--color`).
@@ -30,6 +33,8 @@ const TOP_USERS: usize = 5;
 const VERDICT_GROWERS: usize = 3;
 /// Kills spelled out in the verdict; the rest are counted.
 const VERDICT_KILLS: usize = 3;
+/// Plain exits listed among the deaths; the rest are counted.
+const MAX_PLAIN_EXITS: usize = 10;
 /// Narrower than this and wrapping does more harm than good.
 const MIN_WIDTH: usize = 40;
 
@@ -114,9 +119,54 @@ pub fn render(r: &Report, o: &TextOptions) -> String {
         kill_section(&mut out, r, k, i, n, width, &p);
     }
 
+    job_memory_section(&mut out, r, &p);
+    let shm: Vec<_> = r
+        .shared_memory
+        .iter()
+        .filter(|o| o.resident_kb > 0)
+        .take(8)
+        .collect();
+    if !shm.is_empty() {
+        let _ = writeln!(
+            out,
+            "{}",
+            p.bold("Shared memory, each object counted once:")
+        );
+        for o in shm {
+            let owner = o
+                .owner_tgid
+                .map_or("owner unknown".into(), |p| format!("first used by pid {p}"));
+            let _ = writeln!(
+                out,
+                "  {}  {} resident of {}, {owner}, mapped by {} job processes",
+                o.name,
+                human_kb(o.resident_kb),
+                human_kb(o.size_kb),
+                o.mappers
+            );
+        }
+        out.push('\n');
+    }
+    if let Some(s) = &r.attribution_at_peak {
+        let _ = writeln!(out, "At the job cgroup's peak: {}\n", sum_check_line(s));
+    }
+    super::chart::run_summary(&mut out, r, width, o.color);
+
+    gpu::section(&mut out, r, width, &p);
     if !r.deaths.is_empty() {
         let _ = writeln!(out, "{}", p.bold("Deaths in the job:"));
+        // A long run re-spawns workers by the hundred: list every death
+        // that was not a plain exit, and the root's, but only the first
+        // plain exits.
+        let root = r.job.as_ref().map(|j| j.pid);
+        let mut plain = 0;
         for d in &r.deaths {
+            if d.cause == Cause::Exit && Some(d.pid) != root {
+                plain += 1;
+                if plain > MAX_PLAIN_EXITS {
+                    continue;
+                }
+            }
             let _ = writeln!(
                 out,
                 "  +{:>7.1} s  pid {} ({}): {}",
@@ -124,6 +174,13 @@ pub fn render(r: &Report, o: &TextOptions) -> String {
                 d.pid,
                 d.comm,
                 death_phrase(d)
+            );
+        }
+        if plain > MAX_PLAIN_EXITS {
+            let _ = writeln!(
+                out,
+                "  … and {} more job processes that exited normally",
+                plain - MAX_PLAIN_EXITS
             );
         }
         out.push('\n');
@@ -191,6 +248,9 @@ fn kill_section(
         let _ = writeln!(out, "  {line}");
     }
     out.push('\n');
+    if let Some(w) = r.series.window(k) {
+        super::chart::kill_chart(out, w, width, p.0);
+    }
 
     let field = |out: &mut String, name: &str, value: String| {
         let _ = writeln!(out, "  {} {value}", p.dim(&format!("{name:<11}")));
@@ -292,14 +352,15 @@ fn kill_section(
         );
         let _ = writeln!(
             out,
-            "  {:>7}  {:<16}  {:>11}  {:>8}  {:>12}  {:>11}  JOB",
-            "PID", "COMM", "GREW", "OVER", "RATE", "RSS AT KILL"
+            "  {:>7}  {:<16}  {:>11}  {:>11}  {:>8}  {:>12}  {:>11}  JOB",
+            "PID", "COMM", "ADDED", "RSS GREW", "OVER", "RATE", "RSS AT KILL"
         );
         for g in &k.growers {
             let mut row = format!(
-                "  {:>7}  {:<16}  {:>11}  {:>8}  {:>12}  {:>11}  {}",
+                "  {:>7}  {:<16}  {:>11}  {:>11}  {:>8}  {:>12}  {:>11}  {}",
                 g.pid,
                 g.comm,
+                g.honest_kb.map_or("-".into(), signed_kb),
                 format!("+{}", human_kb(g.grew_kb)),
                 human_secs(g.window_ns),
                 g.rate_kb_per_s.map_or("-".into(), human_rate),
@@ -317,12 +378,120 @@ fn kill_section(
         }
     }
     out.push('\n');
+    if k.growers.iter().any(|g| g.honest_kb.is_some()) {
+        let _ = writeln!(
+            out,
+            "  ADDED is memory allocated minus freed in the process's own context: a fork adds\n  nothing to the child, a copy-on-write break counts for the process that breaks it."
+        );
+    }
+    for g in &k.groups {
+        let _ = writeln!(
+            out,
+            "  {} {}: {} added ({} RSS growth) in {}",
+            g.pids.len(),
+            g.role,
+            signed_kb(g.honest_kb),
+            human_kb(g.grew_kb),
+            human_secs(g.window_ns)
+        );
+    }
+    if let Some(s) = &k.sum_check {
+        let _ = writeln!(out, "  {}", sum_check_line(s));
+    }
+    out.push('\n');
     if let Some(rk) = &k.ranking {
         ranking_section(out, k, rk, p);
     }
     if let Some(pr) = &k.pressure {
         pressure_section(out, pr);
     }
+    gpu::kill_lines(out, r, i, width);
+}
+
+/// The job's processes by what they added, with USS/PSS and role groups.
+fn job_memory_section(out: &mut String, r: &Report, p: &Paint) {
+    if r.processes
+        .iter()
+        .all(|x| x.honest_kb.is_none() && x.uss_kb.is_none())
+    {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "{}",
+        p.bold(
+            "What the job's processes added (allocated minus freed in their own context, at most):"
+        )
+    );
+    let _ = writeln!(
+        out,
+        "  {:>7}  {:<16}  {:>11}  {:>11}  {:>10}  {:>10}",
+        "PID", "COMM", "ADDED", "PEAK RSS", "USS", "PSS"
+    );
+    let mut procs: Vec<_> = r.processes.iter().collect();
+    procs.sort_by_key(|x| std::cmp::Reverse(x.honest_peak_kb.unwrap_or(0)));
+    let dash = || "-".to_string();
+    for x in procs.iter().take(12) {
+        let _ = writeln!(
+            out,
+            "  {:>7}  {:<16}  {:>11}  {:>11}  {:>10}  {:>10}",
+            x.pid,
+            x.comm,
+            x.honest_peak_kb.map_or_else(dash, signed_kb),
+            human_kb(x.peak_rss_kb),
+            x.uss_kb.map_or_else(dash, human_kb),
+            x.pss_kb.map_or_else(dash, human_kb)
+        );
+    }
+    if procs.len() > 12 {
+        let _ = writeln!(out, "  … and {} more", procs.len() - 12);
+    }
+    for g in &r.groups {
+        let _ = writeln!(
+            out,
+            "  {} {}: {} added, {} peak RSS together",
+            g.pids.len(),
+            g.role,
+            signed_kb(g.honest_kb),
+            human_kb(g.grew_kb)
+        );
+    }
+    out.push('\n');
+}
+
+/// `+1.2 GiB` / `-300 MiB`.
+fn signed_kb(kb: i64) -> String {
+    if kb < 0 {
+        format!("-{}", human_kb(kb.unsigned_abs()))
+    } else {
+        format!("+{}", human_kb(kb as u64))
+    }
+}
+
+/// "The job's processes added 2.9 GiB; its cgroup's usage grew 3.0 GiB:
+/// 97% attributed; 90 MiB to no process (page cache +60 MiB, kernel +10 MiB)."
+pub(crate) fn sum_check_line(s: &crate::model::SumCheck) -> String {
+    let mut line = format!(
+        "The job's processes added {}; its cgroup's usage moved {}",
+        signed_kb(s.attributed_kb),
+        signed_kb(s.cgroup_delta_kb)
+    );
+    if let Some(r) = s.ratio() {
+        let _ = write!(line, ": {:.0}% attributed", r * 100.0);
+    }
+    let _ = write!(line, "; {} to no process", signed_kb(s.unattributed_kb));
+    let parts: Vec<String> = [
+        ("page cache", s.file_delta_kb),
+        ("kernel", s.kernel_delta_kb),
+    ]
+    .iter()
+    .filter_map(|(n, v)| v.map(|v| format!("{n} {}", signed_kb(v))))
+    .collect();
+    if !parts.is_empty() {
+        let _ = write!(line, " ({})", parts.join(", "));
+    }
+    line.push('.');
+    line
 }
 
 /// The OOM killer's ranking, reconstructed, with the kernel's own figure
@@ -422,8 +591,9 @@ fn pressure_section(out: &mut String, pr: &crate::model::PressureBefore) {
     out.push('\n');
 }
 
-/// One or two sentences: who grew, and what the kernel did about it.
-fn story(k: &Kill) -> String {
+/// One or two sentences: who grew, and what the kernel did about it. The
+/// HTML report tells the same story.
+pub(crate) fn story(k: &Kill) -> String {
     let v = &k.victim;
     let killer = killer(k);
     let killed = format!(
@@ -573,6 +743,9 @@ fn kind_label(i: usize) -> String {
         c::KIND_OOM_VICTIM => "oom victim".into(),
         c::KIND_OOM_KILL => "oom kill".into(),
         c::KIND_PRINTK => "kernel log".into(),
+        c::KIND_CUDA => "cuda".into(),
+        c::KIND_XID => "xid".into(),
+        c::KIND_NV_PAGES => "nv pages".into(),
         _ => format!("kind {i}"),
     }
 }
@@ -644,6 +817,7 @@ pub fn verdict(r: &Report) -> String {
             death_phrase(d)
         );
     }
+    gpu::verdict(&mut out, r);
     if r.lost_events() > 0 {
         let _ = writeln!(
             out,
@@ -670,7 +844,7 @@ fn or_unknown(s: &str) -> &str {
 }
 
 /// Greedy word wrap; a word longer than the line stays whole.
-fn wrap(s: &str, width: usize) -> Vec<String> {
+pub(crate) fn wrap(s: &str, width: usize) -> Vec<String> {
     let mut lines = Vec::new();
     let mut line = String::new();
     for word in s.split_whitespace() {

@@ -1,0 +1,629 @@
+//! The recorder's GPU side: which `libcuda.so` files to probe and when,
+//! the Xid tracepoint and driver kprobes where the machine has them, and
+//! NVML sampling.
+//!
+//! Uprobes are per inode: one attach to a library file covers every process
+//! that maps it, including processes that `dlopen` it later. So at start the
+//! probes go on every `libcuda.so*` file that can be found (`ldconfig -p`,
+//! the usual directories, `TRAINBPF_LIBCUDA`), once per distinct file
+//! (device + inode); then, once a second, the job's processes' maps are
+//! scanned for a `libcuda.so*` not yet probed (a container's, a conda
+//! environment's), which is probed through `/proc/PID/root`. A process that
+//! loads such a library and calls it within that second is seen only from
+//! the scan on: the report lists what was attached when, and the kernel side
+//! never pairs a return without its entry.
+//!
+//! Everything tried and not used is recorded with the reason
+//! ([`GpuSource`], [`GpuAttach`]), once.
+
+use std::{
+    collections::HashSet,
+    ffi::OsStr,
+    fs,
+    os::unix::fs::MetadataExt,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use aya::{
+    Ebpf,
+    maps::{HashMap as BpfHashMap, MapData, PerCpuArray},
+    programs::{KProbe, ProgramError, TracePoint, UProbe, uprobe::UProbeScope},
+};
+use nvml_wrapper::{Nvml, enums::device::UsedGpuMemory};
+use trainbpf_common::{GpuConfig, GpuCounters};
+
+use crate::{
+    decode::gpu::{
+        GpuAttach, GpuLost, GpuSource, GpuUserBody, NvmlDevice, NvmlProcess, NvmlSample,
+        encode_user,
+    },
+    kernel,
+};
+
+/// Extra `libcuda.so` paths, `:`-separated: a driver outside the usual
+/// places, or a stand-in library in tests.
+pub const ENV_LIBCUDA: &str = "TRAINBPF_LIBCUDA";
+/// The NVML library to load instead of `libnvidia-ml.so.1`.
+pub const ENV_LIBNVML: &str = "TRAINBPF_LIBNVML";
+
+/// Directories where drivers put `libcuda.so*` (Debian/Ubuntu, RHEL, the
+/// CUDA toolkit's forward-compatibility packages, WSL).
+const LIB_DIRS: [&str; 4] = [
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib64",
+    "/usr/lib/aarch64-linux-gnu",
+    "/usr/lib/wsl/lib",
+];
+
+/// Exported symbol → (entry program, return program). `_ptsz` variants (per
+/// thread default stream) share their base call's programs.
+pub const CUDA_SYMBOLS: [(&str, &str); 23] = [
+    ("cuInit", "cu_init"),
+    ("cuDevicePrimaryCtxRetain", "cu_primary_ctx_retain"),
+    ("cuCtxCreate_v2", "cu_ctx_create_v2"),
+    ("cuCtxCreate_v3", "cu_ctx_create_v3"),
+    ("cuCtxCreate_v4", "cu_ctx_create_v4"),
+    ("cuMemAlloc_v2", "cu_mem_alloc"),
+    ("cuMemFree_v2", "cu_mem_free"),
+    ("cuMemAllocAsync", "cu_mem_alloc_async"),
+    ("cuMemAllocAsync_ptsz", "cu_mem_alloc_async"),
+    ("cuMemFreeAsync", "cu_mem_free_async"),
+    ("cuMemFreeAsync_ptsz", "cu_mem_free_async"),
+    ("cuMemAllocFromPoolAsync", "cu_mem_alloc_from_pool"),
+    ("cuMemAllocFromPoolAsync_ptsz", "cu_mem_alloc_from_pool"),
+    ("cuMemAllocManaged", "cu_mem_alloc_managed"),
+    ("cuMemAllocHost_v2", "cu_mem_alloc_host"),
+    ("cuMemHostAlloc", "cu_mem_host_alloc"),
+    ("cuMemFreeHost", "cu_mem_free_host"),
+    ("cuMemHostRegister_v2", "cu_mem_host_register"),
+    ("cuMemHostUnregister", "cu_mem_host_unregister"),
+    ("cuMemCreate", "cu_mem_create"),
+    ("cuMemRelease", "cu_mem_release"),
+    ("cuMemMap", "cu_mem_map"),
+    ("cuMemUnmap", "cu_mem_unmap"),
+];
+
+/// The driver's host-page allocator, probed where kprobes exist.
+const NV_KPROBES: [&str; 2] = ["nv_alloc_pages", "nv_free_pages"];
+
+/// Job processes whose maps are read per scan: bounds the work on a job
+/// with thousands of processes (the rest wait for the next scan).
+const MAX_SCAN: usize = 512;
+
+/// The `nvidia:nvidia_dev_xid` offsets for the object's `GPU_CONFIG`; all
+/// -1 when the driver has no such tracepoint (tracefs must be mounted).
+pub fn config() -> GpuConfig {
+    let mut c = GpuConfig::UNSET;
+    if let Some(f) = kernel::tp_format("nvidia", "nvidia_dev_xid") {
+        c.xid_dev = kernel::field(&f, "dev");
+        c.xid_code = kernel::field(&f, "error_code");
+        c.xid_msg = kernel::field(&f, "msg");
+    }
+    c
+}
+
+/// The recorder's GPU state while the job runs.
+pub struct GpuProbes {
+    /// (st_dev, st_ino) of every library file tried, probed or not.
+    tried: HashSet<(u64, u64)>,
+    /// The uprobe programs loaded (the verifier accepted them).
+    loaded: bool,
+    counters: Option<PerCpuArray<MapData, GpuCounters>>,
+    lost: GpuLost,
+    nvml: Option<Nvml>,
+    nvml_failed: bool,
+    scan_from: usize,
+    attached_files: usize,
+}
+
+/// Encoded GPU collector records, for the recording.
+pub type Records = Vec<(u16, Vec<u8>)>;
+
+fn rec(out: &mut Records, now: u64, body: GpuUserBody) {
+    out.push(encode_user(now, body));
+}
+
+fn source(out: &mut Records, now: u64, source: &str, used: bool, detail: String) {
+    rec(
+        out,
+        now,
+        GpuUserBody::GpuSource(GpuSource {
+            source: source.into(),
+            used,
+            detail,
+        }),
+    );
+}
+
+fn why(e: &ProgramError) -> String {
+    let mut s = e.to_string();
+    let mut cur = std::error::Error::source(e);
+    while let Some(c) = cur {
+        let m = c.to_string();
+        if !s.contains(&m) {
+            s.push_str(": ");
+            s.push_str(&m);
+        }
+        cur = c.source();
+    }
+    s.lines().next().unwrap_or("").to_string()
+}
+
+impl GpuProbes {
+    /// Loads the GPU programs, probes every `libcuda.so*` found, and tries
+    /// the Xid tracepoint, the driver kprobes and NVML. `printk` says whether
+    /// the kernel-log probe (which forwards `NVRM: Xid` lines) is attached.
+    pub fn start(ebpf: &mut Ebpf, printk: bool, now: u64) -> (GpuProbes, Records) {
+        let mut out = Vec::new();
+        let mut g = GpuProbes {
+            tried: HashSet::new(),
+            loaded: false,
+            counters: ebpf
+                .take_map("GPU_COUNTERS")
+                .and_then(|m| PerCpuArray::try_from(m).ok()),
+            lost: GpuLost::default(),
+            nvml: None,
+            nvml_failed: false,
+            scan_from: 0,
+            attached_files: 0,
+        };
+        match load_uprobes(ebpf) {
+            Ok(()) => g.loaded = true,
+            Err(e) => source(
+                &mut out,
+                now,
+                "libcuda",
+                false,
+                format!("the CUDA uprobe programs did not load: {e}"),
+            ),
+        }
+        if g.loaded {
+            for (path, found_by) in candidates() {
+                if let Some(a) = g.attach_library(ebpf, &path, found_by, None) {
+                    rec(&mut out, now, GpuUserBody::GpuAttach(a));
+                }
+            }
+            let detail = if g.attached_files > 0 {
+                format!(
+                    "{} libcuda file(s) probed; job processes' maps are scanned every second for others",
+                    g.attached_files
+                )
+            } else {
+                format!(
+                    "no libcuda.so* found at start ({ENV_LIBCUDA}, ldconfig -p, {}, /usr/local/cuda*/compat); job processes' maps are scanned every second",
+                    LIB_DIRS.join(", ")
+                )
+            };
+            source(&mut out, now, "libcuda", g.attached_files > 0, detail);
+        }
+        let (used, detail) = attach_xid(ebpf, printk);
+        source(&mut out, now, "xid", used, detail);
+        for sym in NV_KPROBES {
+            let (used, detail) = attach_nv_kprobe(ebpf, sym);
+            source(&mut out, now, &format!("kprobe:{sym}"), used, detail);
+        }
+        source(
+            &mut out,
+            now,
+            "ioctl",
+            false,
+            "decoding the driver's allocation ioctls on /dev/nvidia* is not implemented".into(),
+        );
+        let lib = std::env::var_os(ENV_LIBNVML).unwrap_or_else(|| "libnvidia-ml.so.1".into());
+        match Nvml::builder().lib_path(&lib).init() {
+            Ok(n) => {
+                let count = n.device_count().map_or_else(
+                    |e| format!("device count failed: {e}"),
+                    |c| format!("{c} GPU(s)"),
+                );
+                let driver = n.sys_driver_version().unwrap_or_else(|_| "unknown".into());
+                source(
+                    &mut out,
+                    now,
+                    "nvml",
+                    true,
+                    format!(
+                        "{}: {count}, driver {driver}; sampled every second",
+                        lib.to_string_lossy()
+                    ),
+                );
+                g.nvml = Some(n);
+            }
+            Err(e) => source(
+                &mut out,
+                now,
+                "nvml",
+                false,
+                format!(
+                    "{} could not be loaded ({e}); no NVML samples",
+                    lib.to_string_lossy()
+                ),
+            ),
+        }
+        (g, out)
+    }
+
+    /// One line for record's start-up message.
+    pub fn describe(&self) -> String {
+        format!(
+            "GPU: {} libcuda file(s) probed, NVML {}",
+            self.attached_files,
+            if self.nvml.is_some() {
+                "sampled"
+            } else {
+                "unavailable"
+            }
+        )
+    }
+
+    /// Probes one library file, unless that file (by device and inode) was
+    /// tried before. `None` when it was.
+    fn attach_library(
+        &mut self,
+        ebpf: &mut Ebpf,
+        path: &Path,
+        found_by: &str,
+        pid: Option<u32>,
+    ) -> Option<GpuAttach> {
+        let meta = fs::metadata(path).ok()?;
+        if !meta.is_file() || !self.tried.insert((meta.dev(), meta.ino())) {
+            return None;
+        }
+        let mut a = GpuAttach {
+            path: path.display().to_string(),
+            dev: meta.dev(),
+            ino: meta.ino(),
+            found_by: found_by.into(),
+            pid,
+            ..GpuAttach::default()
+        };
+        let mut errors = Vec::new();
+        for (symbol, prog) in CUDA_SYMBOLS {
+            match attach_pair(ebpf, prog, symbol, path) {
+                Ok(()) => a.attached.push(symbol.into()),
+                Err(Missing::Symbol) => a.missing.push(symbol.into()),
+                Err(Missing::Other(e)) => errors.push(format!("{symbol}: {e}")),
+            }
+        }
+        if a.attached.is_empty() {
+            a.error = Some(if errors.is_empty() {
+                "exports none of the CUDA driver calls".into()
+            } else {
+                errors.join("; ")
+            });
+            self.lost.attach_failed += 1;
+        } else {
+            self.attached_files += 1;
+            if !errors.is_empty() {
+                a.error = Some(errors.join("; "));
+            }
+        }
+        Some(a)
+    }
+
+    /// Once a second: new libraries in the job's maps, an NVML sample, the
+    /// kernel counters.
+    pub fn tick(
+        &mut self,
+        ebpf: &mut Ebpf,
+        job: &BpfHashMap<MapData, u32, u32>,
+        now: u64,
+    ) -> Records {
+        let mut out = Vec::new();
+        if self.loaded {
+            let mut pids: Vec<u32> = job.keys().filter_map(Result::ok).collect();
+            pids.sort_unstable();
+            // Round-robin when there are more than a scan's worth.
+            let n = pids.len();
+            let start = if n > MAX_SCAN { self.scan_from % n } else { 0 };
+            self.scan_from = start + MAX_SCAN;
+            for i in 0..n.min(MAX_SCAN) {
+                let pid = pids[(start + i) % n];
+                for path in mapped_libcuda(pid) {
+                    if let Some(a) = self.attach_library(ebpf, &path, "maps", Some(pid)) {
+                        eprintln!(
+                            "trainbpf: GPU: probed {} (mapped by pid {pid}): {} calls{}",
+                            a.path,
+                            a.attached.len(),
+                            a.error
+                                .as_deref()
+                                .map(|e| format!(" ({e})"))
+                                .unwrap_or_default()
+                        );
+                        rec(&mut out, now, GpuUserBody::GpuAttach(a));
+                    }
+                }
+            }
+        }
+        if let Some(n) = &self.nvml {
+            match sample(n) {
+                Ok(s) => rec(&mut out, now, GpuUserBody::Nvml(s)),
+                // Said once: a GPU that fell off the bus fails every sample.
+                Err(e) if !self.nvml_failed => {
+                    self.nvml_failed = true;
+                    source(
+                        &mut out,
+                        now,
+                        "nvml",
+                        false,
+                        format!("sampling failed: {e}"),
+                    );
+                }
+                Err(_) => {}
+            }
+        }
+        self.poll_counters(&mut out, now);
+        out
+    }
+
+    /// The last counters, when the job has ended.
+    pub fn finish(&mut self, now: u64) -> Records {
+        let mut out = Vec::new();
+        self.poll_counters(&mut out, now);
+        out
+    }
+
+    fn poll_counters(&mut self, out: &mut Records, now: u64) {
+        let mut lost = GpuLost {
+            attach_failed: self.lost.attach_failed,
+            ..GpuLost::default()
+        };
+        if let Some(c) = &self.counters
+            && let Ok(per_cpu) = c.get(&0, 0)
+        {
+            for v in per_cpu.iter() {
+                lost.pending_full += v.pending_full;
+                lost.read_failed += v.read_failed;
+            }
+        }
+        if lost != self.lost {
+            self.lost = lost.clone();
+            rec(out, now, GpuUserBody::GpuLost(lost));
+        }
+    }
+}
+
+fn load_uprobes(ebpf: &mut Ebpf) -> Result<(), String> {
+    let mut seen = HashSet::new();
+    for (_, prog) in CUDA_SYMBOLS {
+        if !seen.insert(prog) {
+            continue;
+        }
+        for name in [prog.to_string(), format!("{prog}_ret")] {
+            let p: &mut UProbe = ebpf
+                .program_mut(&name)
+                .ok_or_else(|| format!("program {name} missing from the object"))?
+                .try_into()
+                .map_err(|e: ProgramError| why(&e))?;
+            p.load().map_err(|e| format!("{name}: {}", why(&e)))?;
+        }
+    }
+    Ok(())
+}
+
+enum Missing {
+    Symbol,
+    Other(String),
+}
+
+/// Attaches the return probe, then the entry probe: an entry without its
+/// return would fill the pairing map with calls that never complete.
+fn attach_pair(ebpf: &mut Ebpf, prog: &str, symbol: &str, path: &Path) -> Result<(), Missing> {
+    let classify = |e: ProgramError| match &e {
+        ProgramError::UProbeError(aya::programs::uprobe::UProbeError::SymbolError { .. }) => {
+            Missing::Symbol
+        }
+        _ => Missing::Other(why(&e)),
+    };
+    let ret_name = format!("{prog}_ret");
+    let ret: &mut UProbe = uprobe_mut(ebpf, &ret_name)?;
+    let ret_link = ret
+        .attach(symbol, path, UProbeScope::AllProcesses)
+        .map_err(classify)?;
+    let entry: &mut UProbe = uprobe_mut(ebpf, prog)?;
+    if let Err(e) = entry.attach(symbol, path, UProbeScope::AllProcesses) {
+        if let Ok(ret) = uprobe_mut(ebpf, &ret_name) {
+            let _ = ret.detach(ret_link);
+        }
+        return Err(classify(e));
+    }
+    Ok(())
+}
+
+fn uprobe_mut<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut UProbe, Missing> {
+    ebpf.program_mut(name)
+        .ok_or_else(|| Missing::Other(format!("program {name} missing from the object")))?
+        .try_into()
+        .map_err(|e: ProgramError| Missing::Other(why(&e)))
+}
+
+/// `TRAINBPF_LIBCUDA` first, then `ldconfig -p`, then the usual directories.
+fn candidates() -> Vec<(PathBuf, &'static str)> {
+    let mut out = Vec::new();
+    if let Some(v) = std::env::var_os(ENV_LIBCUDA) {
+        for p in std::env::split_paths(&v) {
+            if !p.as_os_str().is_empty() {
+                out.push((p, "env"));
+            }
+        }
+    }
+    if let Ok(o) = Command::new("ldconfig").arg("-p").output() {
+        for line in String::from_utf8_lossy(&o.stdout).lines() {
+            // `	libcuda.so.1 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libcuda.so.1`
+            if let Some((name, path)) = line.trim().split_once(" => ")
+                && name.starts_with("libcuda.so")
+            {
+                out.push((PathBuf::from(path.trim()), "ldconfig"));
+            }
+        }
+    }
+    let mut dirs: Vec<PathBuf> = LIB_DIRS.iter().map(PathBuf::from).collect();
+    if let Ok(rd) = fs::read_dir("/usr/local") {
+        for e in rd.flatten() {
+            if e.file_name().to_string_lossy().starts_with("cuda") {
+                dirs.push(e.path().join("compat"));
+            }
+        }
+    }
+    for d in dirs {
+        let Ok(rd) = fs::read_dir(&d) else { continue };
+        let mut found: Vec<PathBuf> = rd
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| is_libcuda(p.file_name().unwrap_or_default()))
+            .collect();
+        found.sort();
+        out.extend(found.into_iter().map(|p| (p, "dir")));
+    }
+    out
+}
+
+fn is_libcuda(name: &OsStr) -> bool {
+    name.to_string_lossy().starts_with("libcuda.so")
+}
+
+/// `libcuda.so*` files a process maps, as paths that reach them from here
+/// (through `/proc/PID/root`, so a container's library is found too).
+fn mapped_libcuda(pid: u32) -> Vec<PathBuf> {
+    let Ok(maps) = fs::read_to_string(format!("/proc/{pid}/maps")) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for line in maps.lines() {
+        // address perms offset dev inode path
+        let Some(path) = line.split_whitespace().nth(5) else {
+            continue;
+        };
+        let p = Path::new(path);
+        if !path.starts_with('/') || !is_libcuda(p.file_name().unwrap_or_default()) {
+            continue;
+        }
+        let reach = PathBuf::from(format!("/proc/{pid}/root{path}"));
+        if !out.contains(&reach) {
+            out.push(reach);
+        }
+    }
+    out
+}
+
+fn attach_xid(ebpf: &mut Ebpf, printk: bool) -> (bool, String) {
+    let fallback = |why: &str| {
+        if printk {
+            (true, format!("NVRM: Xid lines at printk:console ({why})"))
+        } else {
+            (
+                false,
+                format!("{why}, and the printk:console probe is not attached"),
+            )
+        }
+    };
+    if kernel::tp_format("nvidia", "nvidia_dev_xid").is_none() {
+        return fallback(
+            "no nvidia:nvidia_dev_xid tracepoint: no NVIDIA driver loaded, or one older than 575",
+        );
+    }
+    let r = (|| -> Result<(), String> {
+        let p: &mut TracePoint = ebpf
+            .program_mut("nvidia_dev_xid")
+            .ok_or("program nvidia_dev_xid missing from the object")?
+            .try_into()
+            .map_err(|e: ProgramError| why(&e))?;
+        p.load().map_err(|e| why(&e))?;
+        p.attach("nvidia", "nvidia_dev_xid").map_err(|e| why(&e))?;
+        Ok(())
+    })();
+    match r {
+        Ok(()) => (true, "tracepoint:nvidia:nvidia_dev_xid".into()),
+        Err(e) => fallback(&format!("nvidia:nvidia_dev_xid did not attach: {e}")),
+    }
+}
+
+/// Loads the kprobe program either way (so the verifier checks it on every
+/// kernel), attaches it only where the kernel has kprobes and the symbol is
+/// in `/proc/kallsyms`.
+fn attach_nv_kprobe(ebpf: &mut Ebpf, sym: &str) -> (bool, String) {
+    let p: &mut KProbe = match ebpf
+        .program_mut(sym)
+        .ok_or_else(|| format!("program {sym} missing from the object"))
+        .and_then(|p| p.try_into().map_err(|e: ProgramError| why(&e)))
+    {
+        Ok(p) => p,
+        Err(e) => return (false, e),
+    };
+    if let Err(e) = p.load() {
+        return (false, format!("the program did not load: {}", why(&e)));
+    }
+    if !kernel::kprobes_available() {
+        return (
+            false,
+            "kernel has no kprobes (CONFIG_KPROBES unset); the program passed the verifier".into(),
+        );
+    }
+    if !in_kallsyms(sym) {
+        return (
+            false,
+            format!(
+                "{sym} is not in /proc/kallsyms (nvidia module not loaded); the program passed the verifier"
+            ),
+        );
+    }
+    match p.attach(sym, 0) {
+        Ok(_) => (true, format!("kprobe:{sym}")),
+        Err(e) => (false, why(&e)),
+    }
+}
+
+fn in_kallsyms(sym: &str) -> bool {
+    fs::read_to_string("/proc/kallsyms")
+        .is_ok_and(|s| s.lines().any(|l| l.split_whitespace().nth(2) == Some(sym)))
+}
+
+fn sample(n: &Nvml) -> Result<NvmlSample, nvml_wrapper::error::NvmlError> {
+    let mut s = NvmlSample::default();
+    for index in 0..n.device_count()? {
+        let d = n.device_by_index(index)?;
+        let mem = d.memory_info()?;
+        let processes = d
+            .running_compute_processes()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|p| NvmlProcess {
+                pid: p.pid,
+                used_bytes: match p.used_gpu_memory {
+                    UsedGpuMemory::Used(b) => Some(b),
+                    UsedGpuMemory::Unavailable => None,
+                },
+            })
+            .collect();
+        s.devices.push(NvmlDevice {
+            index,
+            name: d.name().unwrap_or_default(),
+            used_bytes: mem.used,
+            total_bytes: mem.total,
+            processes,
+        });
+    }
+    Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_symbol_has_programs_named_for_the_object() {
+        // The entry programs are the ones in trainbpf-ebpf/src/gpu.rs; each
+        // has a `_ret` twin.
+        let progs: HashSet<&str> = CUDA_SYMBOLS.iter().map(|(_, p)| *p).collect();
+        assert_eq!(progs.len(), 20);
+        assert!(CUDA_SYMBOLS.iter().all(|(s, _)| s.starts_with("cu")));
+    }
+
+    #[test]
+    fn libcuda_names() {
+        assert!(is_libcuda(OsStr::new("libcuda.so.1")));
+        assert!(is_libcuda(OsStr::new("libcuda.so.550.54.15")));
+        assert!(!is_libcuda(OsStr::new("libcudart.so.12")));
+    }
+}

@@ -1,0 +1,257 @@
+//! Honest attribution: who really added the memory.
+//!
+//! RSS counts a forked worker's inherited pages as its own, and counts
+//! shared memory once per process that maps it. The kernel programs count
+//! instead the pages each process allocates and frees in its own context,
+//! so a fork adds nothing to the child, a copy-on-write break counts for
+//! the process that breaks it, and shared memory counts once, for whoever
+//! first touched it. Here those figures are grouped by role (DataLoader
+//! workers, torchrun ranks, siblings with one command line), summed against
+//! the job cgroup's usage, and set beside USS/PSS and the shared-memory
+//! objects the recorder listed.
+
+use std::collections::HashMap;
+
+use crate::{
+    decode::{ProcKey, SmapsSample},
+    pressure::Pressure,
+    procfs::{ProcInfo, ShmObject, Smaps},
+};
+
+use super::{Grower, Track};
+
+/// Processes playing one role, shown together.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Group {
+    /// "DataLoader workers", "torchrun ranks", or the shared command line.
+    pub role: String,
+    pub pids: Vec<u32>,
+    pub honest_kb: i64,
+    pub grew_kb: u64,
+    /// The longest member span.
+    pub window_ns: u64,
+}
+
+/// Per-process honest growth summed against the cgroup's own count.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SumCheck {
+    pub ts_ns: u64,
+    /// The job cgroup's usage change over the span, kB.
+    pub cgroup_delta_kb: i64,
+    /// Sum of the job's processes' honest growth over the same span.
+    pub attributed_kb: i64,
+    /// What no process accounts for: page cache charged without a process
+    /// allocating it, kernel memory, or growth of processes that exited.
+    pub unattributed_kb: i64,
+    /// Of which, from the cgroup's own statistics: page cache and kernel
+    /// memory changes over the span.
+    pub file_delta_kb: Option<i64>,
+    pub kernel_delta_kb: Option<i64>,
+}
+
+impl SumCheck {
+    /// attributed / cgroup delta, 1.0 when they agree.
+    pub fn ratio(&self) -> Option<f64> {
+        (self.cgroup_delta_kb != 0).then(|| self.attributed_kb as f64 / self.cgroup_delta_kb as f64)
+    }
+}
+
+/// Role of a process, from what the recorder saw of it.
+pub(super) fn role(comm: &str, info: Option<&ProcInfo>) -> Option<String> {
+    if comm == "pt_data_worker" {
+        return Some("DataLoader workers".into());
+    }
+    if info.is_some_and(|i| i.rank.is_some() || i.local_rank.is_some()) {
+        return Some("torchrun ranks".into());
+    }
+    None
+}
+
+#[derive(Default)]
+pub(super) struct Attribution {
+    info: HashMap<u32, ProcInfo>,
+    smaps: HashMap<u32, Smaps>,
+    pub smaps_rounds: u64,
+    pub smaps_cost_us: u64,
+    /// Shared-memory objects by (kind, id), as last seen, with their peak.
+    shm: HashMap<(crate::procfs::ShmKind, u64), ShmObject>,
+    /// The job cgroup's first sample and the sum check at its peak usage.
+    first: Option<(u64, Pressure)>,
+    pub peak: Option<SumCheck>,
+    peak_usage_kb: u64,
+}
+
+/// Job processes kept in full detail; beyond this, only growth sums.
+const MAX_INFO: usize = 4096;
+
+impl Attribution {
+    pub(super) fn on_proc_info(&mut self, i: ProcInfo) {
+        if self.info.len() < MAX_INFO || self.info.contains_key(&i.tgid) {
+            self.info.insert(i.tgid, i);
+        }
+    }
+
+    pub(super) fn on_smaps(&mut self, s: SmapsSample) {
+        self.smaps_rounds += 1;
+        self.smaps_cost_us += s.cost_us;
+        for p in s.procs {
+            if self.smaps.len() < MAX_INFO || self.smaps.contains_key(&p.tgid) {
+                self.smaps.insert(p.tgid, p);
+            }
+        }
+    }
+
+    pub(super) fn on_shm(&mut self, objs: Vec<ShmObject>) {
+        for o in objs {
+            let e = self.shm.entry((o.kind, o.id)).or_insert_with(|| o.clone());
+            let peak = e.resident_kb.max(o.resident_kb);
+            let owner = e.owner_tgid.or(o.owner_tgid);
+            *e = o;
+            e.resident_kb = peak;
+            e.owner_tgid = owner;
+        }
+    }
+
+    pub(super) fn smaps_of(&self, tgid: u32) -> Option<&Smaps> {
+        self.smaps.get(&tgid)
+    }
+
+    pub(super) fn info_of(&self, tgid: u32) -> Option<&ProcInfo> {
+        self.info.get(&tgid)
+    }
+
+    /// Shared-memory objects seen, biggest first, each once.
+    pub(super) fn shm_objects(&self) -> Vec<ShmObject> {
+        let mut v: Vec<ShmObject> = self.shm.values().cloned().collect();
+        v.sort_by(|a, b| b.resident_kb.cmp(&a.resident_kb).then(a.id.cmp(&b.id)));
+        v.truncate(50);
+        v
+    }
+
+    /// At each new peak of the job cgroup's usage, sums the job processes'
+    /// honest growth since the first sample against it.
+    pub(super) fn on_pressure(&mut self, ts: u64, p: &Pressure, tracks: &HashMap<ProcKey, Track>) {
+        let Some(cg) = &p.cgroup else { return };
+        if self.first.is_none() {
+            self.first = Some((ts, p.clone()));
+        }
+        if cg.usage_kb <= self.peak_usage_kb {
+            return;
+        }
+        self.peak_usage_kb = cg.usage_kb;
+        let Some((t0, first)) = &self.first else {
+            return;
+        };
+        let attributed = tracks
+            .iter()
+            .filter(|(_, t)| t.in_job && t.died_ns.is_none())
+            .filter_map(|(_, t)| {
+                let end = t.at_or_before(ts)?;
+                let base = t.at_or_before(*t0).map_or(0, |b| b.net_kb);
+                Some(end.net_kb - base)
+            })
+            .sum();
+        self.peak = Some(sum_check(ts, first, p, attributed));
+    }
+}
+
+/// Compares `attributed` with the cgroup's change from `from` to `to`;
+/// `usage_at_kill` overrides the last sample's usage (the kernel's own
+/// figure at the kill).
+pub(super) fn sum_check(ts: u64, from: &Pressure, to: &Pressure, attributed: i64) -> SumCheck {
+    let (a, b) = (from.cgroup.as_ref(), to.cgroup.as_ref());
+    let delta = |f: fn(&crate::pressure::CgroupPressure) -> u64| Some(f(b?) as i64 - f(a?) as i64);
+    let cgroup_delta_kb = delta(|c| c.usage_kb).unwrap_or(0);
+    SumCheck {
+        ts_ns: ts,
+        cgroup_delta_kb,
+        attributed_kb: attributed,
+        unattributed_kb: cgroup_delta_kb - attributed,
+        file_delta_kb: delta(|c| c.file_kb),
+        kernel_delta_kb: delta(|c| c.kernel_kb),
+    }
+}
+
+/// Groups the job's growers by role; groups of one are left out.
+pub(super) fn groups(growers: &[Grower], roles: impl Fn(&Grower) -> Option<String>) -> Vec<Group> {
+    let mut by: HashMap<String, Group> = HashMap::new();
+    for g in growers.iter().filter(|g| g.in_job) {
+        let Some(role) = roles(g) else { continue };
+        let e = by.entry(role.clone()).or_insert_with(|| Group {
+            role,
+            pids: Vec::new(),
+            honest_kb: 0,
+            grew_kb: 0,
+            window_ns: 0,
+        });
+        e.pids.push(g.pid);
+        e.honest_kb += g.honest_kb.unwrap_or(0);
+        e.grew_kb += g.grew_kb;
+        e.window_ns = e.window_ns.max(g.window_ns);
+    }
+    let mut v: Vec<Group> = by.into_values().filter(|g| g.pids.len() >= 2).collect();
+    for g in &mut v {
+        g.pids.sort_unstable();
+    }
+    v.sort_by(|a, b| {
+        b.honest_kb
+            .cmp(&a.honest_kb)
+            .then(b.grew_kb.cmp(&a.grew_kb))
+    });
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pressure::CgroupPressure;
+
+    fn grower(pid: u32, comm: &str, honest: i64, rss: u64) -> Grower {
+        Grower {
+            pid,
+            start_ns: 1,
+            comm: comm.into(),
+            grew_kb: rss,
+            honest_kb: Some(honest),
+            window_ns: 40_000_000_000,
+            rate_kb_per_s: None,
+            rss_kb: rss,
+            in_job: true,
+            born_in_window: false,
+            is_victim: false,
+        }
+    }
+
+    #[test]
+    fn dataloader_workers_form_one_group() {
+        let g = vec![
+            grower(10, "pt_data_worker", 600 << 10, 2 << 20),
+            grower(11, "pt_data_worker", 600 << 10, 2 << 20),
+            grower(12, "pt_data_worker", 500 << 10, 2 << 20),
+            grower(13, "pt_data_worker", 600 << 10, 2 << 20),
+            grower(1, "python3", 100, 100),
+        ];
+        let groups = groups(&g, |g| role(&g.comm, None));
+        assert_eq!(groups.len(), 1);
+        assert_eq!(groups[0].role, "DataLoader workers");
+        assert_eq!(groups[0].pids, vec![10, 11, 12, 13]);
+        assert_eq!(groups[0].honest_kb, 2300 << 10);
+    }
+
+    #[test]
+    fn sum_check_against_the_cgroup() {
+        let cg = |usage_kb, file_kb| Pressure {
+            cgroup: Some(CgroupPressure {
+                usage_kb,
+                file_kb,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let s = sum_check(5, &cg(1000, 100), &cg(101_000, 3100), 95_000);
+        assert_eq!(s.cgroup_delta_kb, 100_000);
+        assert_eq!(s.unattributed_kb, 5000);
+        assert_eq!(s.file_delta_kb, Some(3000));
+        assert!((s.ratio().unwrap() - 0.95).abs() < 1e-9);
+    }
+}

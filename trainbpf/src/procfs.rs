@@ -1,0 +1,316 @@
+//! What the recorder reads from /proc about the job's processes, beside the
+//! kernel programs: command lines and torchrun ranks (for grouping),
+//! unique and proportional memory (USS/PSS), and shared-memory objects
+//! (POSIX /dev/shm, SysV segments, memfd), each counted once.
+
+use std::{
+    collections::{HashMap, HashSet},
+    fs,
+    os::unix::fs::MetadataExt,
+    path::Path,
+};
+
+use serde::{Deserialize, Serialize};
+
+/// Who a process is, for grouping: its command line and, for torchrun, its
+/// rank.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcInfo {
+    pub tgid: u32,
+    pub cmdline: Vec<String>,
+    pub rank: Option<u32>,
+    pub local_rank: Option<u32>,
+}
+
+pub fn proc_info(tgid: u32) -> Option<ProcInfo> {
+    let raw = fs::read(format!("/proc/{tgid}/cmdline")).ok()?;
+    let cmdline = raw
+        .split(|&b| b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    let env = fs::read(format!("/proc/{tgid}/environ")).unwrap_or_default();
+    let var = |name: &str| {
+        env.split(|&b| b == 0).find_map(|kv| {
+            let kv = std::str::from_utf8(kv).ok()?;
+            kv.strip_prefix(name)?.strip_prefix('=')?.parse().ok()
+        })
+    };
+    Some(ProcInfo {
+        tgid,
+        cmdline,
+        rank: var("RANK"),
+        local_rank: var("LOCAL_RANK"),
+    })
+}
+
+/// /proc/PID/smaps_rollup: the kernel walks the page tables for this, so it
+/// costs time in proportion to the mapped memory; the recorder samples it
+/// every few seconds and records what it cost.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Smaps {
+    pub tgid: u32,
+    pub rss_kb: u64,
+    pub pss_kb: u64,
+    /// Private_Clean + Private_Dirty: what freeing this process would give back.
+    pub uss_kb: u64,
+    pub shared_kb: u64,
+    pub swap_kb: u64,
+}
+
+pub fn parse_smaps_rollup(tgid: u32, text: &str) -> Smaps {
+    let mut s = Smaps {
+        tgid,
+        ..Default::default()
+    };
+    for line in text.lines() {
+        let Some((k, v)) = line.split_once(':') else {
+            continue;
+        };
+        let v: u64 = v
+            .split_whitespace()
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        match k {
+            "Rss" => s.rss_kb = v,
+            "Pss" => s.pss_kb = v,
+            "Private_Clean" | "Private_Dirty" => s.uss_kb += v,
+            "Shared_Clean" | "Shared_Dirty" => s.shared_kb += v,
+            "Swap" => s.swap_kb = v,
+            _ => {}
+        }
+    }
+    s
+}
+
+pub fn smaps(tgid: u32) -> Option<Smaps> {
+    let text = fs::read_to_string(format!("/proc/{tgid}/smaps_rollup")).ok()?;
+    Some(parse_smaps_rollup(tgid, &text))
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ShmKind {
+    /// A file in /dev/shm (shm_open, torch's file_system sharing strategy).
+    Posix,
+    /// shmget.
+    Sysv,
+    /// memfd_create (torch's file_descriptor sharing strategy uses
+    /// shared fds too).
+    Memfd,
+}
+
+/// One shared-memory object, however many processes map it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShmObject {
+    pub kind: ShmKind,
+    pub name: String,
+    /// Inode (POSIX, memfd) or shmid (SysV): the object's identity.
+    pub id: u64,
+    pub size_kb: u64,
+    /// Pages actually allocated (tmpfs blocks, SysV rss).
+    pub resident_kb: u64,
+    /// The creator (SysV cpid) or the first job process seen mapping or
+    /// holding it.
+    pub owner_tgid: Option<u32>,
+    /// Job processes mapping or holding it when sampled.
+    pub mappers: u32,
+}
+
+/// SysV segments: `key shmid perms size cpid lpid nattch uid gid cuid cgid
+/// atime dtime ctime rss swap` (rss/swap since Linux 4.x).
+pub fn parse_sysvipc(text: &str) -> Vec<ShmObject> {
+    let mut out = Vec::new();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap_or("").split_whitespace().collect();
+    let col = |n: &str| header.iter().position(|h| *h == n);
+    let (Some(id), Some(size), Some(cpid)) = (col("shmid"), col("size"), col("cpid")) else {
+        return out;
+    };
+    let rss = col("rss");
+    let key = col("key");
+    for line in lines {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let num = |i: Option<usize>| i.and_then(|i| f.get(i)?.parse::<u64>().ok());
+        let Some(shmid) = num(Some(id)) else { continue };
+        let size_kb = num(Some(size)).unwrap_or(0) / 1024;
+        out.push(ShmObject {
+            kind: ShmKind::Sysv,
+            name: format!("key {}", key.and_then(|k| f.get(k)).unwrap_or(&"?")),
+            id: shmid,
+            size_kb,
+            resident_kb: num(rss).map_or(size_kb, |b| b / 1024),
+            owner_tgid: num(Some(cpid)).map(|p| p as u32),
+            mappers: 0,
+        });
+    }
+    out
+}
+
+/// Remembers owners across samples, so an object keeps the first process
+/// seen with it after that process exits.
+#[derive(Default)]
+pub struct ShmTracker {
+    owners: HashMap<(ShmKind, u64), u32>,
+}
+
+impl ShmTracker {
+    /// All shared-memory objects the job's processes map or hold, plus
+    /// every POSIX and SysV object on the machine (they outlive processes,
+    /// and a leak there is memory no process shows).
+    pub fn sample(&mut self, job: &HashSet<u32>) -> Vec<ShmObject> {
+        let mut objs: HashMap<(ShmKind, u64), ShmObject> = HashMap::new();
+        if let Ok(rd) = fs::read_dir("/dev/shm") {
+            for e in rd.flatten() {
+                let Ok(m) = e.metadata() else { continue };
+                if !m.is_file() {
+                    continue;
+                }
+                objs.insert(
+                    (ShmKind::Posix, m.ino()),
+                    ShmObject {
+                        kind: ShmKind::Posix,
+                        name: format!("/dev/shm/{}", e.file_name().to_string_lossy()),
+                        id: m.ino(),
+                        size_kb: m.size() / 1024,
+                        resident_kb: m.blocks() * 512 / 1024,
+                        owner_tgid: None,
+                        mappers: 0,
+                    },
+                );
+            }
+        }
+        if let Ok(t) = fs::read_to_string("/proc/sysvipc/shm") {
+            for o in parse_sysvipc(&t) {
+                if let Some(p) = o.owner_tgid {
+                    self.owners.entry((o.kind, o.id)).or_insert(p);
+                }
+                objs.insert((o.kind, o.id), o);
+            }
+        }
+        // Which job process maps (POSIX: in its maps) or holds (memfd: an fd)
+        // each object. Sorted so that "first seen" means the lowest pid, the
+        // likeliest creator, when several appear in one sample.
+        let mut pids: Vec<u32> = job.iter().copied().collect();
+        pids.sort_unstable();
+        for pid in pids {
+            let mut seen = HashSet::new();
+            if let Ok(maps) = fs::read_to_string(format!("/proc/{pid}/maps")) {
+                for line in maps.lines() {
+                    let f: Vec<&str> = line.split_whitespace().collect();
+                    let (Some(inode), Some(path)) = (f.get(4), f.get(5)) else {
+                        continue;
+                    };
+                    let Ok(ino) = inode.parse::<u64>() else {
+                        continue;
+                    };
+                    if path.starts_with("/dev/shm/") {
+                        seen.insert((ShmKind::Posix, ino));
+                    } else if path.starts_with("/SYSV") {
+                        // The maps line's inode is the shmid for SysV.
+                        seen.insert((ShmKind::Sysv, ino));
+                    } else if path.starts_with("/memfd:") {
+                        seen.insert((ShmKind::Memfd, ino));
+                        // Mapped with its fd closed: known by name; its size
+                        // comes from an fd if any process still holds one.
+                        objs.entry((ShmKind::Memfd, ino))
+                            .or_insert_with(|| ShmObject {
+                                kind: ShmKind::Memfd,
+                                name: path.to_string(),
+                                id: ino,
+                                size_kb: 0,
+                                resident_kb: 0,
+                                owner_tgid: None,
+                                mappers: 0,
+                            });
+                    }
+                }
+            }
+            if let Ok(fds) = fs::read_dir(format!("/proc/{pid}/fd")) {
+                for fd in fds.flatten() {
+                    let Ok(target) = fs::read_link(fd.path()) else {
+                        continue;
+                    };
+                    let t = target.to_string_lossy();
+                    if !t.starts_with("/memfd:") {
+                        continue;
+                    }
+                    let Ok(m) = fs::metadata(fd.path()) else {
+                        continue;
+                    };
+                    seen.insert((ShmKind::Memfd, m.ino()));
+                    let o = objs
+                        .entry((ShmKind::Memfd, m.ino()))
+                        .or_insert_with(|| ShmObject {
+                            kind: ShmKind::Memfd,
+                            name: t.trim_end_matches(" (deleted)").to_string(),
+                            id: m.ino(),
+                            size_kb: m.size() / 1024,
+                            resident_kb: m.blocks() * 512 / 1024,
+                            owner_tgid: None,
+                            mappers: 0,
+                        });
+                    o.size_kb = m.size() / 1024;
+                    o.resident_kb = m.blocks() * 512 / 1024;
+                }
+            }
+            for key in seen {
+                if let Some(o) = objs.get_mut(&key) {
+                    o.mappers += 1;
+                }
+                self.owners.entry(key).or_insert(pid);
+            }
+        }
+        let mut out: Vec<ShmObject> = objs
+            .into_iter()
+            .map(|(key, mut o)| {
+                o.owner_tgid = self.owners.get(&key).copied().or(o.owner_tgid);
+                o
+            })
+            .collect();
+        out.sort_by(|a, b| b.resident_kb.cmp(&a.resident_kb).then(a.id.cmp(&b.id)));
+        // Forget objects that are gone, so the map stays bounded.
+        let live: HashSet<_> = out.iter().map(|o| (o.kind, o.id)).collect();
+        self.owners.retain(|k, _| live.contains(k));
+        out
+    }
+}
+
+/// Whether /proc/PID exists (the process has not been reaped).
+pub fn alive(tgid: u32) -> bool {
+    Path::new(&format!("/proc/{tgid}")).exists()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn smaps_rollup_sums_private_and_shared() {
+        let s = parse_smaps_rollup(
+            7,
+            "55d0c0000000-7ffc00000000 ---p 00000000 00:00 0  [rollup]\n\
+             Rss:              300000 kB\nPss:              120000 kB\n\
+             Shared_Clean:      10000 kB\nShared_Dirty:     200000 kB\n\
+             Private_Clean:      1000 kB\nPrivate_Dirty:     89000 kB\n\
+             Swap:                 0 kB\n",
+        );
+        assert_eq!(
+            (s.rss_kb, s.pss_kb, s.uss_kb, s.shared_kb),
+            (300_000, 120_000, 90_000, 210_000)
+        );
+    }
+
+    #[test]
+    fn sysvipc_table() {
+        let t = "       key      shmid perms                  size  cpid  lpid nattch   uid   gid  cuid  cgid      atime      dtime      ctime                   rss                  swap\n\
+                 \x20        0          3  1600             536870912  4242  4250      4     0     0     0     0 1700000000 0 1700000000 268435456 0\n";
+        let o = parse_sysvipc(t);
+        assert_eq!(o.len(), 1);
+        assert_eq!(o[0].id, 3);
+        assert_eq!(o[0].size_kb, 512 * 1024);
+        assert_eq!(o[0].resident_kb, 256 * 1024);
+        assert_eq!(o[0].owner_tgid, Some(4242));
+    }
+}

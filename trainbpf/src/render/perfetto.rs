@@ -1,0 +1,288 @@
+//! The report as a Chrome trace-event JSON (`report --perfetto PATH`), which
+//! ui.perfetto.dev and chrome://tracing open.
+//!
+//! The format: <https://docs.google.com/document/d/1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAySU>.
+//! What goes in:
+//!
+//! - each charted process is a trace process with its real pid, named
+//!   `comm (pid N) ← parent (pid M)` so that the job's tree reads in the
+//!   process list, sorted job first by birth; a pid the kernel recycled gets
+//!   a synthetic pid above `PID_MAX_LIMIT` for its later process;
+//! - its resident memory is one counter track ("C" events, MiB); the
+//!   whole-run series is coarse on a long run, so inside each kill's window
+//!   the finer window samples replace it;
+//! - the machine's MemAvailable and the job cgroup's usage and limit are
+//!   counters of a synthetic "system" process;
+//! - each kill is a global instant event ("i", scope "g") whose args name
+//!   the victim, the trigger and the top grower.
+//!
+//! Timestamps are µs from the recording's first event.
+
+use std::collections::{HashMap, HashSet};
+
+use serde_json::{Value, json};
+
+use crate::model::{KillWindow, Pick, ProcLine, Report};
+
+/// Linux pids never exceed PID_MAX_LIMIT (2^22, include/linux/threads.h), so
+/// ids above it cannot collide with a real process.
+const PID_MAX_LIMIT: u32 = 1 << 22;
+const SYSTEM_PID: u32 = PID_MAX_LIMIT + 1;
+const FOLDED_PID: u32 = PID_MAX_LIMIT + 2;
+const FIRST_SYNTHETIC: u32 = PID_MAX_LIMIT + 16;
+
+fn mib(kb: u64) -> f64 {
+    (kb as f64 / 1024.0 * 1000.0).round() / 1000.0
+}
+
+pub fn render(r: &Report) -> Value {
+    let s = &r.series;
+    let origin = r.first_ns.unwrap_or(0);
+    let us = |t: u64| t.saturating_sub(origin) / 1000;
+    let mut ev: Vec<Value> = Vec::new();
+
+    let meta = |ev: &mut Vec<Value>, pid: u32, what: &str, args: Value| {
+        ev.push(json!({"name": what, "ph": "M", "ts": 0, "pid": pid, "tid": 0, "args": args}));
+    };
+    let counter = |ev: &mut Vec<Value>, pid: u32, name: &str, t: u64, kb: u64| {
+        ev.push(json!({
+            "name": name, "ph": "C", "ts": us(t), "pid": pid, "tid": pid,
+            "args": {"MiB": mib(kb)},
+        }));
+    };
+
+    meta(
+        &mut ev,
+        SYSTEM_PID,
+        "process_name",
+        json!({"name": "system (machine and job cgroup)"}),
+    );
+    meta(
+        &mut ev,
+        SYSTEM_PID,
+        "process_sort_index",
+        json!({"sort_index": 0}),
+    );
+    for (t, b) in s.mem_available.points(&s.grid) {
+        counter(&mut ev, SYSTEM_PID, "MemAvailable", t, b.pick(Pick::Min));
+    }
+    for (t, b) in s.cgroup_usage.points(&s.grid) {
+        counter(&mut ev, SYSTEM_PID, "cgroup usage", t, b.max_kb);
+    }
+    for (t, b) in s.cgroup_limit.points(&s.grid) {
+        counter(&mut ev, SYSTEM_PID, "cgroup limit", t, b.last_kb);
+    }
+
+    // Pids as trace processes; a recycled pid's later process moves aside.
+    let mut procs: Vec<&ProcLine> = s.procs.iter().collect();
+    procs.sort_by_key(|p| (!p.in_job, p.born_ns.unwrap_or(0), p.pid, p.start_ns));
+    let mut used: HashSet<u32> = HashSet::new();
+    let mut next = FIRST_SYNTHETIC;
+    let mut trace_pid: HashMap<(u32, u64), u32> = HashMap::new();
+    for p in &procs {
+        let id = if used.insert(p.pid) {
+            p.pid
+        } else {
+            next += 1;
+            next
+        };
+        trace_pid.insert((p.pid, p.start_ns), id);
+    }
+    let name_of = |pid: u32, start: u64| {
+        s.procs
+            .iter()
+            .find(|p| p.pid == pid && p.start_ns == start)
+            .map(|p| p.comm.clone())
+            .or_else(|| {
+                r.processes
+                    .iter()
+                    .find(|p| p.pid == pid && p.start_ns == start)
+                    .map(|p| p.comm.clone())
+            })
+    };
+
+    for (i, p) in procs.iter().enumerate() {
+        let id = trace_pid[&(p.pid, p.start_ns)];
+        let mut name = format!("{} (pid {})", p.comm, p.pid);
+        if let Some(parent) = p.parent {
+            match name_of(parent.tgid, parent.start_ns) {
+                Some(c) => name.push_str(&format!(" ← {c} (pid {})", parent.tgid)),
+                None => name.push_str(&format!(" ← pid {}", parent.tgid)),
+            }
+        }
+        if !p.in_job {
+            name.push_str(" [outside the job]");
+        }
+        meta(&mut ev, id, "process_name", json!({"name": name}));
+        meta(
+            &mut ev,
+            id,
+            "process_sort_index",
+            json!({"sort_index": i + 1}),
+        );
+        let mut labels = vec![if p.in_job { "job" } else { "outside the job" }];
+        if p.oom_killed {
+            labels.push("OOM-killed");
+        }
+        meta(
+            &mut ev,
+            id,
+            "process_labels",
+            json!({"labels": labels.join(",")}),
+        );
+        for (t, kb) in rss_points(r, p) {
+            counter(&mut ev, id, "RSS", t, kb);
+        }
+    }
+    if s.folded.count > 0 {
+        meta(
+            &mut ev,
+            FOLDED_PID,
+            "process_name",
+            json!({"name": format!("{} more ended job processes (the largest of them)", s.folded.count)}),
+        );
+        meta(
+            &mut ev,
+            FOLDED_PID,
+            "process_sort_index",
+            json!({"sort_index": procs.len() + 1}),
+        );
+        for (t, b) in s.folded.rss.points(&s.grid) {
+            counter(&mut ev, FOLDED_PID, "RSS", t, b.max_kb);
+        }
+    }
+
+    for (i, k) in r.kills.iter().enumerate() {
+        let top = k.growers.first();
+        ev.push(json!({
+            "name": format!("OOM kill {}: {} (pid {})", i + 1, k.victim.comm, k.victim.pid),
+            "ph": "i",
+            "s": "g",
+            "ts": us(k.ts_ns),
+            "pid": SYSTEM_PID,
+            "tid": 0,
+            "args": {
+                "victim": format!("{} (pid {})", k.victim.comm, k.victim.pid),
+                "victim_comm": k.victim.comm,
+                "victim_pid": k.victim.pid,
+                "trigger": format!("{} (pid {})", k.trigger.comm, k.trigger.tgid),
+                "top_grower": top.map(|g| format!("{} (pid {})", g.comm, g.pid)),
+                "top_grower_comm": top.map(|g| g.comm.as_str()),
+                "top_grower_pid": top.map(|g| g.pid),
+                "top_grower_grew_mib": top.map(|g| mib(g.grew_kb)),
+                "constraint": k.constraint.as_str(),
+                "memcg": k.memcg,
+                "victim_rss_mib": mib(k.victim.rss.resident_kb()),
+            },
+        }));
+    }
+
+    json!({
+        "traceEvents": ev,
+        "displayTimeUnit": "ms",
+        "otherData": {
+            "generator": "trainbpf report --perfetto",
+            "trainbpf_version": r.header.trainbpf_version,
+            "kernel": r.header.kernel,
+            "command": r.job.as_ref().map(|j| j.argv.join(" ")),
+        },
+    })
+}
+
+/// A process's counter points: its whole-run buckets, with the finer window
+/// samples in place of them inside each kill's window, and a drop to 0 when
+/// it ended so the track does not hold its last value forever.
+fn rss_points(r: &Report, p: &ProcLine) -> Vec<(u64, u64)> {
+    let s = &r.series;
+    let windows: Vec<(&KillWindow, &[Option<u64>])> = s
+        .windows
+        .iter()
+        .filter_map(|w| {
+            let l = w
+                .lines
+                .iter()
+                .find(|l| l.pid == p.pid && l.start_ns == p.start_ns)?;
+            Some((w, l.points.as_slice()))
+        })
+        .collect();
+    let inside = |t: u64| {
+        windows
+            .iter()
+            .any(|(w, _)| t >= w.start_ns && t <= w.kill_ns)
+    };
+    let mut pts: Vec<(u64, u64)> = p
+        .rss
+        .points(&s.grid)
+        .filter(|(t, _)| !inside(*t))
+        .map(|(t, b)| (t, b.max_kb))
+        .collect();
+    for (w, points) in &windows {
+        pts.extend(
+            points
+                .iter()
+                .enumerate()
+                .filter_map(|(i, v)| Some((w.start_ns + i as u64 * w.step_ns, (*v)?))),
+        );
+    }
+    pts.sort_by_key(|x| x.0);
+    pts.dedup_by_key(|x| x.0);
+    if let Some(d) = p.died_ns
+        && pts.last().is_some_and(|l| l.0 <= d)
+    {
+        pts.push((d, 0));
+    }
+    pts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::render::fixture::sample_report;
+
+    #[test]
+    fn a_recycled_pid_is_two_trace_processes() {
+        let r = crate::model::build(
+            &crate::recording::RecordingHeader::default(),
+            crate::model::series::tests::two_kills().into_iter(),
+            &crate::model::ModelOptions::default(),
+        );
+        let v = render(&r);
+        let ev = v["traceEvents"].as_array().unwrap();
+        let names: Vec<&Value> = ev
+            .iter()
+            .filter(|e| e["ph"] == "M" && e["name"] == "process_name")
+            .filter(|e| e["args"]["name"].as_str().unwrap().contains("(pid 812)"))
+            .collect();
+        assert_eq!(names.len(), 3, "{names:#?}");
+        let pids: HashSet<u64> = names.iter().map(|e| e["pid"].as_u64().unwrap()).collect();
+        assert_eq!(pids.len(), 3, "each its own trace pid: {pids:?}");
+        assert!(pids.contains(&812));
+        assert!(
+            names.iter().all(|e| e["args"]["name"]
+                .as_str()
+                .unwrap()
+                .ends_with("← p700 (pid 700)")),
+            "{names:#?}"
+        );
+        // Each process track drops to 0 when it ended.
+        let kills = ev.iter().filter(|e| e["ph"] == "i").count();
+        assert_eq!(kills, 2);
+    }
+
+    #[test]
+    fn kill_is_a_global_instant_naming_victim_and_grower() {
+        let v = render(&sample_report());
+        let ev = v["traceEvents"].as_array().unwrap();
+        let kill = ev.iter().find(|e| e["ph"] == "i").expect("an instant");
+        assert_eq!(kill["s"], "g");
+        assert_eq!(kill["args"]["victim_comm"], "pt_data_worker");
+        assert_eq!(kill["args"]["top_grower_comm"], "pt_data_worker");
+        assert_eq!(kill["ts"], 20_000_000, "µs since the first event");
+        assert!(ev.iter().any(|e| {
+            e["ph"] == "M"
+                && e["args"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("system"))
+        }));
+    }
+}

@@ -1,0 +1,475 @@
+//! The GPU part of the text report: per-process GPU and pinned memory, the
+//! workers that initialised CUDA, CUDA OOMs, Xid errors, a timeline with the
+//! host RSS beside it, and what each kill's story gains from them.
+
+use std::fmt::Write as _;
+
+use crate::model::Report;
+use crate::model::gpu::{GpuAtKill, GpuProcess, Held, MAX_TIMELINE};
+use crate::render::human_kb;
+
+use super::{Paint, secs_whole, wrap};
+
+/// Bytes as people read them; TiB for the requests a CUDA OOM makes.
+pub fn bytes(b: u64) -> String {
+    const TIB: u64 = 1 << 40;
+    if b == 0 {
+        "0".into()
+    } else if b >= TIB {
+        let t = format!("{:.2}", b as f64 / TIB as f64);
+        format!("{} TiB", t.trim_end_matches('0').trim_end_matches('.'))
+    } else if b < 1024 {
+        format!("{b} B")
+    } else {
+        human_kb(b.div_ceil(1024))
+    }
+}
+
+fn signed(d: i64) -> String {
+    match d {
+        0 => "0".into(),
+        d if d > 0 => format!("+{}", bytes(d as u64)),
+        d => format!("-{}", bytes(d.unsigned_abs())),
+    }
+}
+
+fn context_phrase(p: &GpuProcess) -> Option<String> {
+    let c = p.contexts.first()?;
+    let mut s = c.op.name().to_string();
+    if let Some(d) = c.device {
+        let _ = write!(s, " on GPU {d}");
+    }
+    if let Some(kb) = c.host_kb {
+        let _ = write!(s, ", +{} of host memory", human_kb(kb));
+    }
+    Some(s)
+}
+
+/// The GPU section, when the recording has anything GPU-related.
+pub fn section(out: &mut String, r: &Report, width: usize, p: &Paint) {
+    let g = &r.gpu;
+    if g.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "{}",
+        p.bold("GPU and pinned host memory (CUDA driver calls, per process):")
+    );
+    if g.processes.is_empty() {
+        let _ = writeln!(out, "  No job process called the CUDA driver.");
+    } else {
+        let _ = writeln!(
+            out,
+            "  {:>7}  {:<16}  {:>11}  {:>10}  {:>11}  {:>10}  {:>12}  {:>3}  {:>13}",
+            "PID",
+            "COMM",
+            "DEVICE PEAK",
+            "DEVICE END",
+            "PINNED PEAK",
+            "PINNED END",
+            "MANAGED PEAK",
+            "CTX",
+            "NVML - PROBES"
+        );
+        for x in &g.processes {
+            let nvml = x.nvml.map_or("-".into(), |n| signed(n.difference()));
+            let _ = writeln!(
+                out,
+                "  {:>7}  {:<16}  {:>11}  {:>10}  {:>11}  {:>10}  {:>12}  {:>3}  {:>13}",
+                x.pid,
+                x.comm,
+                bytes(x.device.peak),
+                bytes(x.device.end),
+                bytes(x.pinned.peak),
+                bytes(x.pinned.end),
+                bytes(x.managed.peak),
+                x.contexts.len(),
+                nvml
+            );
+        }
+        let mut notes = Vec::new();
+        if g.processes.iter().any(|x| x.exited_ns.is_some()) {
+            notes.push(
+                "END is what a process held when it exited, freed with it (or at the end of the recording)."
+                    .to_string(),
+            );
+        }
+        if g.processes.iter().any(|x| x.nvml.is_some()) {
+            notes.push(
+                "NVML - PROBES: NVML's figure for the process minus the device memory the probes saw, \
+                 at the last sample: its CUDA contexts and driver overhead, or allocations the probes missed."
+                    .to_string(),
+            );
+        }
+        let registered: u64 = g.processes.iter().map(|x| x.registered_peak).sum();
+        if registered > 0 {
+            notes.push(format!(
+                "PINNED includes {} registered with cuMemHostRegister: memory the process already had, now page-locked.",
+                bytes(registered)
+            ));
+        }
+        for n in notes {
+            for line in wrap(&n, width.saturating_sub(4)) {
+                let _ = writeln!(out, "  {}", p.dim(&line));
+            }
+        }
+    }
+    out.push('\n');
+
+    let workers: Vec<&GpuProcess> = g.processes.iter().filter(|x| x.worker_init).collect();
+    if !workers.is_empty() {
+        let _ = writeln!(
+            out,
+            "  {}",
+            p.yellow(&format!(
+                "{} worker process(es), not the job's root, initialised CUDA:",
+                workers.len()
+            ))
+        );
+        for w in workers {
+            let mut s = format!("pid {} ({})", w.pid, w.comm);
+            if let Some(parent) = w.parent {
+                let _ = write!(s, ", a child of pid {parent},");
+            }
+            match context_phrase(w) {
+                Some(c) => {
+                    let _ = write!(s, " created a CUDA context: {c}.");
+                }
+                None => s.push_str(" called cuInit."),
+            }
+            if w.parent_had_context {
+                s.push_str(
+                    " Its parent already had a context: a forked worker that touches CUDA pays \
+                     for one of its own.",
+                );
+            }
+            for (i, line) in wrap(&s, width.saturating_sub(6)).into_iter().enumerate() {
+                let _ = writeln!(out, "  {} {line}", if i == 0 { "-" } else { " " });
+            }
+        }
+        out.push('\n');
+    }
+
+    if !g.cuda_ooms.is_empty() {
+        let _ = writeln!(out, "  {}", p.red("CUDA out of memory:"));
+        for o in &g.cuda_ooms {
+            let mut s = format!(
+                "+{:.1} s: pid {} ({}, thread {}) asked {} for {} and got CUDA_ERROR_OUT_OF_MEMORY ({}). It held {} of device memory, {} pinned, {} managed.",
+                r.since_start_s(o.ts_ns),
+                o.pid,
+                o.comm,
+                o.tid,
+                o.op.name(),
+                bytes(o.requested_bytes),
+                o.error,
+                bytes(o.held.device),
+                bytes(o.held.pinned),
+                bytes(o.held.managed)
+            );
+            let others: Vec<String> = o
+                .holders
+                .iter()
+                .filter(|h| h.held.device > 0)
+                .map(|h| format!("pid {} ({}) {}", h.pid, h.comm, bytes(h.held.device)))
+                .collect();
+            if !others.is_empty() {
+                let _ = write!(s, " Device memory in use then: {}.", others.join(", "));
+            }
+            match (o.nvml_used_bytes, o.nvml_total_bytes) {
+                (Some(u), Some(t)) => {
+                    let _ = write!(s, " NVML: {} of {} used on the GPUs.", bytes(u), bytes(t));
+                }
+                _ => s.push_str(" No NVML sample before it."),
+            }
+            for (i, line) in wrap(&s, width.saturating_sub(6)).into_iter().enumerate() {
+                let _ = writeln!(out, "  {} {line}", if i == 0 { "-" } else { " " });
+            }
+        }
+        out.push('\n');
+    }
+
+    if !g.xid.is_empty() {
+        let _ = writeln!(out, "  {}", p.red("NVIDIA Xid errors:"));
+        for x in &g.xid {
+            let who = match (x.pid, &x.name) {
+                (Some(pid), Some(n)) => format!(", pid {pid} ({n})"),
+                (Some(pid), None) => format!(", pid {pid}"),
+                (None, Some(n)) => format!(", {n}"),
+                (None, None) => String::new(),
+            };
+            let _ = writeln!(
+                out,
+                "  - +{:.1} s: Xid {} on {}{who}: {} [{}]",
+                r.since_start_s(x.ts_ns),
+                x.code,
+                if x.pci.is_empty() { "?" } else { &x.pci },
+                x.msg,
+                x.source
+            );
+        }
+        out.push('\n');
+    }
+
+    if !g.timeline.is_empty() {
+        let _ = writeln!(
+            out,
+            "  Timeline (memory after each step; host RSS of the process beside it):"
+        );
+        let _ = writeln!(
+            out,
+            "  {:>8}  {:>7}  {:<16}  {:>10}  {:>10}  {:>10}  {:>10}  WHAT",
+            "TIME", "PID", "COMM", "DEVICE", "PINNED", "MANAGED", "HOST RSS"
+        );
+        for row in &g.timeline {
+            let what = if let Some(req) = row.requested_bytes {
+                format!("{} ({} asked)", row.what, bytes(req))
+            } else if row.notable {
+                row.what.clone()
+            } else {
+                let mut parts = Vec::new();
+                let (pk, held) = (row.peak, row.held);
+                let kinds = [
+                    ("device", pk.device, held.device),
+                    ("pinned", pk.pinned, held.pinned),
+                    ("managed", pk.managed, held.managed),
+                ];
+                for (i, (name, peak, now)) in kinds.into_iter().enumerate() {
+                    match (row.delta[i], peak > now) {
+                        (0, false) => {}
+                        (0, true) => parts.push(format!("{name} peak {}", bytes(peak))),
+                        (d, false) => parts.push(format!("{name} {}", signed(d))),
+                        (d, true) => {
+                            parts.push(format!("{name} {} (peak {})", signed(d), bytes(peak)))
+                        }
+                    }
+                }
+                format!("{}: {}", row.what, parts.join(", "))
+            };
+            let line = format!(
+                "  {:>8}  {:>7}  {:<16}  {:>10}  {:>10}  {:>10}  {:>10}  {what}",
+                format!("+{:.2} s", r.since_start_s(row.ts_ns)),
+                row.pid,
+                row.comm,
+                bytes(row.held.device),
+                bytes(row.held.pinned),
+                bytes(row.held.managed),
+                row.host_rss_kb.map_or("-".into(), human_kb)
+            );
+            let _ = writeln!(
+                out,
+                "{}",
+                if row.what.contains("out of memory") {
+                    p.red(&line)
+                } else {
+                    line
+                }
+            );
+        }
+        if g.timeline_dropped > 0 {
+            let _ = writeln!(
+                out,
+                "  {}",
+                p.dim(&format!(
+                    "{} smaller steps not shown (the {MAX_TIMELINE} largest, and every context, OOM and exit, are).",
+                    g.timeline_dropped
+                ))
+            );
+        }
+        out.push('\n');
+    }
+
+    if g.nvml_samples > 0 {
+        let devs: Vec<String> = g
+            .nvml_devices
+            .iter()
+            .map(|d| {
+                format!(
+                    "GPU {} {}: peak {} of {} used",
+                    d.index,
+                    d.name,
+                    bytes(d.peak_used_bytes),
+                    bytes(d.total_bytes)
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "  NVML: {} samples; {}.",
+            g.nvml_samples,
+            devs.join("; ")
+        );
+    }
+    let used: Vec<String> = g
+        .sources
+        .iter()
+        .filter(|s| s.used)
+        .map(|s| format!("{}: {}", s.source, s.detail))
+        .collect();
+    let unused: Vec<String> = g
+        .sources
+        .iter()
+        .filter(|s| !s.used)
+        .map(|s| format!("{}: {}", s.source, s.detail))
+        .collect();
+    for (head, list) in [("used", used), ("not used", unused)] {
+        if !list.is_empty() {
+            for line in wrap(
+                &format!("GPU sources {head}: {}.", list.join("; ")),
+                width - 4,
+            ) {
+                let _ = writeln!(out, "  {}", p.dim(&line));
+            }
+        }
+    }
+    for a in g.attach.iter().filter(|a| a.error.is_some()) {
+        let _ = writeln!(
+            out,
+            "  {}",
+            p.yellow(&format!(
+                "{} ({}): {}",
+                a.path,
+                a.found_by,
+                a.error.as_deref().unwrap_or("")
+            ))
+        );
+    }
+    let lost = crate::model::gpu::lost_events(r);
+    let line = format!(
+        "GPU lost events: {lost} (ring buffer, and calls the entry/return map had no room for){}",
+        if g.lost.read_failed > 0 {
+            format!("; {} returned pointers unreadable", g.lost.read_failed)
+        } else {
+            String::new()
+        }
+    );
+    let _ = writeln!(out, "  {}", if lost > 0 { p.yellow(&line) } else { line });
+    out.push('\n');
+}
+
+fn total(k: &GpuAtKill) -> Held {
+    let mut h = Held::default();
+    for p in &k.processes {
+        h.device += p.held.device;
+        h.pinned += p.held.pinned;
+        h.managed += p.held.managed;
+    }
+    h
+}
+
+/// What a host OOM kill's story gains from the GPU side: contexts created
+/// before it (each costs host memory), pinned buffers that grew, and what
+/// the processes held.
+pub fn kill_lines(out: &mut String, r: &Report, i: usize, width: usize) {
+    let Some(k) = r.gpu.at_kills.get(i) else {
+        return;
+    };
+    if k.processes.is_empty() && k.contexts.is_empty() {
+        return;
+    }
+    let window = secs_whole(k.window_ns);
+    let mut s = String::from("GPU side:");
+    if !k.contexts.is_empty() {
+        let costs: Vec<String> = k
+            .contexts
+            .iter()
+            .filter_map(|(_, _, c)| c.host_kb.map(human_kb))
+            .collect();
+        let _ = write!(
+            s,
+            " {} process(es) created a CUDA context in the {window} before the kill ({})",
+            k.contexts.len(),
+            k.contexts
+                .iter()
+                .map(|(pid, comm, _)| format!("{comm} {pid}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        if !costs.is_empty() {
+            let _ = write!(s, ", each with host memory of {}", costs.join(", "));
+        }
+        s.push('.');
+    }
+    if let Some(top) = k
+        .processes
+        .iter()
+        .filter(|p| p.grew[1] > 0)
+        .max_by_key(|p| p.grew[1])
+    {
+        let _ = write!(
+            s,
+            " pid {} ({}) pinned {} of host buffers in the {window} before the kill, {} pinned at the kill.",
+            top.pid,
+            top.comm,
+            bytes(top.grew[1] as u64),
+            bytes(top.held.pinned)
+        );
+    }
+    let t = total(k);
+    if t != Held::default() {
+        let _ = write!(
+            s,
+            " At the kill the recorded processes held {} of device memory, {} pinned host, {} managed.",
+            bytes(t.device),
+            bytes(t.pinned),
+            bytes(t.managed)
+        );
+    }
+    for line in wrap(&s, width.saturating_sub(2)) {
+        let _ = writeln!(out, "  {line}");
+    }
+    out.push('\n');
+}
+
+/// Lines for the end-of-run verdict.
+pub fn verdict(out: &mut String, r: &Report) {
+    let g = &r.gpu;
+    for o in g.cuda_ooms.iter().take(3) {
+        let _ = writeln!(
+            out,
+            "trainbpf: CUDA OOM: pid {} ({}) asked {} for {} holding {} of device memory",
+            o.pid,
+            o.comm,
+            o.op.name(),
+            bytes(o.requested_bytes),
+            bytes(o.held.device)
+        );
+    }
+    if g.cuda_ooms.len() > 3 {
+        let _ = writeln!(
+            out,
+            "trainbpf: … and {} more CUDA OOMs",
+            g.cuda_ooms.len() - 3
+        );
+    }
+    let workers = g.processes.iter().filter(|p| p.worker_init).count();
+    if workers > 0 {
+        let _ = writeln!(
+            out,
+            "trainbpf: {workers} worker process(es) initialised CUDA (see the report)"
+        );
+    }
+    if !g.xid.is_empty() {
+        let codes: Vec<String> = g.xid.iter().take(5).map(|x| x.code.to_string()).collect();
+        let _ = writeln!(
+            out,
+            "trainbpf: {} NVIDIA Xid error(s): {}",
+            g.xid.len(),
+            codes.join(", ")
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_sizes() {
+        assert_eq!(bytes(0), "0");
+        assert_eq!(bytes(160 << 20), "160 MiB");
+        assert_eq!(bytes(1 << 40), "1 TiB");
+        assert_eq!(bytes(3 << 39), "1.5 TiB");
+        assert_eq!(signed(-(8 << 20)), "-8 MiB");
+    }
+}
