@@ -3,6 +3,7 @@
 //! clone needs nothing but rustup, python3 and a C compiler.
 
 mod bench;
+mod gpu_check;
 mod report_bench;
 mod setup;
 mod tasks;
@@ -97,6 +98,23 @@ enum Task {
         #[arg(long, default_value_t = 120)]
         timeout: u64,
     },
+    /// As root, on a machine with an NVIDIA GPU: record real PyTorch CUDA
+    /// jobs (default allocator, expandable_segments, cudaMallocAsync; a
+    /// pin_memory DataLoader) and compare trainbpf's GPU ledger with
+    /// torch.cuda.memory_reserved() and NVML; writes DIR/gpu-check.md.
+    /// Not run in CI (no GPU there): without a GPU, an importable torch or
+    /// torch.cuda.is_available() it fails at once and says which
+    /// (docs/gpu.md).
+    GpuCheck {
+        /// The Python that has torch (under sudo, PATH is its secure_path:
+        /// pass --python "$(which python3)").
+        #[arg(long, default_value = "python3")]
+        python: std::path::PathBuf,
+        /// Where the records, reports and gpu-check.md go
+        /// [default: target/gpu-check].
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -157,5 +175,6 @@ fn run(task: Task) -> anyhow::Result<()> {
             suite,
             timeout: std::time::Duration::from_secs(timeout),
         }),
+        Task::GpuCheck { python, out } => gpu_check::gpu_check(&gpu_check::Options { python, out }),
     }
 }
