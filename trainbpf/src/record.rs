@@ -558,6 +558,9 @@ async fn collect(
 
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     let mut last_flush = Instant::now();
+    // Set once someone asked the job to stop (Ctrl-C, kill, systemd): the
+    // recorder then does not wait for orphaned workers to finish too.
+    let mut stopping = false;
     let status = loop {
         tokio::select! {
             guard = ring.readable_mut() => {
@@ -587,6 +590,7 @@ async fn collect(
                 let mut guard = guard.map_err(io_err("signalfd"))?;
                 while let Ok(Some(info)) = guard.get_inner().read_signal() {
                     forward_signal(pid, &info);
+                    stopping = true;
                 }
                 guard.clear_ready();
             }
@@ -613,7 +617,12 @@ async fn collect(
     // recorder is their subreaper and records them until they exit.
     c.job.remove(&pid);
     c.job.retain(|&t| crate::procfs::alive(t));
-    if !c.job.is_empty() {
+    if stopping && !c.job.is_empty() {
+        eprintln!(
+            "trainbpf: asked to stop; {} job processes run on unrecorded",
+            c.job.len()
+        );
+    } else if !c.job.is_empty() {
         eprintln!(
             "trainbpf: the job's main process ended; recording its {} remaining processes until they exit (Ctrl-C to stop)",
             c.job.len()

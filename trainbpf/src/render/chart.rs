@@ -424,7 +424,7 @@ pub(crate) fn run_summary(out: &mut String, r: &Report, width: usize, color: boo
 }
 
 /// The processes the run summary charts (the HTML report too): each kill's
-/// victim and top grower, then the largest peaks.
+/// victim and top grower, then the job's largest peaks.
 pub(crate) fn run_lines(r: &Report) -> Vec<&ProcLine> {
     fn add<'a>(p: &'a ProcLine, out: &mut Vec<&'a ProcLine>) {
         if out.len() < RUN_LINES && !out.iter().any(|q| q.key() == p.key()) {
@@ -444,8 +444,10 @@ pub(crate) fn run_lines(r: &Report) -> Vec<&ProcLine> {
             add(p, &mut out);
         }
     }
+    // Outside the job, only what a kill involved: a compiler beside the job
+    // would otherwise set the scale and flatten the job's own lines.
     for p in s.job_first() {
-        if p.peak_kb > 0 {
+        if p.peak_kb > 0 && p.in_job {
             add(p, &mut out);
         }
     }

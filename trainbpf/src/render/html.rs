@@ -285,8 +285,9 @@ impl Frame {
         );
     }
 
-    /// A kill: a red line at its time, labelled.
-    fn kill_mark(&self, o: &mut String, t: u64, label: &str, href: Option<&str>) {
+    /// A kill: a red line at its time, labelled. Labels of kills close in
+    /// time would overlap: `row` staggers them.
+    fn kill_mark(&self, o: &mut String, t: u64, label: &str, href: Option<&str>, row: usize) {
         let x = self.x(t);
         let body = format!(
             "<g class=\"kill-marker\"><line x1=\"{x:.1}\" x2=\"{x:.1}\" y1=\"{:.1}\" y2=\"{:.1}\" stroke=\"{KILL_RED}\" stroke-width=\"2\" stroke-dasharray=\"4 3\"/>\
@@ -294,7 +295,7 @@ impl Frame {
             self.top,
             self.h - self.bottom,
             if x > W - 260.0 { x - 4.0 } else { x + 4.0 },
-            self.top + 12.0,
+            self.top + 12.0 + (row % 3) as f64 * 14.0,
             if x > W - 260.0 { "end" } else { "start" },
             esc(label),
             esc(label)
@@ -457,7 +458,7 @@ fn run_section(o: &mut String, r: &Report) {
         return;
     }
     o.push_str(
-        "<p class=\"meta\">Resident memory per process (the highest sample in each interval). \
+        "<p class=\"meta\">Resident memory of the job's processes, and of any process outside the job that a kill involved (the highest sample in each interval). \
          Red dashed lines mark OOM kills; click the shaded window before a kill to see it up close.</p>\n",
     );
     let ymax = lines
@@ -523,6 +524,7 @@ fn run_section(o: &mut String, r: &Report) {
                 k.victim.pid
             ),
             Some(&format!("#kill-{}", i + 1)),
+            i,
         );
     }
     o.push_str("</svg>\n");
@@ -583,8 +585,8 @@ fn pressure_charts(
                 items.push((name.to_string(), *color, *dash));
             }
         }
-        for m in marks {
-            f.kill_mark(o, m.t, &m.label, m.href.as_deref());
+        for (i, m) in marks.iter().enumerate() {
+            f.kill_mark(o, m.t, &m.label, m.href.as_deref(), i);
         }
         o.push_str("</svg>\n");
         legend(o, &items);
@@ -807,6 +809,7 @@ fn window_charts(o: &mut String, k: &Kill, w: &KillWindow, i: usize) {
             k.victim.pid
         ),
         None,
+        0,
     );
     o.push_str("</svg>\n");
     legend(o, &items);
