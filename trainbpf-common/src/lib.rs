@@ -244,6 +244,7 @@ pub struct Config {
     pub task_start_time: i64,
     pub task_real_cred: i64,
     pub cred_uid: i64,
+    pub task_flags: i64,
     pub mm_rss_stat: i64,
     /// Stride of `mm->rss_stat[]` (percpu_counter on 6.2+, atomic_long_t before).
     pub rss_elem_size: i64,
@@ -303,6 +304,7 @@ impl Config {
         task_start_time: -1,
         task_real_cred: -1,
         cred_uid: -1,
+        task_flags: -1,
         mm_rss_stat: -1,
         rss_elem_size: -1,
         rss_count_off: -1,

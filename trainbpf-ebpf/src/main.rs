@@ -30,7 +30,7 @@ use aya_ebpf::{
         bpf_probe_read_kernel, bpf_probe_read_kernel_buf, bpf_probe_read_kernel_str_bytes,
     },
     macros::{btf_tracepoint, fentry, kprobe, map, tracepoint},
-    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
+    maps::{HashMap, PerCpuArray, RingBuf},
     programs::{BtfTracePointContext, FEntryContext, ProbeContext, TracePointContext},
 };
 use trainbpf_common::*;
@@ -54,10 +54,13 @@ static COUNTERS: PerCpuArray<Counters> = PerCpuArray::with_max_entries(1, 0);
 #[map]
 static JOB: HashMap<u32, u32> = HashMap::with_max_entries(65536, 0);
 
-/// Per-process memory state, for every process on the machine. LRU so that a
-/// machine with more processes than slots evicts the idle ones.
+/// Per-process memory state, for every process on the machine that
+/// allocates memory; removed when the process exits. Not an LRU map: an LRU
+/// map may evict a busy entry before it is full (its free lists are per
+/// CPU), and a re-created entry restarts the process's page counts, which
+/// would read as memory freed. A full map is counted (`proc_map_full`).
 #[map]
-static PROCS: LruHashMap<u32, ProcState> = LruHashMap::with_max_entries(32768, 0);
+static PROCS: HashMap<u32, ProcState> = HashMap::with_max_entries(32768, 0);
 
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -866,11 +869,21 @@ fn account_pages(order: u32, freed: bool) -> u32 {
     if mm == 0 {
         return 0;
     }
+    // An exiting process frees everything on its way out: what it held is
+    // its last record from before, not a trail down to zero.
+    let flags: u32 = rd(task, conf!(task_flags)).unwrap_or(0);
+    if flags & PF_EXITING != 0 {
+        return 0;
+    }
     // SAFETY: helper without preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     maybe_emit(st, task, mm, tgid, now);
     0
 }
+
+/// `PF_EXITING` in `task_struct::flags` (include/linux/sched.h), stable
+/// since 2.6.
+const PF_EXITING: u32 = 0x0000_0004;
 
 /// `mm_page_alloc(struct page *page, unsigned int order, gfp_t, int migratetype)`.
 #[btf_tracepoint(function = "mm_page_alloc")]

@@ -213,6 +213,7 @@ impl KernelBtf {
         c.task_cgroups = self.offset("task_struct", &["cgroups"]);
         c.task_real_cred = self.offset("task_struct", &["real_cred"]);
         c.cred_uid = self.offset("cred", &["uid"]);
+        c.task_flags = self.offset("task_struct", &["flags"]);
         c.signal_oom_score_adj = self.offset("signal_struct", &["oom_score_adj"]);
         c.signal_live = req(
             self.offset("signal_struct", &["live"]),

@@ -37,7 +37,9 @@ pub fn test(lint: bool, cargo_test_args: &[OsString]) -> Result<()> {
             .args(["--all-targets", "--", "-D", "warnings"]))?;
     }
     run(cargo()
-        .args(["test", "--workspace"])
+        // Every test binary runs even after one fails: a CI log should show
+        // all that is broken, not the first.
+        .args(["test", "--workspace", "--no-fail-fast"])
         .args(cargo_test_args)
         // The end-to-end tests drive the binary built above, and fail rather
         // than skip when they cannot do their privileged parts.
