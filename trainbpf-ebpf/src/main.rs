@@ -832,7 +832,10 @@ fn account_pages(order: u32, freed: bool) -> u32 {
             // SAFETY: helper without preconditions.
             let task = unsafe { bpf_get_current_task() };
             let mm: u64 = rd(task, conf!(task_mm)).unwrap_or(0);
-            if mm == 0 {
+            // Nor an exiting one: its entry was just removed at exit, and a
+            // new one would outlive it.
+            let flags: u32 = rd(task, conf!(task_flags)).unwrap_or(0);
+            if mm == 0 || flags & PF_EXITING != 0 {
                 return 0;
             }
             // SAFETY: helper without preconditions.
