@@ -288,6 +288,9 @@ pub struct Config {
     pub rss_relative_shift: i64,
     /// A smaller change is still reported once this much time has passed.
     pub heartbeat_ns: i64,
+    /// Records of one process are at least this far apart unless it moved
+    /// by eight thresholds: bounds what a churning process costs.
+    pub min_interval_ns: i64,
 }
 
 impl Config {
@@ -339,6 +342,7 @@ impl Config {
         rss_threshold_pages: 1024,
         rss_relative_shift: 6,
         heartbeat_ns: 5_000_000_000,
+        min_interval_ns: 200_000_000,
     };
 }
 

@@ -767,18 +767,35 @@ fn maybe_emit(st: *mut ProcState, task: u64, mm: u64, tgid: u32, now: u64) {
         let cur = (*st).cur;
         let rep = (*st).reported;
         let net = (*st).alloc_pages as i64 - (*st).freed_pages as i64;
-        let moved = abs(cur[0] - rep[0])
+        // RSS and net allocations usually move together (a fault allocates
+        // the page it maps): take the larger move, not the sum, or steady
+        // growth would send twice the records.
+        let rss_moved = abs(cur[0] - rep[0])
             + abs(cur[1] - rep[1])
             + abs(cur[2] - rep[2])
-            + abs(cur[3] - rep[3])
-            + abs(net - (*st).reported_net);
+            + abs(cur[3] - rep[3]);
+        let net_moved = abs(net - (*st).reported_net);
+        let moved = if rss_moved > net_moved {
+            rss_moved
+        } else {
+            net_moved
+        };
         if moved == 0 {
             return;
         }
         let threshold = threshold_for(cur[MM_FILEPAGES] + cur[MM_ANONPAGES] + cur[MM_SHMEMPAGES]);
-        let heartbeat = now.wrapping_sub((*st).last_emit_ns) >= conf!(heartbeat_ns) as u64;
+        let since = now.wrapping_sub((*st).last_emit_ns);
+        let heartbeat = since >= conf!(heartbeat_ns) as u64;
         let first = rep[0] == 0 && rep[1] == 0 && rep[2] == 0 && rep[3] == 0;
         if moved < threshold && !heartbeat {
+            return;
+        }
+        // A process that churns (allocates and frees a big buffer every
+        // step) crosses the threshold both ways many times a second: space
+        // its records out, unless the move is large. Not the job's own: its
+        // figures at a kill must be as fresh as the threshold allows.
+        if !first && since < conf!(min_interval_ns) as u64 && moved < threshold * 8 && !in_job(tgid)
+        {
             return;
         }
         let reason = if first {
