@@ -91,6 +91,7 @@ fn children_that_write_each_add_their_copy_and_the_cgroup_agrees() {
     );
     assert!(out.status.success());
     let r = report_json(&rec);
+    assert_eq!(u(&r["lost_events"]), 0, "nothing lost: {:#}", r["lost"]);
     let kids = children(&r);
     assert_eq!(kids.len(), 4);
     for k in &kids {

@@ -5,7 +5,7 @@ mod common;
 
 use std::{
     os::unix::{fs::PermissionsExt, process::CommandExt},
-    process::{Command, Stdio},
+    process::Command,
     time::{Duration, Instant},
 };
 
@@ -138,15 +138,21 @@ fn recorder_killed_mid_run_leaves_a_readable_recording() {
     let dir = TempDir::new("sigkill");
     let rec = dir.path("killed.rec");
     let grow = "import time\nh=[]\nfor i in range(60):\n    h.append(bytearray(b'x')*(8<<20))\n    time.sleep(0.1)\n";
-    let mut child = Command::new(bin())
-        .args(["record", "-o"])
-        .arg(&rec)
-        .args(["--", python(), "-c", grow])
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
+    let os = |s: &str| std::ffi::OsString::from(s);
+    let args = [
+        os("record"),
+        os("-o"),
+        rec.clone().into_os_string(),
+        os("--"),
+        os(python()),
+        os("-c"),
+        os(grow),
+    ];
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+    let mut child = spawn_until(&args, "recording to");
     let start = Instant::now();
-    std::thread::sleep(Duration::from_millis(3000));
+    // About 2.5 s of the job's growth, with its records flushed each second.
+    std::thread::sleep(Duration::from_millis(2500));
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     // The orphaned job runs on untouched; stop it ourselves.
@@ -182,19 +188,28 @@ fn sigterm_to_the_recorder_is_forwarded_to_the_job() {
     let _g = serial();
     let dir = TempDir::new("sigterm");
     let rec = dir.path("term.rec");
-    let mut child = Command::new(bin())
-        .args(["record", "-o"])
-        .arg(&rec)
-        .args([
-            "--",
-            "/bin/sh",
-            "-c",
-            "trap 'exit 42' TERM; sleep 30 & wait",
-        ])
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
+    let ready = dir.path("ready");
+    let script = format!(
+        "trap 'exit 42' TERM; touch {}; sleep 30 & wait",
+        ready.display()
+    );
+    let args: Vec<std::ffi::OsString> = vec![
+        "record".into(),
+        "-o".into(),
+        rec.clone().into_os_string(),
+        "--".into(),
+        "/bin/sh".into(),
+        "-c".into(),
+        script.into(),
+    ];
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+    let mut child = spawn_until(&args, "recording to");
+    // The trap must be set before the signal comes.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !ready.exists() {
+        assert!(Instant::now() < deadline, "the job never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     // SAFETY: plain kill(2) on our own child.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
     let start = Instant::now();

@@ -291,6 +291,8 @@ pub struct Config {
     /// Records of one process are at least this far apart unless it moved
     /// by eight thresholds: bounds what a churning process costs.
     pub min_interval_ns: i64,
+    /// `record --all`: every process counts as the job's.
+    pub all_processes: i64,
 }
 
 impl Config {
@@ -343,6 +345,7 @@ impl Config {
         rss_relative_shift: 6,
         heartbeat_ns: 5_000_000_000,
         min_interval_ns: 200_000_000,
+        all_processes: 0,
     };
 }
 

@@ -144,6 +144,9 @@ pub(crate) fn leader_start_ns(task: u64) -> u64 {
 
 #[inline(always)]
 pub(crate) fn in_job(tgid: u32) -> bool {
+    if conf!(all_processes) != 0 {
+        return true;
+    }
     // SAFETY: the value is only tested for presence.
     unsafe { JOB.get(&tgid) }.is_some()
 }
@@ -485,6 +488,11 @@ fn try_sched_fork(ctx: &BtfTracePointContext) -> Result<u32, u32> {
     if child_pid != child_tgid {
         return Ok(0); // a new thread, not a new process
     }
+    // A new process's pid was free a moment ago: any state under it is
+    // left over from a process that died (its pages counted after its exit
+    // record) and must not be inherited, or the child starts with the dead
+    // one's counts (seen: a copy-on-write child short by a quarter).
+    let _ = PROCS.remove(&child_tgid);
     let parent_tgid: u32 = rd(parent, conf!(task_tgid))?;
     if !in_job(parent_tgid) {
         return Ok(0);
@@ -681,6 +689,12 @@ fn try_oom_adj_update(ctx: &BtfTracePointContext) -> Result<u32, u32> {
 fn proc_state(tgid: u32, task: u64, mm: u64, now: u64) -> Option<*mut ProcState> {
     if let Some(st) = PROCS.get_ptr_mut(&tgid) {
         return Some(st);
+    }
+    // An exiting process's entry went at its exit record; one made now
+    // would outlive it.
+    let flags: u32 = rd(task, conf!(task_flags)).unwrap_or(0);
+    if flags & PF_EXITING != 0 {
+        return None;
     }
     let init = ProcState {
         cur: read_counters(mm),

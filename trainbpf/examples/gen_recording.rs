@@ -480,6 +480,7 @@ fn generate(a: &Args) -> std::io::Result<()> {
             gid: 1000,
             cgroup: Some("/trainbpf-gen".into()),
             memory_limit_bytes: Some(LIMIT_KB * 1024),
+            attached: None,
         }),
     );
     g.user(

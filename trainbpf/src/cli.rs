@@ -24,7 +24,8 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Run CMD as the invoking user and record its memory and any OOM kill.
+    /// Run CMD as the invoking user, or attach to a running job, and record
+    /// its memory and any OOM kill.
     Record {
         /// Where to write the recording.
         #[arg(short, long, default_value = "trainbpf.rec")]
@@ -49,8 +50,32 @@ pub enum Command {
         /// Ring buffer size (a power of two, at least one page).
         #[arg(long, default_value = "4M", value_parser = job::parse_size)]
         ring_size: u64,
-        /// The job's command line.
-        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        /// No status line (elapsed time, top growers, projected time to OOM)
+        /// on the terminal while the job runs.
+        #[arg(long, short)]
+        quiet: bool,
+        /// Suspect a leak (status line, verdict) only in a climb that lasted
+        /// at least this long.
+        #[arg(long, default_value = "5m", value_parser = parse_duration)]
+        leak_span: std::time::Duration,
+        /// Attach to this running process and its descendants, including
+        /// those born later; Ctrl-C detaches and leaves it running.
+        #[arg(long, conflicts_with_all = ["cgroup", "all", "memory_limit"])]
+        pid: Option<u32>,
+        /// Attach to everything in this cgroup directory (a container, a
+        /// Slurm or systemd job), e.g. /sys/fs/cgroup/system.slice/x.service.
+        #[arg(long, conflicts_with_all = ["all", "memory_limit"])]
+        cgroup: Option<PathBuf>,
+        /// Attach to the whole machine: every process is the job's.
+        #[arg(long, conflicts_with = "memory_limit")]
+        all: bool,
+        /// The job's command line (not with --pid, --cgroup or --all).
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            required_unless_present_any = ["pid", "cgroup", "all"],
+            conflicts_with_all = ["pid", "cgroup", "all"]
+        )]
         cmd: Vec<OsString>,
     },
     /// Explain a recording: per kill, who grew memory before it and why that victim.
@@ -78,6 +103,18 @@ pub enum Command {
         /// ui.perfetto.dev or chrome://tracing.
         #[arg(long, value_name = "PATH", conflicts_with = "events")]
         perfetto: Option<PathBuf>,
+        /// Print the leaks section alone: the trend of each process's and
+        /// role group's honest memory, suspected leaks, time to the limit.
+        #[arg(long, conflicts_with = "events")]
+        leaks: bool,
+        /// Suspect a leak only in a climb that lasted at least this long,
+        /// up to the end of the recording or of the process.
+        #[arg(long, default_value = "5m", value_parser = parse_duration)]
+        leak_span: std::time::Duration,
+        /// Read only the first DURATION of the recording: the report as it
+        /// would have read then.
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+        until: Option<std::time::Duration>,
     },
     /// Check this machine for what makes or hides OOM kills, and which eBPF
     /// features record can use (docs/doctor.md). Run as root for all checks.
@@ -113,6 +150,13 @@ pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     Ok(std::time::Duration::from_secs_f64(secs))
 }
 
+fn leak_options(span: std::time::Duration) -> crate::model::LeakOptions {
+    crate::model::LeakOptions {
+        min_span_ns: span.as_nanos().min(u64::MAX as u128) as u64,
+        ..Default::default()
+    }
+}
+
 pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Record {
@@ -123,8 +167,32 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             heartbeat_ms,
             oom_probe,
             ring_size,
+            quiet,
+            leak_span,
+            pid,
+            cgroup,
+            all,
             cmd,
         } => {
+            let target = match (pid, cgroup, all) {
+                (Some(p), _, _) => {
+                    if !std::path::Path::new(&format!("/proc/{p}")).exists() {
+                        bail!("--pid {p}: no such process");
+                    }
+                    record::Target::Pid(p)
+                }
+                (_, Some(dir), _) => {
+                    if !dir.join("cgroup.procs").exists() {
+                        bail!(
+                            "--cgroup {}: not a cgroup directory (no cgroup.procs)",
+                            dir.display()
+                        );
+                    }
+                    record::Target::Cgroup(dir)
+                }
+                (_, _, true) => record::Target::All,
+                _ => record::Target::Run(cmd),
+            };
             if !ring_size.is_power_of_two() || ring_size < 4096 || ring_size > u32::MAX as u64 {
                 bail!("--ring-size must be a power of two between 4K and 2G, got {ring_size}");
             }
@@ -137,12 +205,19 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                     heartbeat_ms,
                     ring_bytes: ring_size as u32,
                     oom_probe,
+                    all_processes: matches!(target, record::Target::All),
                 },
-                argv: cmd,
+                target,
+                quiet,
+                leaks: leak_options(leak_span),
             })?;
             // The verdict comes from the recording itself, through the same
             // reader and model as `report`.
-            match report::verdict(&outcome.output) {
+            let scope = report::Scope {
+                leaks: leak_options(leak_span),
+                ..Default::default()
+            };
+            match report::verdict_with(&outcome.output, &scope) {
                 Ok(v) => eprintln!("{v}"),
                 Err(e) => eprintln!("trainbpf: could not read back the recording: {e:#}"),
             }
@@ -156,6 +231,9 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             events,
             html,
             perfetto,
+            leaks,
+            leak_span,
+            until,
         } => {
             let out = if events {
                 report::events(&path)
@@ -164,7 +242,11 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                     html: html.as_deref(),
                     perfetto: perfetto.as_deref(),
                 };
-                report::run(&path, json, window, no_color, &files)
+                let scope = report::Scope {
+                    until,
+                    leaks: leak_options(leak_span),
+                };
+                report::run(&path, json, window, no_color, &files, &scope, leaks)
             }
             .with_context(|| format!("reading {}", path.display()))?;
             crate::write_stdout(&out)?;

@@ -126,6 +126,10 @@ pub struct JobStart {
     /// hierarchy's mount (e.g. `/trainbpf-1234`).
     pub cgroup: Option<String>,
     pub memory_limit_bytes: Option<u64>,
+    /// How the recorder attached to a job it did not start: "pid",
+    /// "cgroup" or "all"; None when it ran the job.
+    #[serde(default)]
+    pub attached: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -143,11 +147,18 @@ pub struct Lost {
     pub undecodable: u64,
     pub proc_map_full: u64,
     pub job_map_full: u64,
+    /// Samples (memory, pressure) the recorder dropped because the disk was
+    /// full and its in-memory backlog reached its bound.
+    #[serde(default)]
+    pub dropped_disk_full: u64,
 }
 
 impl Lost {
     pub fn total(&self) -> u64 {
-        self.by_kind.iter().sum::<u64>() + self.undecodable
+        self.by_kind
+            .iter()
+            .fold(self.undecodable, |a, &b| a.saturating_add(b))
+            .saturating_add(self.dropped_disk_full)
     }
 }
 
@@ -309,10 +320,21 @@ fn source_name(source: u32) -> &'static str {
     }
 }
 
+/// The largest memory figure a record can give, in kB (1 PiB); more is
+/// damage, and is clamped.
+pub const MAX_KB: u64 = 1 << 40;
+/// The latest time a record can give (CLOCK_MONOTONIC ns: 146 years of
+/// uptime); later is damage, and is clamped so that time arithmetic
+/// downstream cannot overflow.
+pub const MAX_TS_NS: u64 = 1 << 62;
+
 /// Decodes one record. `page_kb` converts page counts (from the recording
 /// header's page size) to kB.
 pub fn decode(kind: u16, bytes: &[u8], page_kb: u64) -> Result<Timed, DecodeError> {
-    let pages = |p: i64| p.max(0) as u64 * page_kb;
+    // A damaged record can say anything: memory figures are clamped to
+    // MAX_KB so that no sum downstream overflows.
+    let page_kb = page_kb.min(MAX_KB);
+    let pages = |p: i64| (p.max(0) as u64).saturating_mul(page_kb).min(MAX_KB);
     let (ts_ns, event) = match kind {
         common::KIND_FORK => {
             let e: common::ForkEvent = read_pod(kind, bytes)?;
@@ -372,18 +394,24 @@ pub fn decode(kind: u16, bytes: &[u8], page_kb: u64) -> Result<Timed, DecodeErro
                 faults: e.faults,
                 reason: e.reason,
                 oom_score_adj: e.oom_score_adj,
-                pgtables_kb: e.pgtables_bytes / 1024,
+                pgtables_kb: (e.pgtables_bytes / 1024).min(MAX_KB),
                 memcg_id: e.memcg_id,
                 stall_ns: e.stall_ns,
-                alloc_kb: e.alloc_pages * page_kb,
-                freed_kb: e.freed_pages * page_kb,
+                alloc_kb: e.alloc_pages.saturating_mul(page_kb).min(MAX_KB),
+                freed_kb: e.freed_pages.saturating_mul(page_kb).min(MAX_KB),
             };
             (e.hdr.ts_ns, ev)
         }
         common::KIND_OOM_VICTIM | common::KIND_OOM_KILL => {
             let e: common::OomEvent = read_pod(kind, bytes)?;
             let kb = e.oom_flags & common::OOM_FLAG_COUNTERS_KB != 0;
-            let conv = |v: i64| if kb { v.max(0) as u64 } else { pages(v) };
+            let conv = |v: i64| {
+                if kb {
+                    (v.max(0) as u64).min(MAX_KB)
+                } else {
+                    pages(v)
+                }
+            };
             let c = e.counters;
             let rec = OomRecord {
                 kind: if kind == common::KIND_OOM_KILL {
@@ -404,8 +432,13 @@ pub fn decode(kind: u16, bytes: &[u8], page_kb: u64) -> Result<Timed, DecodeErro
                     shmem_kb: conv(c[common::MM_SHMEMPAGES]),
                     swap_kb: conv(c[common::MM_SWAPENTS]),
                 },
-                total_vm_kb: if kb { e.total_vm } else { e.total_vm * page_kb },
-                pgtables_kb: if kb { e.pgtables } else { e.pgtables / 1024 },
+                total_vm_kb: if kb {
+                    e.total_vm
+                } else {
+                    e.total_vm.saturating_mul(page_kb)
+                }
+                .min(MAX_KB),
+                pgtables_kb: if kb { e.pgtables } else { e.pgtables / 1024 }.min(MAX_KB),
                 memcg_id: e.victim_memcg_id,
                 oc: (e.oom_flags & common::OOM_FLAG_HAS_OC != 0).then_some(OomControl {
                     constraint: e.constraint,
@@ -488,7 +521,10 @@ pub fn decode(kind: u16, bytes: &[u8], page_kb: u64) -> Result<Timed, DecodeErro
         }
         other => return Err(DecodeError::UnknownKind(other)),
     };
-    Ok(Timed { ts_ns, event })
+    Ok(Timed {
+        ts_ns: ts_ns.min(MAX_TS_NS),
+        event,
+    })
 }
 
 /// The JSON body of a userspace record.

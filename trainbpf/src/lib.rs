@@ -7,6 +7,7 @@
 pub mod cli;
 pub mod decode;
 pub mod doctor;
+pub mod fuzzing;
 pub mod gpu;
 pub mod job;
 pub mod kernel;
@@ -18,6 +19,7 @@ pub mod record;
 pub mod recording;
 pub mod render;
 pub mod report;
+pub mod status;
 
 /// Writes to stdout; a closed pipe (`trainbpf report | head`) is success.
 pub fn write_stdout(s: &str) -> std::io::Result<()> {

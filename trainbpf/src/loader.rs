@@ -46,6 +46,8 @@ pub struct Tunables {
     pub heartbeat_ms: u64,
     pub ring_bytes: u32,
     pub oom_probe: OomProbe,
+    /// `--all`: every process on the machine is the job's.
+    pub all_processes: bool,
 }
 
 /// Which probe on `oom_kill_process` to try.
@@ -118,6 +120,7 @@ fn config(kbtf: &KernelBtf, t: &Tunables, page_size: u64) -> Result<Config, Load
     config.rss_threshold_pages = (t.rss_threshold_bytes / page_size.max(1)).max(1) as i64;
     config.rss_relative_shift = t.rss_relative_shift as i64;
     config.heartbeat_ns = (t.heartbeat_ms * 1_000_000) as i64;
+    config.all_processes = i64::from(t.all_processes);
     Ok(config)
 }
 
@@ -468,6 +471,7 @@ pub fn probe_features() -> Features {
         heartbeat_ms: 5000,
         ring_bytes: 0,
         oom_probe: OomProbe::Auto,
+        all_processes: false,
     };
     let config = match config(&kbtf, &t, 4096) {
         Ok(c) => c,

@@ -27,8 +27,11 @@ pub use attribution::{Group, SumCheck};
 mod before;
 pub use before::PressureBefore;
 mod deaths;
+/// Robust trends of honest memory, suspected leaks, time to the limit.
+pub mod leaks;
 pub use badness::{Candidate as RankedCandidate, Ranking, TotalSource};
 pub use deaths::{Cause, Death, Sender};
+pub use leaks::{LeakOptions, LeakReport, Projection, Trend};
 pub(crate) mod series;
 pub use series::{
     Bucket, Churn, Folded, Grid, KillWindow, Line, Pick, ProcLine, Series, WindowLine,
@@ -40,7 +43,7 @@ use crate::decode::{
     CgroupName, Event, ExitStatus, JobExit, JobStart, Lost, OomRecord, OomRecordKind, ProcKey, Rss,
     Timed,
 };
-use crate::recording::{RecordingHeader, Stop};
+use crate::recording::{RecordingHeader, Skipped, Stop};
 
 const SEC: u64 = 1_000_000_000;
 /// The two records of one kill are microseconds apart; a second leaves room
@@ -72,12 +75,15 @@ const NO_LIMIT_KB: u64 = 1 << 50;
 pub struct ModelOptions {
     /// How far before each kill to look for growth.
     pub window_ns: u64,
+    /// What makes a climb a suspected leak.
+    pub leaks: LeakOptions,
 }
 
 impl Default for ModelOptions {
     fn default() -> Self {
         ModelOptions {
             window_ns: 60 * SEC,
+            leaks: LeakOptions::default(),
         }
     }
 }
@@ -120,8 +126,13 @@ pub struct Report {
     pub undecodable: u64,
     /// Set by the caller from `recording::Reader::stop`.
     pub stopped_early: Option<Stop>,
+    /// Damaged stretches in the middle that the reader skipped: set by the
+    /// caller from `recording::Reader::skipped`.
+    pub skipped: Skipped,
     /// GPU and pinned host memory per process, CUDA OOMs, Xid errors.
     pub gpu: gpu::GpuReport,
+    /// Trends of honest memory, suspected leaks, and time to the limit.
+    pub leaks: LeakReport,
 }
 
 impl Report {
@@ -146,7 +157,7 @@ impl Report {
     /// Ring-buffer records lost plus records that did not decode, on either
     /// side of the file.
     pub fn lost_events(&self) -> u64 {
-        self.lost.total() + self.undecodable
+        self.lost.total().saturating_add(self.undecodable)
     }
 }
 
@@ -575,6 +586,7 @@ struct Builder {
     /// Latest `oom_score_adj` per process, for the report's processes.
     adj: HashMap<ProcKey, i32>,
     gpu: gpu::Ledger,
+    leaks: leaks::Builder,
 }
 
 impl Builder {
@@ -605,6 +617,7 @@ impl Builder {
             machine_kb: header.mem_total_kb + header.swap_total_kb,
             adj: HashMap::new(),
             gpu: gpu::Ledger::default(),
+            leaks: leaks::Builder::new(opts.leaks.clone(), header.attach.pages.is_some()),
         }
     }
 
@@ -631,6 +644,7 @@ impl Builder {
         self.last = Some(self.last.map_or(ts, |l| l.max(ts)));
         self.series.observe(&t);
         self.gpu.observe(&t);
+        self.leaks.observe(&t, &self.attribution);
         match &t.event {
             Event::Fork { child, parent, .. } => {
                 self.adopt_root(*parent);
@@ -750,7 +764,27 @@ impl Builder {
             Event::Smaps(s) => self.attribution.on_smaps(s),
             // The GPU ledger is kept elsewhere (model/gpu.rs, in progress).
             Event::Gpu(_) => {}
-            Event::ProcInfo(i) => self.attribution.on_proc_info(i),
+            Event::ProcInfo(i) => {
+                // A process found running at an attach: its parent from
+                // /proc, since no fork of it was recorded.
+                if let (Some(pp), Some(&start)) = (i.ppid, self.current.get(&i.tgid)) {
+                    let key = ProcKey {
+                        tgid: i.tgid,
+                        start_ns: start,
+                    };
+                    let parent = self.current.get(&pp).map(|&s| ProcKey {
+                        tgid: pp,
+                        start_ns: s,
+                    });
+                    let parent = parent.filter(|k| self.job_procs.contains_key(k));
+                    if let (Some(p), Some(parent)) = (self.job_procs.get_mut(&key), parent)
+                        && p.parent.is_none()
+                    {
+                        p.parent = Some(parent);
+                    }
+                }
+                self.attribution.on_proc_info(i)
+            }
             Event::Shm(o) => self.attribution.on_shm(o),
         }
         self.settle(false);
@@ -1467,6 +1501,8 @@ impl Builder {
         top_memory(&mut top);
 
         let series = std::mem::take(&mut self.series).finish(&processes);
+        let leaks =
+            std::mem::take(&mut self.leaks).finish(self.last.unwrap_or(0), &self.attribution);
         let mut report = Report {
             header: header.clone(),
             window_ns: self.window,
@@ -1487,7 +1523,9 @@ impl Builder {
             series,
             undecodable: 0,
             stopped_early: None,
+            skipped: Skipped::default(),
             gpu: gpu::GpuReport::default(),
+            leaks,
         };
         let kill_windows: Vec<(u64, u64)> = report
             .kills
@@ -1753,6 +1791,7 @@ mod tests {
                 gid: 0,
                 cgroup: Some("/trainbpf-77".into()),
                 memory_limit_bytes: Some(300 << 20),
+                attached: None,
             }),
         )
     }

@@ -20,6 +20,10 @@ pub struct ProcInfo {
     pub cmdline: Vec<String>,
     pub rank: Option<u32>,
     pub local_rank: Option<u32>,
+    /// The parent pid when read: for processes the recorder found already
+    /// running (an attach), whose fork it never saw.
+    #[serde(default)]
+    pub ppid: Option<u32>,
 }
 
 pub fn proc_info(tgid: u32) -> Option<ProcInfo> {
@@ -41,6 +45,7 @@ pub fn proc_info(tgid: u32) -> Option<ProcInfo> {
         cmdline,
         rank: var("RANK"),
         local_rank: var("LOCAL_RANK"),
+        ppid: ppid(tgid),
     })
 }
 
@@ -277,9 +282,70 @@ impl ShmTracker {
     }
 }
 
-/// Whether /proc/PID exists (the process has not been reaped).
+/// `pid` and every process descending from it, from the parent links in
+/// /proc/*/stat.
+pub fn descendants(pid: u32) -> Vec<u32> {
+    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+    if let Ok(rd) = fs::read_dir("/proc") {
+        for e in rd.flatten() {
+            let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                continue;
+            };
+            if let Some(pp) = ppid(p) {
+                children.entry(pp).or_default().push(p);
+            }
+        }
+    }
+    let mut out = vec![pid];
+    let mut i = 0;
+    while i < out.len() {
+        if let Some(c) = children.get(&out[i]) {
+            out.extend(c);
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The parent pid, from /proc/PID/stat (the field after the parenthesised
+/// comm, which may itself hold spaces and parentheses).
+pub fn ppid(pid: u32) -> Option<u32> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Every process in a cgroup directory and the cgroups below it.
+pub fn cgroup_procs(dir: &Path) -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        if let Ok(t) = fs::read_to_string(d.join("cgroup.procs")) {
+            out.extend(t.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
+        }
+        if let Ok(rd) = fs::read_dir(&d) {
+            stack.extend(
+                rd.flatten()
+                    .filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false))
+                    .map(|e| e.path()),
+            );
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// Whether the process still runs: it exists and is not a zombie waiting
+/// for its parent to reap it.
 pub fn alive(tgid: u32) -> bool {
-    Path::new(&format!("/proc/{tgid}")).exists()
+    let Ok(stat) = fs::read_to_string(format!("/proc/{tgid}/stat")) else {
+        return false;
+    };
+    let state = stat
+        .rfind(')')
+        .and_then(|i| stat[i + 1..].split_whitespace().next());
+    !matches!(state, Some("Z") | Some("X") | None)
 }
 
 #[cfg(test)]

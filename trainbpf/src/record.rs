@@ -34,7 +34,24 @@ pub struct RecordOptions {
     pub output: PathBuf,
     pub memory_limit: Option<u64>,
     pub tunables: Tunables,
-    pub argv: Vec<OsString>,
+    pub target: Target,
+    /// No status line on the terminal.
+    pub quiet: bool,
+    /// What the status line calls a leak.
+    pub leaks: crate::model::LeakOptions,
+}
+
+/// What to record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// Run this command as the job.
+    Run(Vec<OsString>),
+    /// Attach to a running process and its descendants, born later too.
+    Pid(u32),
+    /// Everything in a cgroup (a container, a Slurm or systemd job).
+    Cgroup(PathBuf),
+    /// The whole machine.
+    All,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -66,16 +83,21 @@ fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> RecordError {
 
 /// What the caller needs after the job ended.
 pub struct Outcome {
-    pub status: ExitStatus,
+    /// The job's status; None after detaching from an attached job.
+    pub status: Option<ExitStatus>,
     pub output: PathBuf,
+    /// The recorder attached to a job it did not start.
+    pub attached: bool,
 }
 
 impl Outcome {
-    /// The job's own status, 128+N when it died of signal N, like a shell.
+    /// The job's own status, 128+N when it died of signal N, like a shell;
+    /// 0 for an attached job, whose status is not the recorder's to pass on.
     pub fn exit_code(&self) -> i32 {
-        match self.status {
-            ExitStatus::Code(c) => c,
-            ExitStatus::Signal(s) => 128 + s,
+        match (self.attached, self.status) {
+            (true, _) | (false, None) => 0,
+            (false, Some(ExitStatus::Code(c))) => c,
+            (false, Some(ExitStatus::Signal(s))) => 128 + s,
         }
     }
 }
@@ -170,6 +192,23 @@ pub fn run(opts: RecordOptions) -> Result<Outcome, RecordError> {
     if let Some(missing) = missing_capabilities(effective_caps(), &invoker, euid) {
         return Err(RecordError::Privileges { missing });
     }
+    // Read SIGINT/SIGTERM from a signalfd so that we see who sent them;
+    // blocked first of all, so that a Ctrl-C while the probes load is read
+    // later rather than killing the recorder half set up.
+    let mut mask = SigSet::empty();
+    for s in [
+        Signal::SIGINT,
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+    ] {
+        mask.add(s);
+    }
+    nix::sys::signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&mask), None)
+        .map_err(|e| io_err("sigprocmask")(e.into()))?;
+    let sigfd = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
+        .map_err(|e| io_err("signalfd")(e.into()))?;
+
     let job_adj = protect_from_oom_killer();
     // Orphaned workers re-parent to us rather than to init, so they stay
     // visible as the job's until they exit.
@@ -229,33 +268,20 @@ pub fn run(opts: RecordOptions) -> Result<Outcome, RecordError> {
         None => None,
     };
 
-    // Read SIGINT/SIGTERM from a signalfd so that we see who sent them.
-    let mut mask = SigSet::empty();
-    for s in [
-        Signal::SIGINT,
-        Signal::SIGTERM,
-        Signal::SIGHUP,
-        Signal::SIGQUIT,
-    ] {
-        mask.add(s);
-    }
-    nix::sys::signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&mask), None)
-        .map_err(|e| io_err("sigprocmask")(e.into()))?;
-    let sigfd = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
-        .map_err(|e| io_err("signalfd")(e.into()))?;
-
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(io_err("starting the runtime"))?;
+    let attached = !matches!(opts.target, Target::Run(_));
     let status = rt.block_on(collect(
         loaded,
         writer,
-        opts.argv,
+        opts.target,
         invoker,
         job_adj,
         cgroup.as_ref(),
         sigfd,
+        crate::status::Status::new(opts.quiet, opts.leaks.clone()),
     ))?;
     if let Some(cg) = cgroup
         && let Err(e) = cg.remove()
@@ -265,6 +291,7 @@ pub fn run(opts: RecordOptions) -> Result<Outcome, RecordError> {
     Ok(Outcome {
         status,
         output: opts.output,
+        attached,
     })
 }
 
@@ -278,8 +305,15 @@ struct Collector {
     stall: ([u64; 3], [u64; 3]),
     /// The job's live processes, from the lifecycle records.
     job: std::collections::HashSet<u32>,
+    /// The job's main process, and how it ended as the kernel saw it (for
+    /// an attached job, which the recorder cannot wait for).
+    root: u32,
+    root_exit: Option<ExitStatus>,
     shm: crate::procfs::ShmTracker,
     last_procfs: Instant,
+    procfs_every: Duration,
+    /// The terminal's status line (src/status.rs).
+    status: crate::status::Status,
 }
 
 impl Collector {
@@ -324,6 +358,7 @@ impl Collector {
         }
         let kind = u16::from_le_bytes([bytes[0], bytes[1]]);
         self.writer.record(kind, bytes);
+        self.status.on_record(kind, bytes);
         match kind {
             common::KIND_FORK | common::KIND_EXEC => {
                 let tgid = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
@@ -339,6 +374,14 @@ impl Collector {
             common::KIND_EXIT => {
                 let tgid = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
                 self.job.remove(&tgid);
+                if tgid == self.root
+                    && let Ok(decode::Timed {
+                        event: decode::Event::Exit { exit_code, .. },
+                        ..
+                    }) = decode::decode(kind, bytes, 4)
+                {
+                    self.root_exit = Some(crate::model::wait_status(exit_code));
+                }
             }
             _ => {}
         }
@@ -380,6 +423,7 @@ impl Collector {
         let mut lost = Lost {
             by_kind: vec![0; common::KIND_MAX as usize],
             undecodable: self.last_lost.undecodable,
+            dropped_disk_full: self.writer.dropped_records(),
             ..Default::default()
         };
         let mut stall = ([0u64; 3], [0u64; 3]);
@@ -405,7 +449,7 @@ impl Collector {
     /// their page tables for it, so what it cost is recorded too) and the
     /// shared-memory objects, each once.
     fn poll_procfs(&mut self) {
-        if self.last_procfs.elapsed() < PROCFS_EVERY {
+        if self.last_procfs.elapsed() < self.procfs_every {
             return;
         }
         self.last_procfs = Instant::now();
@@ -418,7 +462,11 @@ impl Collector {
             .take(MAX_SMAPS_PER_ROUND)
             .filter_map(|&t| crate::procfs::smaps(t))
             .collect();
-        let cost_us = started.elapsed().as_micros() as u64;
+        let cost = started.elapsed();
+        let cost_us = cost.as_micros() as u64;
+        // smaps_rollup walks page tables: about 50 ms per resident GiB. Keep
+        // it to 1% of a core by sampling less often as the job grows.
+        self.procfs_every = PROCFS_EVERY.max(cost * 100);
         if !procs.is_empty() {
             self.user(UserBody::Smaps(decode::SmapsSample { procs, cost_us }));
         }
@@ -432,6 +480,7 @@ impl Collector {
     fn poll_pressure(&mut self, cgroup: Option<&MemCgroup>) {
         let mut p = crate::pressure::sample(cgroup.map(|c| (c.dir.as_path(), c.v2)));
         (p.stall_ns, p.stall_count) = self.stall;
+        self.status.on_pressure(mono_ns(), &p);
         if self
             .last_pressure
             .as_ref()
@@ -443,14 +492,44 @@ impl Collector {
     }
 
     fn flush(&mut self) -> Result<(), RecordError> {
+        // A full disk is not an error: the writer holds the frames in
+        // memory, within a bound, and says so (docs/recording-format.md).
         self.writer
             .flush()
             .map_err(io_err("writing the recording"))?;
+        self.tell_writer_notices();
         // write() already survives a SIGKILL of the recorder; fdatasync now
         // and then bounds what a power loss can take.
-        if self.last_sync.elapsed() > Duration::from_secs(10) {
+        if self.last_sync.elapsed() > Duration::from_secs(10) && self.writer.held_bytes() == 0 {
             let _ = self.writer.get_ref().sync_data();
             self.last_sync = Instant::now();
+        }
+        Ok(())
+    }
+
+    fn tell_writer_notices(&mut self) {
+        for n in self.writer.take_notices() {
+            match n {
+                crate::recording::Notice::Resumed { .. } => eprintln!("trainbpf: {n}"),
+                _ => eprintln!("trainbpf: warning: {n}"),
+            }
+        }
+    }
+
+    /// The last flush: frames still held for a full disk get one more try,
+    /// and what could not be written is said.
+    fn finish(&mut self) -> Result<(), RecordError> {
+        self.writer
+            .flush_now()
+            .map_err(io_err("writing the recording"))?;
+        self.tell_writer_notices();
+        let held = self.writer.held_bytes();
+        if held > 0 {
+            eprintln!(
+                "trainbpf: warning: the disk is still full: {:.1} MiB of events held in memory were not written; the recording ends cleanly after byte {}, and `trainbpf report` reads it up to there",
+                held as f64 / (1 << 20) as f64,
+                self.writer.bytes_written()
+            );
         }
         Ok(())
     }
@@ -465,15 +544,20 @@ const PROCFS_EVERY: Duration = Duration::from_secs(5);
 const MAX_JOB_PROCS: usize = 65536;
 const MAX_SMAPS_PER_ROUND: usize = 512;
 
+#[allow(
+    clippy::too_many_arguments,
+    reason = "each is a different part the collector owns; a struct of them would only rename the list"
+)]
 async fn collect(
     loaded: Loaded,
     writer: Writer<File>,
-    argv: Vec<OsString>,
+    target: Target,
     invoker: Invoker,
     job_adj: i32,
     cgroup: Option<&MemCgroup>,
     sigfd: SignalFd,
-) -> Result<ExitStatus, RecordError> {
+    status: crate::status::Status,
+) -> Result<Option<ExitStatus>, RecordError> {
     let Loaded {
         mut ebpf,
         events,
@@ -494,8 +578,12 @@ async fn collect(
         last_pressure: None,
         stall: ([0; 3], [0; 3]),
         job: Default::default(),
+        root: 0,
+        root_exit: None,
         shm: Default::default(),
+        status,
         last_procfs: Instant::now(),
+        procfs_every: PROCFS_EVERY,
     };
     // SAFETY: both fds are owned by the values moved in, and stay open until
     // the AsyncFd (and its registration) is dropped.
@@ -515,12 +603,42 @@ async fn collect(
     }
     eprintln!("trainbpf: {}", gpu.describe());
 
-    let pending = job::spawn(&argv, &invoker, job_adj)?;
-    let pid = pending.pid;
-    job.insert(pid, 1, 0).map_err(|e| RecordError::Io {
-        what: "adding the job to the kernel's job map".into(),
-        source: io::Error::other(e.to_string()),
-    })?;
+    let seed = |job: &mut aya::maps::HashMap<MapData, u32, u32>, pid: u32| {
+        job.insert(pid, 1, 0).map_err(|e| RecordError::Io {
+            what: "adding the job to the kernel's job map".into(),
+            source: io::Error::other(e.to_string()),
+        })
+    };
+    let (pid, argv, pending) = match &target {
+        Target::Run(argv) => {
+            let pending = job::spawn(argv, &invoker, job_adj)?;
+            seed(&mut job, pending.pid)?;
+            (pending.pid, argv.clone(), Some(pending))
+        }
+        Target::Pid(p) => {
+            // The process and every descendant alive now; the kernel adds
+            // those born from here on.
+            for t in crate::procfs::descendants(*p) {
+                seed(&mut job, t)?;
+                c.job.insert(t);
+                if let Some(info) = crate::procfs::proc_info(t) {
+                    c.user(UserBody::ProcInfo(info));
+                }
+            }
+            let argv = crate::procfs::proc_info(*p)
+                .map(|i| i.cmdline.into_iter().map(OsString::from).collect())
+                .unwrap_or_default();
+            (*p, argv, None)
+        }
+        Target::Cgroup(dir) => {
+            for t in crate::procfs::cgroup_procs(dir) {
+                seed(&mut job, t)?;
+                c.job.insert(t);
+            }
+            (0, Vec::new(), None)
+        }
+        Target::All => (0, Vec::new(), None),
+    };
     if let Some(cg) = cgroup {
         cg.add(pid)?;
         c.known_cgroups.insert(cg.id());
@@ -542,7 +660,10 @@ async fn collect(
             .unwrap_or_default(),
         uid: invoker.uid,
         gid: invoker.gid,
-        cgroup: cgroup.map(|cg| cg.rel.clone()),
+        cgroup: match &target {
+            Target::Cgroup(dir) => Some(dir.display().to_string()),
+            _ => cgroup.map(|cg| cg.rel.clone()),
+        },
         memory_limit_bytes: cgroup.and_then(|cg| {
             let f = if cg.v2 {
                 "memory.max"
@@ -551,10 +672,25 @@ async fn collect(
             };
             fs::read_to_string(cg.dir.join(f)).ok()?.trim().parse().ok()
         }),
+        attached: match &target {
+            Target::Run(_) => None,
+            Target::Pid(_) => Some("pid".into()),
+            Target::Cgroup(_) => Some("cgroup".into()),
+            Target::All => Some("all".into()),
+        },
     }));
-    c.job.insert(pid);
+    if pid != 0 {
+        c.job.insert(pid);
+        c.root = pid;
+    }
     c.flush()?;
-    let mut child = pending.release()?;
+    if !matches!(target, Target::Run(_)) {
+        eprintln!("trainbpf: attached; Ctrl-C detaches and leaves the job running");
+    }
+    let mut child = match pending {
+        Some(p) => Some(p.release()?),
+        None => None,
+    };
 
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     let mut last_flush = Instant::now();
@@ -576,8 +712,22 @@ async fn collect(
                 c.drain(ring.get_mut());
                 c.poll_lost(&counters);
                 reap_orphans(Some(pid));
+                if attached_done(&target, &c.job) {
+                    break c.root_exit;
+                }
                 if last_flush.elapsed() >= Duration::from_secs(1) || c.writer.pending() > FLUSH_BYTES {
+                    // Processes moved into the cgroup later (docker exec, a
+                    // new unit process) join the job here; their children
+                    // join in the kernel, at fork.
+                    if let Target::Cgroup(dir) = &target {
+                        for t in crate::procfs::cgroup_procs(dir) {
+                            if c.job.insert(t) {
+                                seed(&mut job, t)?;
+                            }
+                        }
+                    }
                     c.poll_pressure(cgroup);
+                    c.status.tick();
                     c.poll_procfs();
                     for (kind, bytes) in gpu.tick(&mut ebpf, &job, mono_ns()) {
                         c.writer.record(kind, &bytes);
@@ -588,23 +738,33 @@ async fn collect(
             }
             guard = sigfd.readable() => {
                 let mut guard = guard.map_err(io_err("signalfd"))?;
+                let mut detach = false;
                 while let Ok(Some(info)) = guard.get_inner().read_signal() {
-                    forward_signal(pid, &info);
+                    if child.is_some() {
+                        forward_signal(pid, &info);
+                    } else {
+                        detach = true;
+                    }
                     stopping = true;
                 }
                 guard.clear_ready();
+                if detach {
+                    eprintln!("trainbpf: detached; the job runs on");
+                    break None;
+                }
             }
-            st = child.wait() => {
+            st = wait_child(&mut child) => {
                 let st = st.map_err(io_err("waiting for the job"))?;
                 use std::os::unix::process::ExitStatusExt;
-                break match (st.code(), st.signal()) {
+                break Some(match (st.code(), st.signal()) {
                     (Some(code), _) => ExitStatus::Code(code),
                     (None, Some(sig)) => ExitStatus::Signal(sig),
                     _ => ExitStatus::Code(-1),
-                };
+                });
             }
         }
     };
+    c.status.clear();
     // Exits of the last workers and the kill's log lines trail the main
     // process's exit by a little: keep reading briefly.
     let until = Instant::now() + Duration::from_millis(300);
@@ -617,7 +777,9 @@ async fn collect(
     // recorder is their subreaper and records them until they exit.
     c.job.remove(&pid);
     c.job.retain(|&t| crate::procfs::alive(t));
-    if stopping && !c.job.is_empty() {
+    if child.is_none() {
+        // Attached: nothing of the job is the recorder's to wait for.
+    } else if stopping && !c.job.is_empty() {
         eprintln!(
             "trainbpf: asked to stop; {} job processes run on unrecorded",
             c.job.len()
@@ -666,10 +828,33 @@ async fn collect(
     for (kind, bytes) in gpu.finish(mono_ns()) {
         c.writer.record(kind, &bytes);
     }
-    c.user(UserBody::JobExit(JobExit { pid, status }));
-    c.flush()?;
+    match status {
+        Some(status) => c.user(UserBody::JobExit(JobExit { pid, status })),
+        None => c.user(UserBody::Note("detached: the job ran on".into())),
+    }
+    c.finish()?;
     let _ = c.writer.get_ref().sync_all();
     Ok(status)
+}
+
+/// The spawned job's end; never, for an attached one.
+async fn wait_child(
+    child: &mut Option<tokio::process::Child>,
+) -> io::Result<std::process::ExitStatus> {
+    match child {
+        Some(c) => c.wait().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// An attached job is over when its processes are gone (`--pid`), or its
+/// cgroup is (`--cgroup`); `--all` and a spawned job never end here.
+fn attached_done(target: &Target, job: &std::collections::HashSet<u32>) -> bool {
+    match target {
+        Target::Pid(_) => job.iter().all(|&t| !crate::procfs::alive(t)),
+        Target::Cgroup(dir) => !dir.exists(),
+        Target::Run(_) | Target::All => false,
+    }
 }
 
 /// Reaps children that were re-parented to the recorder (its subreaper

@@ -28,6 +28,12 @@ pub fn events(path: &Path) -> Result<String> {
         out.push_str(&serde_json::to_string(&t)?);
         out.push('\n');
     }
+    for skip in &r.skipped().ranges {
+        out.push_str(&serde_json::to_string(
+            &serde_json::json!({"skipped": skip}),
+        )?);
+        out.push('\n');
+    }
     if let Some(stop) = r.stop() {
         out.push_str(&serde_json::to_string(
             &serde_json::json!({"stopped_early": stop}),
@@ -40,14 +46,53 @@ pub fn events(path: &Path) -> Result<String> {
 /// Reads the whole recording through the model; memory stays bounded by
 /// the model's window, not the file's length.
 pub fn build(path: &Path, window: Duration) -> Result<Report> {
-    let mut r = open(path)?;
+    let f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    build_from(BufReader::with_capacity(1 << 16, f), window)
+}
+
+/// [`build`] over any input (the fuzz harness feeds it bytes).
+pub fn build_from<R: std::io::Read>(input: R, window: Duration) -> Result<Report> {
+    build_scoped(input, window, &Scope::default())
+}
+
+/// How much of the recording `report` reads, and how it judges leaks.
+#[derive(Clone, Debug, Default)]
+pub struct Scope {
+    /// Only the events up to this long after the first: the report as it
+    /// would have read then (e.g. a leak's projection before the kill).
+    pub until: Option<Duration>,
+    pub leaks: model::LeakOptions,
+}
+
+/// Records arrive up to this late (per-CPU ring buffers, collector records
+/// written as made): reading stops this far past `until`.
+const UNTIL_SLACK_NS: u64 = 5_000_000_000;
+
+/// [`build_from`], cut at `scope.until`, with its leak options.
+pub fn build_scoped<R: std::io::Read>(input: R, window: Duration, scope: &Scope) -> Result<Report> {
+    let mut r = Reader::new(input)?;
     let header = r.header().clone();
     let opts = ModelOptions {
         window_ns: window.as_nanos().min(u64::MAX as u128) as u64,
+        leaks: scope.leaks.clone(),
     };
-    let mut report = model::build(&header, r.by_ref(), &opts);
+    let cut = scope
+        .until
+        .map(|d| d.as_nanos().min(u64::MAX as u128) as u64);
+    let mut first = None;
+    let events = r.by_ref().map_while(|t| {
+        let Some(cut) = cut else { return Some(Some(t)) };
+        let end = first.get_or_insert(t.ts_ns).saturating_add(cut);
+        if t.ts_ns > end.saturating_add(UNTIL_SLACK_NS) {
+            None
+        } else {
+            Some((t.ts_ns <= end).then_some(t))
+        }
+    });
+    let mut report = model::build(&header, events.flatten(), &opts);
     report.undecodable = r.undecodable;
     report.stopped_early = r.stop().cloned();
+    report.skipped = r.skipped().clone();
     Ok(report)
 }
 
@@ -58,14 +103,18 @@ pub struct Files<'a> {
     pub perfetto: Option<&'a Path>,
 }
 
+/// `leaks`: print the leaks section alone, every trend in it.
 pub fn run(
     path: &Path,
     json: bool,
     window: Duration,
     no_color: bool,
     files: &Files<'_>,
+    scope: &Scope,
+    leaks: bool,
 ) -> Result<String> {
-    let report = build(path, window)?;
+    let f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let report = build_scoped(BufReader::with_capacity(1 << 16, f), window, scope)?;
     write_files(&report, files)?;
     if json {
         let mut s = serde_json::to_string_pretty(&render::json::render(&report))?;
@@ -74,13 +123,14 @@ pub fn run(
     }
     let stdout = std::io::stdout();
     let color = !no_color && std::env::var_os("NO_COLOR").is_none() && stdout.is_terminal();
-    Ok(render::text::render(
-        &report,
-        &render::text::TextOptions {
-            color,
-            width: terminal_width(),
-        },
-    ))
+    let o = render::text::TextOptions {
+        color,
+        width: terminal_width(),
+    };
+    if leaks {
+        return Ok(render::text::leaks_report(&report, &o));
+    }
+    Ok(render::text::render(&report, &o))
 }
 
 /// Writes the HTML page and the Perfetto trace, each whole or not at all: a
@@ -101,6 +151,17 @@ fn write_files(report: &Report, files: &Files<'_>) -> Result<()> {
         write(p, &serde_json::to_vec(&render::perfetto::render(report))?)?;
     }
     Ok(())
+}
+
+/// The end-of-run verdict, judging leaks by `scope`.
+pub fn verdict_with(path: &Path, scope: &Scope) -> Result<String> {
+    let f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let r = build_scoped(
+        BufReader::with_capacity(1 << 16, f),
+        Duration::from_secs(60),
+        scope,
+    )?;
+    Ok(render::text::verdict(&r))
 }
 
 /// The end-of-run verdict `record` prints.

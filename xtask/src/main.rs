@@ -3,9 +3,11 @@
 //! clone needs nothing but rustup, python3 and a C compiler.
 
 mod bench;
+mod fuzz;
 mod gpu_check;
 mod report_bench;
 mod setup;
+mod soak;
 mod tasks;
 mod util;
 mod vm;
@@ -115,6 +117,27 @@ enum Task {
         #[arg(long)]
         out: Option<std::path::PathBuf>,
     },
+    /// Fuzz the recording decoder (reader, decoder, model, renderers) with
+    /// cargo-fuzz/libFuzzer for a while; installs cargo-fuzz and the pinned
+    /// nightly first. Fails on any crash, leak or allocation over 64 MiB
+    /// (docs/fuzzing.md).
+    Fuzz {
+        /// Seconds of fuzzing, the build not counted.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+    },
+    /// As root: record a busy job (memory churn, forks, execs) for a while
+    /// and check that the recorder's own RSS stays flat: a least-squares
+    /// slope after the warm-up of at most 1 MiB per 10 minutes. Writes
+    /// target/soak/rss.csv (BENCHMARKS.md quotes the 10-minute figure).
+    Soak {
+        /// Minutes measured, after a warm-up of a quarter of that (5-60 s).
+        #[arg(long, default_value_t = 10.0)]
+        minutes: f64,
+        /// Processes allocating and freeing memory in the job.
+        #[arg(long, default_value_t = 4)]
+        workers: u32,
+    },
 }
 
 fn main() -> ExitCode {
@@ -176,5 +199,7 @@ fn run(task: Task) -> anyhow::Result<()> {
             timeout: std::time::Duration::from_secs(timeout),
         }),
         Task::GpuCheck { python, out } => gpu_check::gpu_check(&gpu_check::Options { python, out }),
+        Task::Fuzz { seconds } => fuzz::fuzz(&fuzz::Options { seconds }),
+        Task::Soak { minutes, workers } => soak::soak(&soak::Options { minutes, workers }),
     }
 }

@@ -27,7 +27,7 @@ pub fn setup() -> Result<()> {
 }
 
 /// The nightly named in `.ebpf-toolchain`, the one place it is pinned.
-fn pinned_toolchain() -> Result<String> {
+pub fn pinned_toolchain() -> Result<String> {
     let path = workspace_root().join(".ebpf-toolchain");
     let text = fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     let pin = text.trim();

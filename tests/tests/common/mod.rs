@@ -93,6 +93,33 @@ pub fn record(rec: &Path, extra: &[&str], cmd: &[&str]) -> Output {
     out
 }
 
+/// Starts `trainbpf ARGS` with stderr piped, and returns once a stderr line
+/// contains `marker` (e.g. the start-up line: the probes are loaded), with
+/// the rest of stderr copied to the test's. Loading can take seconds on a
+/// busy machine: a fixed sleep would race it.
+pub fn spawn_until(args: &[&std::ffi::OsStr], marker: &str) -> std::process::Child {
+    use std::io::BufRead;
+    let mut child = Command::new(bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting trainbpf");
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = err.read_line(&mut line).expect("reading trainbpf's stderr");
+        assert!(n > 0, "trainbpf ended before saying {marker:?}");
+        eprint!("{line}");
+        if line.contains(marker) {
+            break;
+        }
+    }
+    std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::stderr()));
+    child
+}
+
 pub fn report_json(rec: &Path) -> Value {
     report_json_args(rec, &[])
 }

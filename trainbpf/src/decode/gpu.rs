@@ -278,11 +278,12 @@ pub(super) fn decode_kernel(kind: u16, bytes: &[u8]) -> Result<(u64, Event), Dec
                 op,
                 result: e.result,
                 device: (e.device >= 0).then_some(e.device),
-                size: e.size,
+                // Clamped like every memory figure (decode::MAX_KB).
+                size: e.size.min(super::MAX_KB << 10),
                 ptr: e.ptr,
                 handle: e.handle,
                 aux: e.aux,
-                entry_ns: e.entry_ns,
+                entry_ns: e.entry_ns.min(super::MAX_TS_NS),
             };
             (e.hdr.ts_ns, GpuEvent::Cuda(call))
         }

@@ -87,8 +87,10 @@ const ADJ_MIN: i32 = -1000;
 /// `oom_badness()` for one process, in pages.
 pub fn badness(i: &Inputs, page_kb: u64, totalpages: u64) -> i64 {
     let page_kb = page_kb.max(1);
-    let pages = (i.rss_kb + i.swap_kb) / page_kb + i.pgtables_kb / page_kb;
-    pages as i64 + i.oom_score_adj as i64 * (totalpages / 1000) as i64
+    let pages = i.rss_kb.saturating_add(i.swap_kb) / page_kb + i.pgtables_kb / page_kb;
+    // Wide, then clamped: a damaged record's figures must not overflow.
+    let points = pages as i128 + i.oom_score_adj as i128 * (totalpages / 1000) as i128;
+    points.clamp(i64::MIN as i128, i64::MAX as i128) as i64
 }
 
 /// Ranks `others` and the victim. `kernel_points` is `oc->chosen_points`
@@ -138,6 +140,7 @@ pub fn rank(
         all.truncate(MAX_CANDIDATES);
     }
     let agrees_with_kernel = kernel_points.zip(victim_points).map(|(k, r)| {
+        let (k, r) = (k as i128, r as i128);
         let tol = (k.abs() / 100).max(256);
         (k - r).abs() <= tol
     });

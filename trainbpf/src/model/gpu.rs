@@ -1029,7 +1029,7 @@ fn timeline(
                         format!(
                             "{} changes in {} ms",
                             j - i + 1,
-                            (ts - from).div_ceil(1_000_000)
+                            ts.saturating_sub(from).div_ceil(1_000_000)
                         )
                     } else {
                         "1 change".into()
@@ -1249,6 +1249,7 @@ mod tests {
                 gid: 0,
                 cgroup: None,
                 memory_limit_bytes: None,
+                attached: None,
             }),
         )
     }

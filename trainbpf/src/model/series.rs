@@ -1189,6 +1189,7 @@ pub(crate) mod tests {
                 gid: 0,
                 cgroup: Some("/trainbpf-1".into()),
                 memory_limit_bytes: Some(1 << 30),
+                attached: None,
             }),
         }];
         ev.push(mem(SEC / 10, 700, 1, 50_000, true));

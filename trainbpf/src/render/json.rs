@@ -12,6 +12,8 @@ use crate::render::{death_phrase, rfc3339_ms};
 
 /// The `gpu` object.
 mod gpu;
+/// The `leaks` array and `leak_projection`.
+mod leaks;
 
 /// Adding keys keeps this; removing or renaming one, or changing a type or
 /// unit, bumps it.
@@ -46,6 +48,11 @@ pub fn render(r: &Report) -> Value {
             "window_s": secs(r.window_ns),
             "stopped_early": r.stopped_early.as_ref()
                 .map(|s| json!({"offset": s.offset, "reason": s.reason})),
+            "skipped": r.skipped.ranges.iter()
+                .map(|s| json!({"offset": s.offset, "bytes": s.bytes, "reason": s.reason}))
+                .collect::<Vec<_>>(),
+            "skipped_ranges": r.skipped.count,
+            "skipped_bytes": r.skipped.bytes,
         },
         "job": r.job.as_ref().map(|j| json!({
             "pid": j.pid,
@@ -88,14 +95,17 @@ pub fn render(r: &Report) -> Value {
         })).collect::<Vec<_>>(),
         "run": run(r),
         "gpu": gpu::render(r),
+        "leaks": leaks::leaks(r),
+        "leak_projection": leaks::projection(r),
         "lost_events": r.lost_events(),
         "lost": {
             "by_kind": r.lost.by_kind.iter().enumerate()
                 .map(|(i, n)| (kind_name(i), json!(n)))
                 .collect::<serde_json::Map<_, _>>(),
-            "undecodable": r.lost.undecodable + r.undecodable,
+            "undecodable": r.lost.undecodable.saturating_add(r.undecodable),
             "proc_map_full": r.lost.proc_map_full,
             "job_map_full": r.lost.job_map_full,
+            "dropped_disk_full": r.lost.dropped_disk_full,
         },
     })
 }
@@ -343,11 +353,16 @@ mod tests {
             "fallbacks",
             "duration_s",
             "stopped_early",
+            "skipped",
+            "skipped_ranges",
+            "skipped_bytes",
         ] {
             assert!(v["recording"].get(k).is_some(), "recording.{k}");
         }
         assert_eq!(v["recording"]["duration_s"], 21.5);
         assert!(v["recording"]["stopped_early"].is_null());
+        assert_eq!(v["recording"]["skipped"], json!([]));
+        assert_eq!(v["recording"]["skipped_ranges"], 0);
         assert_eq!(v["job"]["pid"], 700);
         assert_eq!(v["job"]["exit"], json!({"signal": 9}));
         assert_eq!(v["job"]["memory_limit_bytes"], 300 << 20);
@@ -411,9 +426,23 @@ mod tests {
         r.kills[0].kernel_points = None;
         r.header.clock = ClockPair::default();
         r.kills[0].realtime_ns = r.realtime_ns(r.kills[0].ts_ns);
+        r.skipped = crate::recording::Skipped {
+            ranges: vec![crate::recording::Skip {
+                offset: 1024,
+                bytes: 300,
+                reason: "bad frame magic".into(),
+            }],
+            count: 1,
+            bytes: 300,
+        };
         let v = render(&r);
         assert!(v["job"].is_null());
         assert_eq!(v["recording"]["stopped_early"]["offset"], 4096);
+        assert_eq!(
+            v["recording"]["skipped"],
+            json!([{"offset": 1024, "bytes": 300, "reason": "bad frame magic"}])
+        );
+        assert_eq!(v["recording"]["skipped_bytes"], 300);
         assert!(v["kills"][0]["kernel_points"].is_null());
         assert!(v["kills"][0].get("kernel_points").is_some());
         // Without a clock pair there is no wall-clock time to give.

@@ -334,11 +334,14 @@ pub(crate) mod fixture {
                 undecodable: 1,
                 proc_map_full: 0,
                 job_map_full: 0,
+                dropped_disk_full: 0,
             },
             series: Default::default(),
             undecodable: 2,
             stopped_early: None,
+            skipped: Default::default(),
             gpu: Default::default(),
+            leaks: Default::default(),
         }
     }
 }

@@ -9,6 +9,9 @@ use crate::render::{death_phrase, exit_phrase, human_kb, human_rate, human_secs,
 
 /// GPU and pinned memory, CUDA OOMs, Xid.
 mod gpu;
+/// Suspected leaks and the time to the limit.
+mod leaks;
+pub use leaks::{eta, report as leaks_report};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TextOptions {
@@ -119,6 +122,7 @@ pub fn render(r: &Report, o: &TextOptions) -> String {
         kill_section(&mut out, r, k, i, n, width, &p);
     }
 
+    leaks::section(&mut out, r, width, &p);
     job_memory_section(&mut out, r, &p);
     let shm: Vec<_> = r
         .shared_memory
@@ -210,6 +214,30 @@ pub fn render(r: &Report, o: &TextOptions) -> String {
                 ))
             );
         }
+    }
+    if r.skipped.count > 0 {
+        let mut line = format!(
+            "the recording has {} damaged stretch{} ({} bytes), skipped: ",
+            r.skipped.count,
+            if r.skipped.count == 1 { "" } else { "es" },
+            r.skipped.bytes
+        );
+        let shown: Vec<String> = r
+            .skipped
+            .ranges
+            .iter()
+            .take(3)
+            .map(|s| format!("{} bytes at byte {} ({})", s.bytes, s.offset, s.reason))
+            .collect();
+        line.push_str(&shown.join(", "));
+        if r.skipped.count > shown.len() as u64 {
+            line.push_str(&format!(
+                ", and {} more",
+                r.skipped.count - shown.len() as u64
+            ));
+        }
+        line.push_str("; what follows each was read");
+        let _ = writeln!(out, "{}", p.yellow(&line));
     }
     if let Some(s) = &r.stopped_early {
         let _ = writeln!(
@@ -722,9 +750,15 @@ fn lost_detail(r: &Report) -> String {
         .filter(|(_, n)| **n > 0)
         .map(|(i, n)| format!("{} {n}", kind_label(i)))
         .collect();
-    let undecodable = r.lost.undecodable + r.undecodable;
+    let undecodable = r.lost.undecodable.saturating_add(r.undecodable);
     if undecodable > 0 {
         parts.push(format!("undecodable {undecodable}"));
+    }
+    if r.lost.dropped_disk_full > 0 {
+        parts.push(format!(
+            "memory samples dropped while the disk was full {}",
+            r.lost.dropped_disk_full
+        ));
     }
     if parts.is_empty() {
         String::new()
@@ -818,6 +852,7 @@ pub fn verdict(r: &Report) -> String {
         );
     }
     gpu::verdict(&mut out, r);
+    leaks::verdict(&mut out, r);
     if r.lost_events() > 0 {
         let _ = writeln!(
             out,
@@ -957,6 +992,30 @@ mod tests {
         assert!(t.contains("python3") && t.contains("40 MiB"), "{t}");
         assert!(
             t.contains("stopped early at byte 4096: frame checksum mismatch"),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn skipped_damage_is_noted() {
+        let mut r = sample_report();
+        let skip = |offset| crate::recording::Skip {
+            offset,
+            bytes: 100,
+            reason: "frame checksum mismatch".into(),
+        };
+        r.skipped = crate::recording::Skipped {
+            ranges: vec![skip(500), skip(900), skip(1300), skip(1700)],
+            count: 5,
+            bytes: 500,
+        };
+        let t = plain(&r);
+        assert!(
+            t.contains("the recording has 5 damaged stretches (500 bytes), skipped: 100 bytes at byte 500 (frame checksum mismatch)"),
+            "{t}"
+        );
+        assert!(
+            t.contains(", and 2 more; what follows each was read"),
             "{t}"
         );
     }

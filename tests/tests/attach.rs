@@ -1,0 +1,165 @@
+//! Attaching to a job that is already running: `--pid` follows it and its
+//! descendants born later, catches its kill, and ends when it is gone;
+//! `--cgroup` follows a cgroup; Ctrl-C (SIGINT) detaches and leaves the job
+//! running.
+
+mod common;
+
+use std::{
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use common::*;
+
+/// A v1 or v2 memory cgroup made by the test, removed on drop.
+struct Cg(std::path::PathBuf);
+
+impl Cg {
+    fn new(tag: &str, limit: &str) -> Cg {
+        let v2 = std::fs::read_to_string("/sys/fs/cgroup/cgroup.controllers")
+            .is_ok_and(|s| s.contains("memory"));
+        let (root, file) = if v2 {
+            ("/sys/fs/cgroup", "memory.max")
+        } else {
+            ("/sys/fs/cgroup/memory", "memory.limit_in_bytes")
+        };
+        let dir =
+            std::path::Path::new(root).join(format!("trainbpf-test-{tag}-{}", std::process::id()));
+        let _ = std::fs::create_dir(&dir);
+        std::fs::write(dir.join(file), limit).expect("set the limit");
+        Cg(dir)
+    }
+}
+
+impl Drop for Cg {
+    fn drop(&mut self) {
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.0).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// Starts `script` in the cgroup (it moves itself in first) and returns it.
+fn start_in(cg: &Cg, script: &str) -> Child {
+    let procs = cg.0.join("cgroup.procs");
+    let prog = format!(
+        "import os\nopen({:?}, 'w').write(str(os.getpid()))\n{script}",
+        procs.display().to_string()
+    );
+    Command::new(python())
+        .args(["-c", &prog])
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("start the job")
+}
+
+/// Grows 1 MiB every 100 ms (10 MiB/s), after forking a worker that does
+/// the same, so that a process born after the attach is part of the job.
+const LEAK: &str = r#"
+import os, time
+time.sleep(6)
+if os.fork() == 0:
+    h = []
+    while True:
+        h.append(bytearray(b"w") * (1 << 20))
+        time.sleep(0.1)
+h = []
+while True:
+    h.append(bytearray(b"m") * (1 << 20))
+    time.sleep(0.1)
+"#;
+
+#[test]
+fn attach_to_a_running_job_catches_its_kill() {
+    require_root();
+    let _g = serial();
+    let dir = TempDir::new("attach");
+    let rec = dir.path("a.rec");
+    let cg = Cg::new("attach", "120M");
+    let mut job = start_in(&cg, LEAK);
+    std::thread::sleep(Duration::from_millis(500));
+    let started = Instant::now();
+    let out = Command::new(bin())
+        .args(["record", "-o"])
+        .arg(&rec)
+        .args(["--pid", &job.id().to_string()])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("{stderr}");
+    let _ = job.wait();
+    assert!(
+        out.status.success(),
+        "attach exits 0: the job's status is not its to pass on"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(40),
+        "the recorder ended with the job"
+    );
+    let r = report_json(&rec);
+    assert_eq!(u(&r["job"]["pid"]), job.id() as u64);
+    let ks = kills(&r);
+    assert!(!ks.is_empty(), "the kill was caught: {r:#}");
+    let v = &ks[0]["victim"];
+    assert_eq!(v["in_job"], true, "{v}");
+    // The worker forked after the attach is the job's too.
+    let procs = r["processes"].as_array().unwrap();
+    assert!(
+        procs
+            .iter()
+            .any(|p| p["parent"].as_u64() == Some(job.id() as u64)),
+        "the worker born after the attach is in the job: {procs:#?}"
+    );
+}
+
+#[test]
+fn sigint_detaches_and_leaves_the_job_running() {
+    require_root();
+    let _g = serial();
+    let dir = TempDir::new("detach");
+    let rec = dir.path("d.rec");
+    let cg = Cg::new("detach", "1G");
+    let mut job = start_in(&cg, "import time\ntime.sleep(30)\n");
+    std::thread::sleep(Duration::from_millis(300));
+    let mut rec_proc = Command::new(bin())
+        .args(["record", "-o"])
+        .arg(&rec)
+        .arg("--cgroup")
+        .arg(&cg.0)
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until it says it is attached.
+    let mut err = std::io::BufReader::new(rec_proc.stderr.take().unwrap());
+    let mut line = String::new();
+    while std::io::BufRead::read_line(&mut err, &mut line).unwrap() > 0 {
+        eprint!("{line}");
+        if line.contains("attached;") {
+            break;
+        }
+        line.clear();
+    }
+    std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::stderr()));
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: kill(2) on our own child.
+    assert_eq!(unsafe { libc::kill(rec_proc.id() as i32, libc::SIGINT) }, 0);
+    let st = rec_proc.wait().unwrap();
+    assert!(st.success(), "detaching is success: {st}");
+    assert!(
+        job.try_wait().unwrap().is_none(),
+        "the job runs on untouched after the recorder detached"
+    );
+    let r = report_json(&rec);
+    assert!(
+        r["job"]["exit"].is_null(),
+        "no exit recorded for a job that runs on"
+    );
+    job.kill().unwrap();
+    let _ = job.wait();
+}

@@ -1,0 +1,44 @@
+//! Writes the fuzzer's starting corpus into DIR: the seed recording of
+//! `trainbpf::fuzzing::seed` (a job with a kill, every record kind), and a
+//! few damaged copies. Run by `cargo xtask fuzz` (docs/fuzzing.md).
+
+use std::{path::PathBuf, process::ExitCode};
+
+use trainbpf::fuzzing::{Rng, mutate, seed};
+
+fn main() -> ExitCode {
+    let Some(dir) = std::env::args_os().nth(1).map(PathBuf::from) else {
+        eprintln!("usage: fuzz_seeds DIR");
+        return ExitCode::FAILURE;
+    };
+    let seed = seed();
+    let mut files = vec![("seed.rec".to_string(), seed.clone())];
+    // Cut at the middle, and damaged a little: starting points for the
+    // truncation and resynchronisation paths.
+    files.push(("seed-half.rec".into(), seed[..seed.len() / 2].to_vec()));
+    let mut rng = Rng::new(1);
+    for i in 0..4 {
+        files.push((format!("seed-mutant-{i}.rec"), mutate(&seed, &mut rng)));
+    }
+    let write = || -> std::io::Result<()> {
+        std::fs::create_dir_all(&dir)?;
+        for (name, bytes) in &files {
+            std::fs::write(dir.join(name), bytes)?;
+        }
+        Ok(())
+    };
+    match write() {
+        Ok(()) => {
+            eprintln!(
+                "fuzz_seeds: wrote {} seeds to {}",
+                files.len(),
+                dir.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("fuzz_seeds: {}: {e}", dir.display());
+            ExitCode::FAILURE
+        }
+    }
+}
