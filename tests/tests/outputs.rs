@@ -172,25 +172,48 @@ fn headless(page: &Path, extra: &[String]) -> String {
         .stderr(Stdio::piped())
         .spawn()
         .expect("starting chromium");
+    // Drain both pipes while waiting: `--dump-dom` of a big report is more
+    // than a pipe holds, and a browser blocked on a full pipe never exits.
+    let drain = |r: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let stdout = drain(
+        child
+            .stdout
+            .take()
+            .map(|r| Box::new(r) as Box<dyn std::io::Read + Send>),
+    );
+    let stderr = drain(
+        child
+            .stderr
+            .take()
+            .map(|r| Box::new(r) as Box<dyn std::io::Read + Send>),
+    );
     let start = Instant::now();
-    loop {
-        if child.try_wait().expect("waiting for chromium").is_some() {
-            break;
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("waiting for chromium") {
+            break st;
         }
         if start.elapsed() > Duration::from_secs(120) {
             let _ = child.kill();
             panic!("chromium did not finish in 2 minutes");
         }
         std::thread::sleep(Duration::from_millis(100));
-    }
-    let out = child.wait_with_output().expect("chromium output");
+    };
+    let out = stdout.join().expect("stdout reader");
+    let err = stderr.join().expect("stderr reader");
     assert!(
-        out.status.success(),
-        "chromium failed: {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
+        status.success(),
+        "chromium failed: {status}\n{}",
+        String::from_utf8_lossy(&err)
     );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Acceptance: the terminal, HTML and Perfetto outputs name the victim and

@@ -442,6 +442,34 @@ mod tests {
     }
 
     #[test]
+    fn a_damaged_middle_is_skipped_and_the_kill_after_it_still_explained() {
+        let mut bytes = seed();
+        // The second frame (the first memory samples): flip a payload byte.
+        let hlen = u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;
+        let first = 16 + hlen + 4;
+        let len0 = u32::from_le_bytes(bytes[first + 4..first + 8].try_into().unwrap()) as usize;
+        let second = first + 12 + len0;
+        bytes[second + 40] ^= 0x20;
+        let report = crate::report::build_from(&bytes[..], Duration::from_secs(60)).unwrap();
+        assert_eq!(report.skipped.count, 1);
+        assert_eq!(report.skipped.ranges[0].offset, second as u64);
+        assert_eq!(report.skipped.ranges[0].reason, "frame checksum mismatch");
+        assert!(report.stopped_early.is_none());
+        assert_eq!(report.kills.len(), 1, "the kill, after the damage, is read");
+        let v = render::json::render(&report);
+        assert_eq!(v["recording"]["skipped"][0]["offset"], second as u64);
+        assert_eq!(v["recording"]["skipped_ranges"], 1);
+        let text = render::text::render(
+            &report,
+            &render::text::TextOptions {
+                color: false,
+                width: 100,
+            },
+        );
+        assert!(text.contains("1 damaged stretch ("), "{text}");
+    }
+
+    #[test]
     fn fixing_checksums_keeps_a_good_recording_as_it_is() {
         let seed = seed();
         assert_eq!(fix_checksums(&seed), seed);

@@ -32,8 +32,9 @@ pub struct Options {
     pub workers: u32,
 }
 
-/// The job: `workers` processes each allocating, touching and freeing 8-48
-/// MiB in a loop (each cycle crosses the recorder's 4 MiB threshold twice),
+/// The job: `workers` processes each forking a child that touches 5-20 MiB
+/// and exits, then allocating, touching and freeing 8-48 MiB themselves, in
+/// a loop (each cycle crosses the recorder's 4 MiB threshold several times),
 /// one process forking short-lived children, and one spawning `/bin/true`
 /// (an exec), until the deadline.
 const JOB: &str = r#"
@@ -45,6 +46,13 @@ def churn(seed):
     r = random.Random(seed)
     n = 0
     while time.time() < end:
+        # A short-lived child that grows (fork, exec-less start, memory
+        # records, exit), then the worker itself grows and shrinks.
+        pid = os.fork()
+        if pid == 0:
+            b = b"x" * (r.randint(5, 20) << 20)
+            os._exit(0)
+        os.waitpid(pid, 0)
         b = b"x" * (r.randint(8, 48) << 20)
         time.sleep(0.005)
         del b
@@ -60,7 +68,7 @@ def forker():
             os._exit(0)
         os.waitpid(pid, 0)
         n += 1
-        time.sleep(0.01)
+        time.sleep(0.002)
     return n
 
 def execer():
