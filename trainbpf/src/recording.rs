@@ -148,6 +148,10 @@ impl<W: Write> Rewind for io::BufWriter<W> {}
 /// Frames held in memory while the disk is full, by default: about a minute
 /// of a busy job's records.
 pub const BACKLOG_LIMIT: usize = 64 << 20;
+/// A frame is sealed once its payload reaches this size, so that a nearly
+/// full disk still takes whole frames up to its last free bytes and a torn
+/// write costs at most this much.
+pub const SEAL_FRAME_AT: usize = 64 << 10;
 /// How often a held-back frame is offered to the disk again.
 pub const RETRY_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -246,6 +250,8 @@ pub struct Writer<W: Write> {
     held: std::collections::VecDeque<Held>,
     held_bytes: usize,
     limit: usize,
+    /// Payload size at which a frame is sealed ([`SEAL_FRAME_AT`]).
+    seal_at: usize,
     retry_every: std::time::Duration,
     retry_at: Option<std::time::Instant>,
     /// Bytes of held frames written since the disk failed.
@@ -275,6 +281,7 @@ impl<W: Write + Rewind> Writer<W> {
             held: Default::default(),
             held_bytes: 0,
             limit: BACKLOG_LIMIT,
+            seal_at: SEAL_FRAME_AT,
             retry_every: RETRY_EVERY,
             retry_at: None,
             resumed_bytes: 0,
@@ -292,6 +299,12 @@ impl<W: Write + Rewind> Writer<W> {
         self.retry_every = retry_every;
     }
 
+    /// Seals frames at `bytes` of payload rather than [`SEAL_FRAME_AT`]
+    /// (tests that need big frames).
+    pub fn set_frame_size(&mut self, bytes: usize) {
+        self.seal_at = bytes;
+    }
+
     /// Adds one record to the current frame.
     pub fn record(&mut self, kind: u16, bytes: &[u8]) {
         self.frame.extend_from_slice(&kind.to_le_bytes());
@@ -299,11 +312,23 @@ impl<W: Write + Rewind> Writer<W> {
         self.frame
             .extend_from_slice(&(bytes.len() as u32).to_le_bytes());
         self.frame.extend_from_slice(bytes);
+        if self.frame.len() >= self.seal_at {
+            // Sealed frames queue behind any held ones and go out at the
+            // next flush, in order.
+            let payload = std::mem::replace(&mut self.frame, Vec::with_capacity(64 << 10));
+            self.held_bytes += payload.len();
+            self.held.push_back(Held {
+                payload,
+                thinned: false,
+            });
+        }
     }
 
-    /// Bytes waiting in the current frame.
+    /// Bytes waiting for the next flush: the current frame and, unless the
+    /// disk is failing (when they wait for the retry), the frames sealed
+    /// since the last flush.
     pub fn pending(&self) -> usize {
-        self.frame.len()
+        self.frame.len() + if self.failing { 0 } else { self.held_bytes }
     }
 
     /// Bytes of whole frames in the file (the header included).
@@ -378,12 +403,15 @@ impl<W: Write + Rewind> Writer<W> {
             }
             if self.held.is_empty() {
                 self.retry_at = None;
+                let written_bytes = std::mem::take(&mut self.resumed_bytes);
+                if self.failing {
+                    self.notices.push(Notice::Resumed {
+                        written_bytes,
+                        dropped_records: self.dropped,
+                    });
+                }
                 self.failing = false;
                 self.dropping = false;
-                self.notices.push(Notice::Resumed {
-                    written_bytes: std::mem::take(&mut self.resumed_bytes),
-                    dropped_records: self.dropped,
-                });
                 return Ok(());
             }
             self.retry_at = Some(std::time::Instant::now() + self.retry_every);
@@ -1189,6 +1217,7 @@ mod tests {
             }
         }
         let mut w = Writer::new(Vec::new(), &header()).unwrap();
+        w.set_frame_size(usize::MAX);
         for i in 0..3u64 {
             for j in 0..2000u64 {
                 let (k, b) = encode_user(i * 10_000 + j, UserBody::Note("x".repeat(100)));
@@ -1306,6 +1335,59 @@ mod tests {
         let (ts, stop, skipped) = read_all(&w.get_ref().data);
         assert_eq!(ts, (0..11).collect::<Vec<_>>());
         assert!(stop.is_none() && skipped.count == 0);
+    }
+
+    #[test]
+    fn a_burst_bigger_than_the_room_left_fills_it_with_whole_frames() {
+        let mut w = quota_writer();
+        let start = w.bytes_written() as usize;
+        // A burst of 4 frames' worth between two flushes, and room for 2.5.
+        w.out.cap = start + SEAL_FRAME_AT * 5 / 2;
+        let mut n = 0;
+        let mut bytes = 0;
+        while bytes < 4 * SEAL_FRAME_AT {
+            let (k, b) = encode_user(n, UserBody::Note(format!("note {n}")));
+            w.record(k, &b);
+            bytes += 8 + b.len();
+            n += 1;
+        }
+        assert_eq!(w.pending(), bytes, "sealed frames count as pending");
+        w.flush().unwrap();
+        let written = w.bytes_written() as usize - start;
+        assert!(
+            (2 * SEAL_FRAME_AT..=SEAL_FRAME_AT * 5 / 2).contains(&written),
+            "two whole frames went out: {written}"
+        );
+        assert_eq!(w.get_ref().data.len(), w.bytes_written() as usize);
+        let (ts, stop, _) = read_all(&w.get_ref().data);
+        assert!(stop.is_none());
+        assert_eq!(
+            ts,
+            (0..ts.len() as u64).collect::<Vec<_>>(),
+            "in order, from the start"
+        );
+        // The disk frees up: the rest follows, in order, announced once.
+        w.out.cap = usize::MAX;
+        w.flush_now().unwrap();
+        let (ts, _, _) = read_all(&w.get_ref().data);
+        assert_eq!(ts, (0..n).collect::<Vec<_>>());
+        assert!(matches!(
+            w.take_notices()[..],
+            [Notice::Holding { .. }, Notice::Resumed { .. }]
+        ));
+    }
+
+    #[test]
+    fn frames_written_without_trouble_say_nothing() {
+        let mut w = quota_writer();
+        for i in 0..(3 * SEAL_FRAME_AT as u64 / 40) {
+            note(&mut w, i);
+        }
+        assert!(w.pending() > 2 * SEAL_FRAME_AT);
+        w.flush().unwrap();
+        assert_eq!(w.held_bytes(), 0);
+        assert_eq!(w.pending(), 0);
+        assert_eq!(w.take_notices(), vec![]);
     }
 
     #[test]
