@@ -30,15 +30,31 @@ static double now_s(void) {
     return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-// Minor faults at the start of main: what the dynamic loader took before
-// the work began is not the workload's.
+// Minor faults and CPU time at the start of main: what the dynamic loader
+// took before the work began is not the workload's.
 static long start_minflt;
+static double start_cpu;
 
 static long minflt(void) {
     struct rusage self, children;
     getrusage(RUSAGE_SELF, &self);
     getrusage(RUSAGE_CHILDREN, &children);
     return self.ru_minflt + children.ru_minflt;
+}
+
+// User plus system CPU of the job, its waited-for workers included. A probe
+// runs in the context of the task that hit it, so its cost lands here; and
+// unlike elapsed time, CPU time barely moves when other work on the machine
+// competes for the cores.
+static double cpu_s(void) {
+    struct rusage self, children;
+    getrusage(RUSAGE_SELF, &self);
+    getrusage(RUSAGE_CHILDREN, &children);
+    struct timeval t[4] = {self.ru_utime, self.ru_stime, children.ru_utime, children.ru_stime};
+    double sum = 0;
+    for (int i = 0; i < 4; i++)
+        sum += t[i].tv_sec + t[i].tv_usec / 1e6;
+    return sum;
 }
 
 static void die(const char *what) {
@@ -97,7 +113,8 @@ static int faults(int threads, unsigned long passes, unsigned long mib) {
     double t = now_s() - t0;
     // minflt: the job's own count of its faults (all threads), against which
     // a tool's count of what it saw is checked.
-    printf("elapsed_s=%.6f minflt=%ld\n", t, minflt() - start_minflt);
+    printf("elapsed_s=%.6f cpu_s=%.6f minflt=%ld\n", t, cpu_s() - start_cpu,
+           minflt() - start_minflt);
     return 0;
 }
 
@@ -134,7 +151,8 @@ static int forks(unsigned long total, unsigned long mib, int parallel) {
         }
     }
     double t = now_s() - t0;
-    printf("elapsed_s=%.6f minflt=%ld forks=%lu\n", t, minflt() - start_minflt, total);
+    printf("elapsed_s=%.6f cpu_s=%.6f minflt=%ld forks=%lu\n", t, cpu_s() - start_cpu,
+           minflt() - start_minflt, total);
     return 0;
 }
 
@@ -207,13 +225,16 @@ static int steady(double seconds) {
     }
     double t = now_s() - t0;
     qsort(steps, n, sizeof(double), cmp_double);
-    printf("elapsed_s=%.6f minflt=%ld steps=%zu step_median_s=%.9f step_p90_s=%.9f sink=%g\n", t,
-           minflt() - start_minflt, n, n ? steps[n / 2] : 0.0, n ? steps[n * 9 / 10] : 0.0, sink);
+    printf("elapsed_s=%.6f cpu_s=%.6f minflt=%ld steps=%zu step_median_s=%.9f step_p90_s=%.9f "
+           "sink=%g\n",
+           t, cpu_s() - start_cpu, minflt() - start_minflt, n, n ? steps[n / 2] : 0.0,
+           n ? steps[n * 9 / 10] : 0.0, sink);
     return 0;
 }
 
 int main(int argc, char **argv) {
     start_minflt = minflt();
+    start_cpu = cpu_s();
     if (argc == 5 && !strcmp(argv[1], "faults"))
         return faults(atoi(argv[2]), strtoul(argv[3], NULL, 10), strtoul(argv[4], NULL, 10));
     if (argc == 5 && !strcmp(argv[1], "forks"))

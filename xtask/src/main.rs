@@ -45,7 +45,8 @@ enum Task {
     Demo,
     /// As root: overhead benchmark (issue 5). Each workload runs untraced,
     /// under trainbpf, bpftrace and perf, interleaved; writes
-    /// target/bench/results.md and prints it. About 40 minutes in full.
+    /// target/bench/results.md (smoke.md with --smoke) and prints it. About
+    /// 35 minutes in full.
     Bench {
         /// A few seconds in all, on the debug build: proves every tool still
         /// runs (for CI); the figures mean nothing and nothing is asserted.

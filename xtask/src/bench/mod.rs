@@ -47,9 +47,41 @@ pub struct Options {
     pub w4_secs: Option<u64>,
 }
 
-/// Where tools write their recordings; removed after each run, so that the
-/// writeback of a big perf.data cannot slow the arm that follows it.
-const SCRATCH: &str = "/tmp/trainbpf-bench";
+/// This invocation's own directory, removed when it ends: the pinned
+/// recorder and workload, and the recordings (each deleted after its run, so
+/// that the writeback of a big perf.data cannot slow the arm that follows).
+/// Per process, because a second bench on the same machine (a CI smoke run
+/// beside a full one) overwrote a shared one's recorder mid-run.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> Result<Scratch> {
+        let tmp = std::env::temp_dir();
+        // A bench that was killed left its directory (and a copy of the
+        // recorder) behind: remove those whose process is gone.
+        for e in fs::read_dir(&tmp).into_iter().flatten().flatten() {
+            let name = e.file_name();
+            let Some(pid) = name
+                .to_str()
+                .and_then(|n| n.strip_prefix("trainbpf-bench."))
+            else {
+                continue;
+            };
+            if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
+                let _ = fs::remove_dir_all(e.path());
+            }
+        }
+        let dir = tmp.join(format!("trainbpf-bench.{}", std::process::id()));
+        fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        Ok(Scratch(dir))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
 
 /// The nearest bpftrace equivalent of trainbpf's probes: a fault count per
 /// process kept in a kernel map (trainbpf adds to a per-process map entry
@@ -114,6 +146,10 @@ struct Sample {
     metric_s: f64,
     /// The workload's own run time, seconds: the denominator of rates.
     elapsed_s: f64,
+    /// The job's CPU (user + system, workers included) for the same work:
+    /// the whole run, or per step for W4. Probes run in the job's context,
+    /// so their cost shows here even when a busy machine blurs the time.
+    job_cpu_s: f64,
     events: Option<u64>,
     lost: Option<u64>,
     bytes: Option<u64>,
@@ -153,14 +189,15 @@ pub fn bench(opts: Options) -> Result<()> {
     };
     let out_dir = target_dir()?.join("bench");
     fs::create_dir_all(&out_dir)?;
+    // A smoke run must not overwrite the figures of a full one.
+    let out = out_dir.join(if opts.smoke { "smoke.md" } else { "results.md" });
+    let scratch = Scratch::new()?;
     // A copy, so that a rebuild during a long run cannot swap the recorder
     // between arms.
-    let pinned = out_dir.join("trainbpf");
+    let pinned = scratch.0.join("trainbpf");
     fs::copy(&bin, &pinned).with_context(|| format!("copying {}", bin.display()))?;
-    let bin = pinned;
     let source = source_state();
-    let workload = build_workload(&out_dir)?;
-    fs::create_dir_all(SCRATCH)?;
+    let workload = build_workload(&scratch.0)?;
 
     let mut tools = vec![Tool::Untraced, Tool::Trainbpf];
     let mut notes = Vec::new();
@@ -177,8 +214,9 @@ pub fn bench(opts: Options) -> Result<()> {
     }
 
     let ctx = Ctx {
-        bin,
+        bin: pinned,
         workload,
+        scratch: scratch.0.clone(),
         clk_tck: clock_ticks(),
     };
     let nproc = thread::available_parallelism().map_or(1, |n| n.get());
@@ -186,7 +224,21 @@ pub fn bench(opts: Options) -> Result<()> {
     let load_before = loadavg();
     let started = Instant::now();
     let mut results = Vec::new();
-    for w in &plan {
+    let render_now = |results: &[(&Workload, BTreeMap<Tool, Vec<Sample>>)], notes: &[String]| {
+        render(&RunInfo {
+            smoke: opts.smoke,
+            runs,
+            nproc,
+            w4_secs,
+            minutes: started.elapsed().as_secs_f64() / 60.0,
+            load_before: load_before.clone(),
+            load_after: loadavg(),
+            source: source.clone(),
+            notes: notes.to_vec(),
+            results,
+        })
+    };
+    for (i, w) in plan.iter().enumerate() {
         let mut samples: BTreeMap<Tool, Vec<Sample>> = BTreeMap::new();
         for round in 1..=runs {
             for &tool in &w.tools {
@@ -203,24 +255,24 @@ pub fn bench(opts: Options) -> Result<()> {
             }
         }
         results.push((w, samples));
+        // Written after each workload, so that a run cut short (a full one
+        // takes over half an hour on a shared machine) keeps what it measured.
+        let mut partial = notes.clone();
+        if i + 1 < plan.len() {
+            partial.push(format!(
+                "incomplete: {} of {} workloads measured so far",
+                i + 1,
+                plan.len()
+            ));
+        }
+        fs::write(&out, render_now(&results, &partial))
+            .with_context(|| format!("writing {}", out.display()))?;
     }
 
-    let md = render(&RunInfo {
-        smoke: opts.smoke,
-        runs,
-        nproc,
-        w4_secs,
-        minutes: started.elapsed().as_secs_f64() / 60.0,
-        load_before,
-        load_after: loadavg(),
-        source,
-        notes,
-        results: &results,
-    });
-    let path = out_dir.join("results.md");
-    fs::write(&path, &md).with_context(|| format!("writing {}", path.display()))?;
+    let md = render_now(&results, &notes);
+    fs::write(&out, &md).with_context(|| format!("writing {}", out.display()))?;
     println!("{md}");
-    eprintln!("bench: written to {}", path.display());
+    eprintln!("bench: written to {}", out.display());
     Ok(())
 }
 
@@ -344,6 +396,7 @@ fn loadavg() -> String {
 struct Ctx {
     bin: PathBuf,
     workload: PathBuf,
+    scratch: PathBuf,
     clk_tck: f64,
 }
 
@@ -369,7 +422,7 @@ impl Ctx {
     }
 
     fn trainbpf(&self, w: &Workload) -> Result<Sample> {
-        let rec = Path::new(SCRATCH).join("bench.rec");
+        let rec = self.scratch.join("bench.rec");
         let mut cmd = Command::new(&self.bin);
         cmd.args(["record", "-o"])
             .arg(&rec)
@@ -441,7 +494,7 @@ impl Ctx {
     }
 
     fn perf(&self, w: &Workload) -> Result<Sample> {
-        let data = Path::new(SCRATCH).join("perf.data");
+        let data = self.scratch.join("perf.data");
         let mut cmd = Command::new("perf");
         cmd.args(["record", "-e", "exceptions:page_fault_user", "-o"])
             .arg(&data)
@@ -490,13 +543,15 @@ fn sample(
     usage: Option<Usage>,
 ) -> Result<Sample> {
     let elapsed_s = r.get("elapsed_s")?;
-    let metric_s = match w.metric {
-        Metric::Elapsed => elapsed_s,
-        Metric::StepMedian => r.get("step_median_s")?,
+    let cpu = r.get("cpu_s")?;
+    let (metric_s, job_cpu_s) = match w.metric {
+        Metric::Elapsed => (elapsed_s, cpu),
+        Metric::StepMedian => (r.get("step_median_s")?, cpu / r.get("steps")?.max(1.0)),
     };
     Ok(Sample {
         metric_s,
         elapsed_s,
+        job_cpu_s,
         events,
         lost,
         bytes,
