@@ -70,7 +70,6 @@ struct ProcState {
     /// Values in the last record sent.
     reported: [i64; NR_MM_COUNTERS],
     last_emit_ns: u64,
-    faults: u64,
     start_ns: u64,
     stall_ns: u64,
     /// Pages allocated and freed in this process's context (mm_page_alloc,
@@ -493,6 +492,7 @@ fn try_sched_fork(ctx: &BtfTracePointContext) -> Result<u32, u32> {
     // record) and must not be inherited, or the child starts with the dead
     // one's counts (seen: a copy-on-write child short by a quarter).
     let _ = PROCS.remove(&child_tgid);
+    drop_pages_of(child_tgid);
     let parent_tgid: u32 = rd(parent, conf!(task_tgid))?;
     if !in_job(parent_tgid) {
         return Ok(0);
@@ -576,6 +576,7 @@ fn try_sched_exit(ctx: &BtfTracePointContext) -> Result<u32, u32> {
     }
     let tgid: u32 = rd(task, conf!(task_tgid))?;
     let _ = PROCS.remove(&tgid);
+    drop_pages_of(tgid);
     if !in_job(tgid) {
         return Ok(0);
     }
@@ -702,7 +703,6 @@ fn proc_state(tgid: u32, task: u64, mm: u64, now: u64) -> Option<*mut ProcState>
         // so userspace learns every process's size once.
         reported: [0; NR_MM_COUNTERS],
         last_emit_ns: now,
-        faults: 0,
         start_ns: leader_start_ns(task),
         stall_ns: 0,
         alloc_pages: 0,
@@ -731,11 +731,51 @@ pub fn rss_stat(ctx: BtfTracePointContext) -> u32 {
     }
 }
 
+/// What this CPU last saw of one process's RSS counters. `mm->rss_stat` is a
+/// percpu_counter whose central count, the one read here, moves only once a
+/// CPU's batch of changes (32 or more pages) is folded in, while rss_stat
+/// fires on every change: most calls find the count as it was, and then
+/// nothing can have moved but the clock. Those end at this slot, before the
+/// `PROCS` hash lookup, unless the heartbeat is due.
+#[map]
+static RSS_CACHE: PerCpuArray<RssCache> = PerCpuArray::with_max_entries(1, 0);
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct RssCache {
+    /// The process's mm and tgid, checked against `current` when stored.
+    mm: u64,
+    tgid: u32,
+    _pad: u32,
+    /// When the process's heartbeat falls due: `last_emit_ns` plus the
+    /// heartbeat, as of the last full look.
+    due_ns: u64,
+    /// The counters as written to the process's entry at the last full look.
+    seen: [i64; NR_MM_COUNTERS],
+}
+
 fn try_rss_stat(ctx: &BtfTracePointContext) -> Result<u32, u32> {
     let mm: u64 = ctx.arg(0);
     let member: i32 = ctx.arg(1);
     if !(0..NR_MM_COUNTERS as i32).contains(&member) {
         return Ok(0);
+    }
+    let member = member as usize & (NR_MM_COUNTERS - 1);
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    let value = read_counter(mm, member);
+    let slot = RSS_CACHE.get_ptr_mut(0);
+    // SAFETY: helper without preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    if let Some(c) = slot {
+        // SAFETY: this CPU's slot; the tracepoint runs with preemption off.
+        // The mm was the current process's when the slot was filled, and a
+        // tgid keeps its mm until exec, which makes a new one.
+        unsafe {
+            if (*c).mm == mm && (*c).tgid == tgid && (*c).seen[member] == value && now < (*c).due_ns
+            {
+                return Ok(0);
+            }
+        }
     }
     // SAFETY: helper without preconditions.
     let task = unsafe { bpf_get_current_task() };
@@ -745,15 +785,20 @@ fn try_rss_stat(ctx: &BtfTracePointContext) -> Result<u32, u32> {
     if cur_mm != mm {
         return Ok(0);
     }
-    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    // SAFETY: helper without preconditions.
-    let now = unsafe { bpf_ktime_get_ns() };
     let st = proc_state(tgid, task, mm, now).ok_or(0u32)?;
-    let member = member as usize;
     // SAFETY: `st` points into a map value; races between threads of one
     // process can only duplicate or delay a record, never corrupt one.
-    unsafe { (*st).cur[member & (NR_MM_COUNTERS - 1)] = read_counter(mm, member) };
+    unsafe { (*st).cur[member] = value };
     maybe_emit(st, task, mm, tgid, now);
+    if let Some(c) = slot {
+        // SAFETY: this CPU's slot, as above; `st` is a live map value.
+        unsafe {
+            (*c).mm = mm;
+            (*c).tgid = tgid;
+            (*c).due_ns = (*st).last_emit_ns.wrapping_add(conf!(heartbeat_ns) as u64);
+            (*c).seen = (*st).cur;
+        }
+    }
     Ok(0)
 }
 
@@ -819,6 +864,9 @@ fn maybe_emit(st: *mut ProcState, task: u64, mm: u64, tgid: u32, now: u64) {
         } else {
             MEM_REASON_HEARTBEAT
         };
+        // This CPU's pages not yet in the entry belong in the record.
+        fold_pages_of(tgid);
+        let net = (*st).alloc_pages as i64 - (*st).freed_pages as i64;
         let Some(mut entry) = EVENTS.reserve::<MemEvent>(0) else {
             count_lost(KIND_MEM);
             return;
@@ -829,7 +877,9 @@ fn maybe_emit(st: *mut ProcState, task: u64, mm: u64, tgid: u32, now: u64) {
         let adj: i16 = rd(signal, conf!(signal_oom_score_adj)).unwrap_or(0);
         (*ev).hdr = header(KIND_MEM, job_flag(tgid), tgid, (*st).start_ns);
         (*ev).counters = fresh;
-        (*ev).faults = (*st).faults;
+        // No longer counted: a probe on every user fault cost the job more
+        // than any report used the count for.
+        (*ev).faults = 0;
         (*ev).reason = reason;
         (*ev).oom_score_adj = adj as i32;
         (*ev).comm = bpf_get_current_comm().unwrap_or([0; COMM_LEN]);
@@ -846,6 +896,111 @@ fn maybe_emit(st: *mut ProcState, task: u64, mm: u64, tgid: u32, now: u64) {
     }
 }
 
+/// Pages allocated and freed by one process on this CPU since they were last
+/// added to its `PROCS` entry. mm_page_alloc and mm_page_free fire for every
+/// page, several times per user fault; a hash lookup and two atomic adds on
+/// each cost the job about 7% in a fault storm, while this per-CPU slot's
+/// lookup the verifier inlines. A process's own pages land in `PROCS` every
+/// [`PAGE_BATCH`] pages, or when another process allocates on this CPU.
+#[map]
+static PAGE_CACHE: PerCpuArray<PageCache> = PerCpuArray::with_max_entries(1, 0);
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct PageCache {
+    tgid: u32,
+    /// 1 while the pages belong to a process with a `PROCS` entry: the
+    /// process and its group leader's start time below. 0 for a slot that
+    /// counts nothing, such as a kernel thread's (no mm, no process).
+    valid: u32,
+    /// The owner's `ProcState::start_ns`: a pid reused since the pages were
+    /// counted names another process, which must not receive them.
+    start_ns: u64,
+    alloc: u64,
+    freed: u64,
+}
+
+/// Pages (allocated plus freed) a CPU holds for a process before adding them
+/// to its `PROCS` entry and testing the threshold: far below the record
+/// threshold (4 MiB is 1024 pages), so a record leaves at most this late.
+const PAGE_BATCH: u64 = 64;
+
+/// A tgid no process has (pids stop at 2^22): an empty slot.
+const NO_TGID: u32 = u32::MAX;
+
+/// Adds a CPU's held pages to their process's entry, if that entry is still
+/// the same process. Returns the entry when it was.
+#[inline(always)]
+fn fold_pages(c: *mut PageCache) -> Option<*mut ProcState> {
+    // SAFETY: `c` is this CPU's slot: other CPUs have their own, and the
+    // tracepoint runs with preemption off. A page program that an interrupt
+    // nests inside this one may lose its pages to the outer one's store:
+    // rare, and a page or two.
+    unsafe {
+        if (*c).valid == 0 {
+            return None;
+        }
+        let (alloc, freed) = ((*c).alloc, (*c).freed);
+        (*c).alloc = 0;
+        (*c).freed = 0;
+        let st = match PROCS.get_ptr_mut(&(*c).tgid) {
+            // The same process still: its entry, made before the slot was.
+            Some(st) if (*st).start_ns == (*c).start_ns => st,
+            // It exited (its pages after its exit record are not wanted), or
+            // its pid names another process now. The slot empties, so the
+            // next page asks afresh whose it is.
+            _ => {
+                (*c).tgid = NO_TGID;
+                (*c).valid = 0;
+                return None;
+            }
+        };
+        if alloc != 0 {
+            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
+                addr_of_mut!((*st).alloc_pages),
+                alloc,
+            );
+        }
+        if freed != 0 {
+            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
+                addr_of_mut!((*st).freed_pages),
+                freed,
+            );
+        }
+        Some(st)
+    }
+}
+
+/// Before a record, an exit or a fork reads or drops a process's page counts:
+/// adds this CPU's held pages when they are `tgid`'s, so that the record
+/// carries them. Other CPUs' pages follow at their next batch.
+#[inline(always)]
+fn fold_pages_of(tgid: u32) {
+    if let Some(c) = PAGE_CACHE.get_ptr_mut(0) {
+        // SAFETY: this CPU's slot, as in fold_pages.
+        if unsafe { (*c).tgid } == tgid {
+            fold_pages(c);
+        }
+    }
+}
+
+/// Empties this CPU's slot when it holds `tgid`'s pages: at an exit, or at
+/// a fork that hands a dead process's pid to a new one.
+#[inline(always)]
+fn drop_pages_of(tgid: u32) {
+    if let Some(c) = PAGE_CACHE.get_ptr_mut(0) {
+        // SAFETY: this CPU's slot, as in fold_pages.
+        unsafe {
+            if (*c).tgid == tgid {
+                (*c).tgid = NO_TGID;
+                (*c).valid = 0;
+                (*c).alloc = 0;
+                (*c).freed = 0;
+            }
+        }
+    }
+}
+
 /// Pages allocated or freed in the current process's context. A
 /// copy-on-write break allocates a page without moving any RSS counter (a
 /// shared page is swapped for a private one), so only this sees what a
@@ -854,19 +1009,59 @@ fn maybe_emit(st: *mut ProcState, task: u64, mm: u64, tgid: u32, now: u64) {
 #[inline(always)]
 fn account_pages(order: u32, freed: bool) -> u32 {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    let Some(c) = PAGE_CACHE.get_ptr_mut(0) else {
+        return 0;
+    };
+    let pages = 1u64 << (order & 15);
+    // SAFETY: this CPU's slot, as in fold_pages.
+    unsafe {
+        if (*c).tgid == tgid {
+            // The common case: the same process allocates again.
+            if (*c).valid == 0 {
+                return 0;
+            }
+            if freed {
+                (*c).freed += pages;
+            } else {
+                (*c).alloc += pages;
+            }
+            if (*c).alloc + (*c).freed < PAGE_BATCH {
+                return 0;
+            }
+            let Some(st) = fold_pages(c) else {
+                return 0;
+            };
+            check_pages(st, tgid);
+            return 0;
+        }
+        // Another process: the previous owner's pages go to its entry (its
+        // threshold is tested at its own next batch, where its task is at
+        // hand), and the slot starts over for this one.
+        fold_pages(c);
+        (*c).tgid = NO_TGID;
+        (*c).valid = 0;
+    }
+    // SAFETY: helper without preconditions.
+    let task = unsafe { bpf_get_current_task() };
     let st = match PROCS.get_ptr_mut(&tgid) {
         Some(st) => st,
         // A forked worker's first copy-on-write breaks move no RSS counter,
         // so its state may not exist yet: make it here, or those pages go
-        // uncounted. Kernel threads (no mm) are not processes to track.
+        // uncounted.
         None => {
-            // SAFETY: helper without preconditions.
-            let task = unsafe { bpf_get_current_task() };
             let mm: u64 = rd(task, conf!(task_mm)).unwrap_or(0);
+            if mm == 0 {
+                // A kernel thread: no process to track. The slot remembers
+                // it, so its next pages cost a compare.
+                // SAFETY: this CPU's slot.
+                unsafe { (*c).tgid = tgid };
+                return 0;
+            }
             // Nor an exiting one: its entry was just removed at exit, and a
-            // new one would outlive it.
+            // new one would outlive it. The slot stays empty, so each page
+            // asks again, as another thread of the process may still live.
             let flags: u32 = rd(task, conf!(task_flags)).unwrap_or(0);
-            if mm == 0 || flags & PF_EXITING != 0 {
+            if flags & PF_EXITING != 0 {
                 return 0;
             }
             // SAFETY: helper without preconditions.
@@ -877,42 +1072,47 @@ fn account_pages(order: u32, freed: bool) -> u32 {
             st
         }
     };
-    let pages = 1u64 << (order & 15);
-    // SAFETY: aligned u64s inside a live map value.
+    // SAFETY: this CPU's slot; `st` points into a live map value.
     unsafe {
+        (*c).tgid = tgid;
+        (*c).valid = 1;
+        (*c).start_ns = (*st).start_ns;
         if freed {
-            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
-                addr_of_mut!((*st).freed_pages),
-                pages,
-            );
+            (*c).freed = pages;
         } else {
-            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
-                addr_of_mut!((*st).alloc_pages),
-                pages,
-            );
+            (*c).alloc = pages;
         }
-        // Cheap test first: most calls end here.
+    }
+    0
+}
+
+/// After a batch was added to the current process's entry: a record when
+/// its net allocations moved by the threshold.
+#[inline(always)]
+fn check_pages(st: *mut ProcState, tgid: u32) {
+    // SAFETY: `st` points into a live map value.
+    unsafe {
+        // Cheap test first: most batches end here.
         let net = (*st).alloc_pages as i64 - (*st).freed_pages as i64;
         if abs(net - (*st).reported_net) < conf!(rss_threshold_pages) {
-            return 0;
+            return;
         }
     }
     // SAFETY: helper without preconditions.
     let task = unsafe { bpf_get_current_task() };
     let mm: u64 = rd(task, conf!(task_mm)).unwrap_or(0);
     if mm == 0 {
-        return 0;
+        return;
     }
     // An exiting process frees everything on its way out: what it held is
     // its last record from before, not a trail down to zero.
     let flags: u32 = rd(task, conf!(task_flags)).unwrap_or(0);
     if flags & PF_EXITING != 0 {
-        return 0;
+        return;
     }
     // SAFETY: helper without preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     maybe_emit(st, task, mm, tgid, now);
-    0
 }
 
 /// `PF_EXITING` in `task_struct::flags` (include/linux/sched.h), stable
@@ -933,19 +1133,6 @@ pub fn page_alloc(ctx: BtfTracePointContext) -> u32 {
 #[btf_tracepoint(function = "mm_page_free")]
 pub fn page_free(ctx: BtfTracePointContext) -> u32 {
     account_pages(ctx.arg::<u32>(1), true)
-}
-
-/// `exceptions:page_fault_user`: one atomic add per fault, nothing sent.
-#[tracepoint]
-pub fn page_fault_user(_ctx: TracePointContext) -> u32 {
-    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    if let Some(st) = PROCS.get_ptr_mut(&tgid) {
-        // SAFETY: `faults` is an aligned u64 inside a live map value.
-        unsafe {
-            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(addr_of_mut!((*st).faults), 1)
-        };
-    }
-    0
 }
 
 // ------------------------------------------------------ allocation stalls

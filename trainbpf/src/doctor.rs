@@ -927,7 +927,7 @@ fn probe_finding(p: &Probe, ok: &str) -> String {
 
 pub fn check_tracefs(t: &TracefsFacts) -> Check {
     let id = "tracefs";
-    let why = "classic tracepoints (exceptions:page_fault_user, printk:console, and oom:mark_victim where tp_btf can't be used) and their field layouts live in tracefs; tp_btf programs don't need it";
+    let why = "classic tracepoints (printk:console, and oom:mark_victim where tp_btf can't be used) and their field layouts live in tracefs; tp_btf programs don't need it";
     match t {
         TracefsFacts::Mounted => check(
             id,
