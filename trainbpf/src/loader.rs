@@ -128,16 +128,15 @@ pub fn load(t: &Tunables, page_size: u64) -> Result<Loaded, LoadError> {
     let kbtf = KernelBtf::open()?;
     let tracefs = kernel::ensure_tracefs();
     let config = config(&kbtf, t, page_size)?;
+    let mark_victim_has_task = kbtf.tp_first_arg_is("mark_victim", "task_struct");
+    // Each parse of the kernel's BTF holds tens of MB: this one goes before
+    // aya makes its own, so the recorder's peak holds one at a time.
+    drop(kbtf);
     // The Xid tracepoint's layout, from tracefs (mounted above).
     let gpu_config = crate::gpu::config();
 
-    let mut ebpf = EbpfLoader::new()
-        .override_global("CONFIG", &config, true)
-        .override_global("GPU_CONFIG", &gpu_config, true)
-        .map_max_entries("EVENTS", t.ring_bytes)
-        .load(OBJECT)
+    let (mut ebpf, btf) = load_object(&config, Some(&gpu_config), Some(t.ring_bytes))
         .map_err(|e| LoadError::Object(e.to_string()))?;
-    let btf = Btf::from_sys_fs().map_err(|e| LoadError::Object(format!("aya BTF: {e}")))?;
 
     let mut attach = Attach::default();
     let mut fallbacks = Vec::new();
@@ -185,7 +184,7 @@ pub fn load(t: &Tunables, page_size: u64) -> Result<Loaded, LoadError> {
     // Victim.
     let tp_btf = "tp_btf:mark_victim";
     let classic = "tracepoint:oom:mark_victim";
-    let btf_ok = if kbtf.tp_first_arg_is("mark_victim", "task_struct") {
+    let btf_ok = if mark_victim_has_task {
         match attach_tp_btf(&mut ebpf, &btf, "mark_victim_btf", "mark_victim") {
             Ok(()) => true,
             Err(e) => {
@@ -307,6 +306,31 @@ pub fn load(t: &Tunables, page_size: u64) -> Result<Loaded, LoadError> {
         attach,
         fallbacks,
     })
+}
+
+/// Loads the object with its globals filled in, and returns it with the
+/// kernel BTF that its tracing programs attach by. aya's loader parses the
+/// kernel BTF when made; that copy is dropped before the one kept here is
+/// parsed and handed back to it, so only one is ever held.
+fn load_object(
+    config: &Config,
+    gpu_config: Option<&trainbpf_common::GpuConfig>,
+    ring_bytes: Option<u32>,
+) -> Result<(Ebpf, Btf), aya::EbpfError> {
+    let mut loader = EbpfLoader::new();
+    loader.btf(None);
+    let btf = Btf::from_sys_fs()?;
+    loader.btf(Some(&btf));
+    loader.override_global("CONFIG", config, true);
+    if let Some(g) = gpu_config {
+        loader.override_global("GPU_CONFIG", g, true);
+    }
+    if let Some(r) = ring_bytes {
+        loader.map_max_entries("EVENTS", r);
+    }
+    let ebpf = loader.load(OBJECT)?;
+    drop(loader);
+    Ok((ebpf, btf))
 }
 
 fn program<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T, String>
