@@ -58,6 +58,16 @@ pub enum Command {
         /// at least this long.
         #[arg(long, default_value = "5m", value_parser = parse_duration)]
         leak_span: std::time::Duration,
+        /// Keep the recording under this size (e.g. 500M, 2G; 0 or none: no bound)
+        /// for runs of days: when it nears the bound, samples older than
+        /// --full-span are folded to a minute's resolution, then coarser;
+        /// kills, deaths, process lifecycle, OOM and GPU events are kept.
+        #[arg(long, default_value = "1G", value_parser = parse_max_size)]
+        max_size: u64,
+        /// How much recent history stays at full resolution when the
+        /// recording is compacted.
+        #[arg(long, default_value = "1h", value_parser = parse_duration)]
+        full_span: std::time::Duration,
         /// Attach to this running process and its descendants, including
         /// those born later; Ctrl-C detaches and leaves it running.
         #[arg(long, conflicts_with_all = ["cgroup", "all", "memory_limit"])]
@@ -125,6 +135,14 @@ pub enum Command {
     },
 }
 
+/// A size, or `0` / `none` for no bound (0).
+fn parse_max_size(s: &str) -> Result<u64, String> {
+    match s.trim() {
+        "0" | "none" | "unlimited" => Ok(0),
+        t => job::parse_size(t),
+    }
+}
+
 /// `60s`, `2m`, `500ms`, `1h`, or plain seconds.
 pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     let t = s.trim();
@@ -169,11 +187,16 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             ring_size,
             quiet,
             leak_span,
+            max_size,
+            full_span,
             pid,
             cgroup,
             all,
             cmd,
         } => {
+            if max_size != 0 && max_size < 1 << 20 {
+                bail!("--max-size must be at least 1M (or 0 for no bound), got {max_size}");
+            }
             let target = match (pid, cgroup, all) {
                 (Some(p), _, _) => {
                     if !std::path::Path::new(&format!("/proc/{p}")).exists() {
@@ -210,6 +233,10 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 target,
                 quiet,
                 leaks: leak_options(leak_span),
+                flight: (max_size != 0).then(|| crate::compact::FlightOptions {
+                    max_size,
+                    full_span_ns: full_span.as_nanos().min(u64::MAX as u128) as u64,
+                }),
             })?;
             // The verdict comes from the recording itself, through the same
             // reader and model as `report`.

@@ -22,6 +22,8 @@ pub const KIND_PRESSURE: u16 = 106;
 pub const KIND_SMAPS: u16 = 107;
 pub const KIND_PROC_INFO: u16 = 108;
 pub const KIND_SHM: u16 = 109;
+/// What the flight recording's compaction folded (110-119 are the GPU's).
+pub const KIND_COMPACTED: u16 = 120;
 
 /// A process, named so that a recycled pid is a different process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -246,6 +248,35 @@ pub enum Event {
     /// A CUDA call, an Xid, an NVML sample, what the GPU probes attached.
     Gpu(Box<gpu::GpuEvent>),
     Note(String),
+    /// Older history was downsampled to stay within `record --max-size`.
+    Compacted(Compaction),
+}
+
+/// What the bounded flight recording did to older history, as of its last
+/// compaction (one record: each compaction replaces the one before).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Compaction {
+    /// Compactions so far.
+    pub count: u64,
+    /// Records from here on (CLOCK_MONOTONIC ns) were kept whole at the
+    /// last compaction; samples before it were downsampled.
+    pub full_from_ns: u64,
+    /// The resolutions older samples were folded to, finest first:
+    /// `[older_than_s, bucket_s]` (age measured at `full_from_ns`'s
+    /// compaction).
+    pub tiers: Vec<[u64; 2]>,
+    /// The windows before kills: kept whole (0), or one sample per process
+    /// per this many seconds, with the bucket's peaks.
+    #[serde(default)]
+    pub kill_window_bucket_s: u64,
+    /// Samples (memory, pressure, USS/PSS, NVML) folded away, in all.
+    pub samples_folded: u64,
+    /// The last compaction's input, bytes, and its output up to this
+    /// record.
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+    /// The size the recording is kept under (`record --max-size`).
+    pub max_size: u64,
 }
 
 /// One round of /proc/PID/smaps_rollup reads, and what it cost.
@@ -497,7 +528,7 @@ pub fn decode(kind: u16, bytes: &[u8], page_kb: u64) -> Result<Timed, DecodeErro
         }
         gpu::KIND_GPU_ATTACH..=gpu::KIND_GPU_USER_MAX => gpu::decode_user(kind, bytes)?,
         KIND_JOB_START | KIND_JOB_EXIT | KIND_LOST | KIND_CGROUP | KIND_NOTE | KIND_EXE
-        | KIND_PRESSURE | KIND_SMAPS | KIND_PROC_INFO | KIND_SHM => {
+        | KIND_PRESSURE | KIND_SMAPS | KIND_PROC_INFO | KIND_SHM | KIND_COMPACTED => {
             let w: UserRecord = json(kind, bytes)?;
             let ev = match (kind, w.body) {
                 (KIND_JOB_START, UserBody::JobStart(j)) => Event::JobStart(j),
@@ -510,6 +541,7 @@ pub fn decode(kind: u16, bytes: &[u8], page_kb: u64) -> Result<Timed, DecodeErro
                 (KIND_SMAPS, UserBody::Smaps(s)) => Event::Smaps(s),
                 (KIND_PROC_INFO, UserBody::ProcInfo(i)) => Event::ProcInfo(i),
                 (KIND_SHM, UserBody::Shm(o)) => Event::Shm(o),
+                (KIND_COMPACTED, UserBody::Compacted(c)) => Event::Compacted(c),
                 _ => {
                     return Err(DecodeError::Json {
                         kind,
@@ -547,6 +579,7 @@ pub enum UserBody {
     Smaps(SmapsSample),
     ProcInfo(crate::procfs::ProcInfo),
     Shm(Vec<crate::procfs::ShmObject>),
+    Compacted(Compaction),
 }
 
 impl UserBody {
@@ -562,6 +595,7 @@ impl UserBody {
             UserBody::Smaps(_) => KIND_SMAPS,
             UserBody::ProcInfo(_) => KIND_PROC_INFO,
             UserBody::Shm(_) => KIND_SHM,
+            UserBody::Compacted(_) => KIND_COMPACTED,
         }
     }
 }

@@ -5,6 +5,7 @@
 //! [`kernel`] and [`loader`] hold what is specific to the running kernel.
 
 pub mod cli;
+pub mod compact;
 pub mod decode;
 pub mod doctor;
 pub mod fuzzing;

@@ -133,6 +133,8 @@ pub struct Report {
     pub gpu: gpu::GpuReport,
     /// Trends of honest memory, suspected leaks, and time to the limit.
     pub leaks: LeakReport,
+    /// Set when `record --max-size` downsampled older history.
+    pub compaction: Option<crate::decode::Compaction>,
 }
 
 impl Report {
@@ -574,6 +576,7 @@ struct Builder {
     done: Vec<OpenKill>,
     job: Option<Job>,
     lost: Lost,
+    compaction: Option<crate::decode::Compaction>,
     signals: deaths::Signals,
     page_kb: u64,
     pressure: before::History,
@@ -608,6 +611,7 @@ impl Builder {
             done: Vec::new(),
             job: None,
             lost: Lost::default(),
+            compaction: None,
             signals: deaths::Signals::default(),
             page_kb: (header.page_size / 1024).max(1),
             pressure: before::History::default(),
@@ -752,6 +756,7 @@ impl Builder {
                 }
             }
             Event::Lost(l) => self.lost = l,
+            Event::Compacted(c) => self.compaction = Some(c),
             Event::Cgroup(CgroupName { id, path }) => {
                 self.cgroups.insert(id, path);
             }
@@ -1526,6 +1531,7 @@ impl Builder {
             skipped: Skipped::default(),
             gpu: gpu::GpuReport::default(),
             leaks,
+            compaction: self.compaction,
         };
         let kill_windows: Vec<(u64, u64)> = report
             .kills

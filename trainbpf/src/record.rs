@@ -39,6 +39,8 @@ pub struct RecordOptions {
     pub quiet: bool,
     /// What the status line calls a leak.
     pub leaks: crate::model::LeakOptions,
+    /// Keep the recording under a size (`--max-size`); `None`: unbounded.
+    pub flight: Option<crate::compact::FlightOptions>,
 }
 
 /// What to record.
@@ -282,6 +284,8 @@ pub fn run(opts: RecordOptions) -> Result<Outcome, RecordError> {
         cgroup.as_ref(),
         sigfd,
         crate::status::Status::new(opts.quiet, opts.leaks.clone()),
+        opts.flight
+            .map(|f| crate::compact::Flight::new(&opts.output, f)),
     ))?;
     if let Some(cg) = cgroup
         && let Err(e) = cg.remove()
@@ -297,6 +301,8 @@ pub fn run(opts: RecordOptions) -> Result<Outcome, RecordError> {
 
 struct Collector {
     writer: Writer<File>,
+    /// Keeps the file under `--max-size`.
+    flight: Option<crate::compact::Flight>,
     known_cgroups: std::collections::HashSet<u64>,
     known_exes: std::collections::HashSet<u32>,
     last_lost: Lost,
@@ -498,6 +504,10 @@ impl Collector {
             .flush()
             .map_err(io_err("writing the recording"))?;
         self.tell_writer_notices();
+        if let Some(f) = &mut self.flight {
+            let said = f.poll(&mut self.writer, mono_ns());
+            self.tell(said);
+        }
         // write() already survives a SIGKILL of the recorder; fdatasync now
         // and then bounds what a power loss can take.
         if self.last_sync.elapsed() > Duration::from_secs(10) && self.writer.held_bytes() == 0 {
@@ -505,6 +515,17 @@ impl Collector {
             self.last_sync = Instant::now();
         }
         Ok(())
+    }
+
+    /// Compaction's news, on their own lines under the status line.
+    fn tell(&mut self, lines: Vec<String>) {
+        if lines.is_empty() {
+            return;
+        }
+        self.status.clear();
+        for l in lines {
+            eprintln!("trainbpf: {l}");
+        }
     }
 
     fn tell_writer_notices(&mut self) {
@@ -523,6 +544,10 @@ impl Collector {
             .flush_now()
             .map_err(io_err("writing the recording"))?;
         self.tell_writer_notices();
+        if let Some(f) = &mut self.flight {
+            let said = f.finish(&mut self.writer, mono_ns());
+            self.tell(said);
+        }
         let held = self.writer.held_bytes();
         if held > 0 {
             eprintln!(
@@ -557,6 +582,7 @@ async fn collect(
     cgroup: Option<&MemCgroup>,
     sigfd: SignalFd,
     status: crate::status::Status,
+    flight: Option<crate::compact::Flight>,
 ) -> Result<Option<ExitStatus>, RecordError> {
     let Loaded {
         mut ebpf,
@@ -568,6 +594,7 @@ async fn collect(
     } = loaded;
     let mut c = Collector {
         writer,
+        flight,
         known_cgroups: Default::default(),
         known_exes: Default::default(),
         last_lost: Lost {

@@ -519,6 +519,25 @@ impl<W: Write + Rewind> Writer<W> {
     pub fn get_ref(&self) -> &W {
         &self.out
     }
+
+    /// The output, once everything is flushed.
+    pub fn into_inner(self) -> W {
+        self.out
+    }
+
+    /// Carries on in `out`, a compacted copy of the recording whose whole
+    /// frames end at `bytes_written`: what is pending goes there. Only while
+    /// writes are not failing (nothing held back for a full disk).
+    pub fn replace_output(&mut self, out: W, bytes_written: u64) {
+        debug_assert!(!self.failing);
+        self.out = out;
+        self.bytes_written = bytes_written;
+    }
+
+    /// A write failed and frames wait in memory for the disk.
+    pub fn failing(&self) -> bool {
+        self.failing
+    }
 }
 
 /// Drops the samples from a frame's payload; returns how many.

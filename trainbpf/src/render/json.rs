@@ -53,6 +53,18 @@ pub fn render(r: &Report) -> Value {
                 .collect::<Vec<_>>(),
             "skipped_ranges": r.skipped.count,
             "skipped_bytes": r.skipped.bytes,
+            "compaction": r.compaction.as_ref().map(|c| json!({
+                "count": c.count,
+                "full_from_s": r.since_start_s(c.full_from_ns),
+                "tiers": c.tiers.iter()
+                    .map(|[older, bucket]| json!({"older_than_s": older, "bucket_s": bucket}))
+                    .collect::<Vec<_>>(),
+                "kill_window_bucket_s": c.kill_window_bucket_s,
+                "samples_folded": c.samples_folded,
+                "bytes_before": c.bytes_before,
+                "bytes_after": c.bytes_after,
+                "max_size_bytes": c.max_size,
+            })),
         },
         "job": r.job.as_ref().map(|j| json!({
             "pid": j.pid,

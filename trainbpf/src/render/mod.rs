@@ -342,6 +342,7 @@ pub(crate) mod fixture {
             skipped: Default::default(),
             gpu: Default::default(),
             leaks: Default::default(),
+            compaction: None,
         }
     }
 }

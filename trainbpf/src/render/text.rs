@@ -239,6 +239,9 @@ pub fn render(r: &Report, o: &TextOptions) -> String {
         line.push_str("; what follows each was read");
         let _ = writeln!(out, "{}", p.yellow(&line));
     }
+    if let Some(c) = &r.compaction {
+        let _ = writeln!(out, "{}", compaction_line(r, c));
+    }
     if let Some(s) = &r.stopped_early {
         let _ = writeln!(
             out,
@@ -724,6 +727,39 @@ fn killer(k: &Kill) -> String {
         _ => "",
     };
     format!("the kernel's {kind}OOM killer{scope}")
+}
+
+/// What `record --max-size` did to older history, so that a coarse stretch
+/// of the charts is not read as the job's own behaviour.
+fn compaction_line(r: &Report, c: &crate::decode::Compaction) -> String {
+    let tiers: Vec<String> = c
+        .tiers
+        .iter()
+        .map(|[older, bucket]| {
+            format!(
+                "{} past {}",
+                crate::compact::human_span(bucket * 1_000_000_000),
+                crate::compact::human_span(older * 1_000_000_000)
+            )
+        })
+        .collect();
+    format!(
+        "history compacted {} time{} to stay under {}: memory samples before +{:.1} s are one per process per {} (with each bucket's peaks; the {} before each kill {}); {} samples folded; kills, deaths, process lifecycle, OOM and GPU events are all kept",
+        c.count,
+        if c.count == 1 { "" } else { "s" },
+        super::human_kb(c.max_size / 1024),
+        r.since_start_s(c.full_from_ns).max(0.0),
+        tiers.join(", then "),
+        crate::compact::human_span(crate::compact::PROTECT_NS),
+        match c.kill_window_bucket_s {
+            0 => "kept whole".to_string(),
+            s => format!(
+                "at {} resolution",
+                crate::compact::human_span(s * 1_000_000_000)
+            ),
+        },
+        c.samples_folded
+    )
 }
 
 /// "python3 (pid 700) exited with code 1".

@@ -1,0 +1,953 @@
+//! The bounded flight recording (`record --max-size`): when the file nears
+//! its bound, older history is downsampled so that the recording can run
+//! for days.
+//!
+//! - Records newer than the full-resolution span are kept as they are.
+//! - Older periodic samples ([`recording::is_sample`]: memory, pressure,
+//!   USS/PSS, NVML) are folded into buckets (a minute, then ten, then an
+//!   hour, step by step as the budget requires): per process and bucket the
+//!   last sample stays, with the one of peak resident memory and the one of
+//!   peak honest growth. The counters they carry are absolute (RSS) or
+//!   cumulative (pages allocated and freed, stall time), so what stays is
+//!   exact at the bucket's resolution: the report reads it like any other.
+//! - Everything else is kept whatever its age: kills and OOM context,
+//!   deaths and signals, forks, execs and exits, GPU calls and Xids, job
+//!   start and end, lost-event counts, names. So are all samples in the
+//!   [`PROTECT_NS`] before each OOM kill or SIGKILL, which the report's "who
+//!   grew before it" reads.
+//!
+//! The order of records is kept: pass one reads the file and decides which
+//! samples stay (a bit per record), pass two writes them out. The output is
+//! a new file; the collector appends the tail written meanwhile and renames
+//! it over the recording (`record.rs`), so that a recorder killed at any
+//! moment leaves either the old file or the new one, each whole.
+
+use std::{
+    collections::HashMap,
+    fs::File,
+    io::{self, Read, Write},
+    path::{Path, PathBuf},
+};
+
+use crate::{
+    decode::{self, Compaction, Event, UserBody},
+    recording::{self, Reader, Rewind, Writer},
+};
+
+/// Samples this long before an OOM kill or a SIGKILL are never folded: the
+/// report's window before a kill (60 s by default) reads them.
+pub const PROTECT_NS: u64 = 5 * 60 * SEC;
+/// A bucket is closed once records this much newer have been read (records
+/// from different CPUs and from userspace arrive slightly out of order).
+const SLACK_NS: u64 = 30 * SEC;
+const SEC: u64 = 1_000_000_000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CompactError {
+    #[error(transparent)]
+    Io(#[from] io::Error),
+    #[error("reading the recording: {0}")]
+    Recording(#[from] recording::RecordingError),
+}
+
+/// One downsampling step: samples older than `older_than_ns` (at compaction
+/// time) are folded into buckets of `bucket_ns`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tier {
+    pub older_than_ns: u64,
+    pub bucket_ns: u64,
+}
+
+/// How one compaction folds history. Tiers are ordered by age; the last
+/// one that applies wins.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Policy {
+    pub tiers: Vec<Tier>,
+    /// Samples in the [`PROTECT_NS`] before a kill: kept whole (0), or one
+    /// per process per this many ns, with the bucket's peaks.
+    pub protect_bucket_ns: u64,
+}
+
+impl Policy {
+    /// The policies a compaction tries in turn, each stricter than the one
+    /// before, until the file fits: first a minute's buckets past the
+    /// full-resolution span (ten minutes' past a day); then the windows
+    /// before kills go to a second's resolution; then ten minutes' and an
+    /// hour's buckets; then the full-resolution span halves, down to a
+    /// sixty-fourth of what was asked (the user is told), with the kill
+    /// windows at ten seconds'.
+    pub fn ladder(full_span_ns: u64) -> Vec<Policy> {
+        let span = full_span_ns.max(SEC);
+        let day = 24 * 3600 * SEC;
+        let tier = |older_than_ns, bucket_s: u64| Tier {
+            older_than_ns,
+            bucket_ns: bucket_s * SEC,
+        };
+        let policy = |tiers, protect_s: u64| Policy {
+            tiers,
+            protect_bucket_ns: protect_s * SEC,
+        };
+        let mut out = vec![
+            policy(vec![tier(span, 60), tier(span.max(day), 600)], 0),
+            policy(vec![tier(span, 60), tier(span.max(day), 600)], 1),
+            policy(vec![tier(span, 600)], 1),
+            policy(vec![tier(span, 3600)], 1),
+        ];
+        let mut s = span / 2;
+        while s >= (span / 64).max(SEC) {
+            out.push(policy(vec![tier(s, 3600)], 10));
+            s /= 2;
+        }
+        out
+    }
+
+    /// The bucket size for a sample `age_ns` old, or `None` to keep it.
+    fn bucket_for(&self, age_ns: u64) -> Option<u64> {
+        self.tiers
+            .iter()
+            .rev()
+            .find(|t| age_ns >= t.older_than_ns)
+            .map(|t| t.bucket_ns)
+    }
+
+    /// Samples this recent are kept whole.
+    pub fn full_span_ns(&self) -> u64 {
+        self.tiers.first().map_or(u64::MAX, |t| t.older_than_ns)
+    }
+}
+
+/// What one compaction pass did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub records_in: u64,
+    pub records_out: u64,
+    pub samples_folded: u64,
+    pub bytes_out: u64,
+    /// The compaction record written, cumulative over earlier ones.
+    pub compaction: Compaction,
+}
+
+/// Which samples share a bucket: one process's memory, or the machine's
+/// pressure, USS/PSS round or NVML sample.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Key {
+    Mem { tgid: u32, start_ns: u64 },
+    Other(u16),
+}
+
+/// A sample as pass one sees it.
+struct SampleInfo {
+    ts: u64,
+    key: Key,
+    /// Resident kB (memory) or cgroup / machine usage kB (pressure).
+    resident_kb: u64,
+    /// Honest growth so far, kB (memory only).
+    net_kb: i64,
+}
+
+fn sample_info(kind: u16, bytes: &[u8], page_kb: u64) -> Option<SampleInfo> {
+    let t = decode::decode(kind, bytes, page_kb).ok()?;
+    let (key, resident_kb, net_kb) = match &t.event {
+        Event::Mem {
+            proc,
+            rss,
+            alloc_kb,
+            freed_kb,
+            ..
+        } => (
+            Key::Mem {
+                tgid: proc.tgid,
+                start_ns: proc.start_ns,
+            },
+            rss.resident_kb(),
+            *alloc_kb as i64 - *freed_kb as i64,
+        ),
+        Event::Pressure(p) => (
+            Key::Other(kind),
+            p.cgroup
+                .as_ref()
+                .map_or(p.mem_total_kb.saturating_sub(p.mem_available_kb), |c| {
+                    c.usage_kb
+                }),
+            0,
+        ),
+        _ => (Key::Other(kind), 0, 0),
+    };
+    Some(SampleInfo {
+        ts: t.ts_ns,
+        key,
+        resident_kb,
+        net_kb,
+    })
+}
+
+/// The samples a bucket keeps, by record index.
+struct Keep {
+    last: (u64, u64),
+    peak_resident: (u64, u64),
+    peak_net: (i64, u64),
+}
+
+/// A bit per record: set for samples that stay.
+#[derive(Default)]
+struct Bits(Vec<u64>);
+
+impl Bits {
+    fn set(&mut self, i: u64) {
+        let w = (i / 64) as usize;
+        if self.0.len() <= w {
+            self.0.resize(w + 1, 0);
+        }
+        self.0[w] |= 1 << (i % 64);
+    }
+    fn get(&self, i: u64) -> bool {
+        self.0
+            .get((i / 64) as usize)
+            .is_some_and(|w| w & (1 << (i % 64)) != 0)
+    }
+}
+
+/// Adds sample `idx` to its bucket of `bucket` ns.
+fn fold_into(open: &mut HashMap<(Key, u64, u64), Keep>, bucket: u64, s: &SampleInfo, idx: u64) {
+    let start = s.ts - s.ts % bucket;
+    let k = open.entry((s.key, bucket, start)).or_insert(Keep {
+        last: (s.ts, idx),
+        peak_resident: (s.resident_kb, idx),
+        peak_net: (s.net_kb, idx),
+    });
+    if s.ts >= k.last.0 {
+        k.last = (s.ts, idx);
+    }
+    if s.resident_kb > k.peak_resident.0 {
+        k.peak_resident = (s.resident_kb, idx);
+    }
+    if s.net_kb > k.peak_net.0 {
+        k.peak_net = (s.net_kb, idx);
+    }
+}
+
+/// Kill-like events that protect the samples before them.
+fn protects(kind: u16, bytes: &[u8], page_kb: u64) -> Option<u64> {
+    use trainbpf_common as common;
+    match kind {
+        common::KIND_OOM_VICTIM | common::KIND_OOM_KILL => {
+            decode::decode(kind, bytes, page_kb).ok().map(|t| t.ts_ns)
+        }
+        common::KIND_SIGNAL => match decode::decode(kind, bytes, page_kb).ok()? {
+            decode::Timed {
+                ts_ns,
+                event: Event::Signal(s),
+            } if s.sig == 9 => Some(ts_ns),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Compacts the recording read (twice: `pass1`, `pass2`, the same bytes)
+/// into `out`, as of `now_ns` (CLOCK_MONOTONIC). `max_size` and
+/// `bytes_before` only go into the compaction record.
+pub fn compact<R1: Read, R2: Read, W: Write + Rewind>(
+    pass1: R1,
+    pass2: R2,
+    out: W,
+    policy: &Policy,
+    now_ns: u64,
+    max_size: u64,
+    bytes_before: u64,
+) -> Result<(W, Stats), CompactError> {
+    // Pass one: which samples stay, and when the kills were.
+    let mut r = Reader::new(pass1)?;
+    let page_kb = (r.header().page_size / 1024).max(1);
+    // Kept by the sample's own bucket, and by its bucket in a kill's window
+    // (which pass one can't place yet: a kill protects what came before).
+    let mut keep = Bits::default();
+    let mut keep_protected = Bits::default();
+    let mut open: HashMap<(Key, u64, u64), Keep> = HashMap::new();
+    let mut open_protected: HashMap<(Key, u64, u64), Keep> = HashMap::new();
+    let mut kills: Vec<u64> = Vec::new();
+    let mut prev: Option<Compaction> = None;
+    let mut newest = 0u64;
+    let mut i = 0u64;
+    let close = |open: &mut HashMap<(Key, u64, u64), Keep>, keep: &mut Bits, before: u64| {
+        open.retain(|&(_, bucket, start), k| {
+            if start + bucket + SLACK_NS > before {
+                return true;
+            }
+            keep.set(k.last.1);
+            keep.set(k.peak_resident.1);
+            keep.set(k.peak_net.1);
+            false
+        });
+    };
+    while let Some((kind, bytes)) = r.next_raw() {
+        let idx = i;
+        i += 1;
+        if kind == decode::KIND_COMPACTED {
+            if let Ok(decode::Timed {
+                event: Event::Compacted(c),
+                ..
+            }) = decode::decode(kind, bytes, page_kb)
+            {
+                prev = Some(c);
+            }
+            continue;
+        }
+        if let Some(ts) = protects(kind, bytes, page_kb) {
+            kills.push(ts);
+            continue;
+        }
+        if !recording::is_sample(kind) {
+            continue;
+        }
+        let Some(s) = sample_info(kind, bytes, page_kb) else {
+            // Undecodable: kept as it is, like any record pass two can't
+            // place.
+            keep.set(idx);
+            continue;
+        };
+        newest = newest.max(s.ts);
+        let Some(bucket) = policy.bucket_for(now_ns.saturating_sub(s.ts)) else {
+            keep.set(idx);
+            continue;
+        };
+        fold_into(&mut open, bucket, &s, idx);
+        if policy.protect_bucket_ns > 0 {
+            fold_into(&mut open_protected, policy.protect_bucket_ns, &s, idx);
+        }
+        if idx.is_multiple_of(4096) {
+            close(&mut open, &mut keep, newest);
+            close(&mut open_protected, &mut keep_protected, newest);
+        }
+    }
+    close(&mut open, &mut keep, u64::MAX);
+    close(&mut open_protected, &mut keep_protected, u64::MAX);
+    kills.sort_unstable();
+    let protected = |ts: u64| {
+        let j = kills.partition_point(|&k| k < ts);
+        kills.get(j).is_some_and(|&k| k - ts <= PROTECT_NS)
+    };
+
+    // Pass two: the same records, less the folded samples, in order.
+    let mut r2 = Reader::new(pass2)?;
+    let mut w = Writer::new(out, r2.header())?;
+    let mut stats = Stats::default();
+    let mut j = 0u64;
+    while let Some((kind, bytes)) = r2.next_raw() {
+        let idx = j;
+        j += 1;
+        stats.records_in += 1;
+        if kind == decode::KIND_COMPACTED {
+            continue;
+        }
+        if recording::is_sample(kind) && !keep.get(idx) {
+            let ts = decode::decode(kind, bytes, page_kb).map_or(0, |t| t.ts_ns);
+            let stays = protected(ts) && (policy.protect_bucket_ns == 0 || keep_protected.get(idx));
+            if !stays {
+                stats.samples_folded += 1;
+                continue;
+            }
+        }
+        w.record(kind, bytes);
+        stats.records_out += 1;
+        if w.pending() >= 1 << 20 {
+            w.flush()?;
+        }
+    }
+    let mut c = prev.unwrap_or_default();
+    c.count += 1;
+    c.full_from_ns = now_ns.saturating_sub(policy.full_span_ns());
+    c.tiers = policy
+        .tiers
+        .iter()
+        .map(|t| [t.older_than_ns / SEC, t.bucket_ns / SEC])
+        .collect();
+    c.kill_window_bucket_s = policy.protect_bucket_ns / SEC;
+    c.samples_folded += stats.samples_folded;
+    c.bytes_before = bytes_before;
+    c.max_size = max_size;
+    w.flush_now()?;
+    c.bytes_after = w.bytes_written();
+    let (kind, bytes) = decode::encode_user(now_ns, UserBody::Compacted(c.clone()));
+    w.record(kind, &bytes);
+    stats.records_out += 1;
+    w.flush_now()?;
+    if w.held_bytes() > 0 {
+        return Err(CompactError::Io(io::Error::other(
+            "the disk is full: the compacted recording could not be written",
+        )));
+    }
+    stats.bytes_out = w.bytes_written();
+    stats.compaction = c;
+    Ok((w.into_inner(), stats))
+}
+
+/// `record --max-size` and `--full-span`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlightOptions {
+    /// The size the recording is kept under, bytes.
+    pub max_size: u64,
+    /// Samples this recent are never folded, unless the budget can't hold
+    /// them (the user is told).
+    pub full_span_ns: u64,
+}
+
+impl FlightOptions {
+    /// Compaction starts when the file reaches this much of the bound...
+    fn trigger(&self) -> u64 {
+        self.max_size / 10 * 9
+    }
+    /// ...and tightens its policy until the file is at most this.
+    fn target(&self) -> u64 {
+        self.max_size / 10 * 6
+    }
+}
+
+/// Keeps a recording under its bound: starts a compaction in a thread when
+/// the file nears it, and swaps the result in when it is done.
+pub struct Flight {
+    path: PathBuf,
+    opts: FlightOptions,
+    running: Option<Running>,
+    /// Not started again below this size: the last compaction could not
+    /// get the file down to its target (records that are never dropped).
+    next_at: u64,
+    told_over: bool,
+}
+
+struct Running {
+    upto: u64,
+    handle: std::thread::JoinHandle<Result<Done, CompactError>>,
+}
+
+struct Done {
+    tmp: PathBuf,
+    file: File,
+    stats: Stats,
+    policy: Policy,
+}
+
+/// `trainbpf.rec` → `trainbpf.rec.compacting-N`: next to it, so that the
+/// rename is atomic.
+fn tmp_path(path: &Path, n: usize) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".compacting-{n}"));
+    path.with_file_name(name)
+}
+
+impl Flight {
+    /// Also removes what a recorder killed mid-compaction left beside the
+    /// recording.
+    pub fn new(path: &Path, opts: FlightOptions) -> Flight {
+        for n in 0..Policy::ladder(opts.full_span_ns).len() {
+            let _ = std::fs::remove_file(tmp_path(path, n));
+        }
+        Flight {
+            path: path.to_path_buf(),
+            opts,
+            running: None,
+            next_at: 0,
+            told_over: false,
+        }
+    }
+
+    /// Called after each flush: starts a compaction when the file nears its
+    /// bound, and swaps in one that finished. Returns what to tell the
+    /// user (warnings start with "warning: ").
+    pub fn poll(&mut self, w: &mut Writer<File>, now_ns: u64) -> Vec<String> {
+        if self
+            .running
+            .as_ref()
+            .is_some_and(|r| r.handle.is_finished())
+        {
+            return self.swap(w);
+        }
+        let size = w.bytes_written();
+        if self.running.is_none() && !w.failing() && size >= self.opts.trigger().max(self.next_at) {
+            self.start(size, now_ns);
+        }
+        Vec::new()
+    }
+
+    /// The recording ends: a compaction under way is waited for and
+    /// swapped in, so that the file ends under its bound.
+    pub fn finish(&mut self, w: &mut Writer<File>, now_ns: u64) -> Vec<String> {
+        let mut out = self.swap(w);
+        // What was written while it ran may have taken the file past the
+        // trigger again: one more, waited for, so that the file left
+        // behind is within its bound.
+        if w.bytes_written() >= self.opts.trigger().max(self.next_at) && !w.failing() {
+            self.start(w.bytes_written(), now_ns);
+            out.extend(self.swap(w));
+        }
+        out
+    }
+
+    fn start(&mut self, upto: u64, now_ns: u64) {
+        let path = self.path.clone();
+        let opts = self.opts;
+        let handle = std::thread::Builder::new()
+            .name("compact".into())
+            .spawn(move || {
+                // Background work: the collector's thread comes first.
+                // SAFETY: plain syscalls on the calling thread.
+                unsafe {
+                    let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+                    libc::setpriority(libc::PRIO_PROCESS, tid, 10);
+                }
+                compact_file(&path, upto, opts, now_ns)
+            });
+        match handle {
+            Ok(handle) => self.running = Some(Running { upto, handle }),
+            // No thread: try again once the file grew a little.
+            Err(_) => self.next_at = upto + self.opts.max_size / 20,
+        }
+    }
+
+    fn swap(&mut self, w: &mut Writer<File>) -> Vec<String> {
+        let Some(Running { upto, handle }) = self.running.take() else {
+            return Vec::new();
+        };
+        let before = w.bytes_written();
+        let done = match handle.join() {
+            Ok(Ok(done)) => done,
+            Ok(Err(e)) => return vec![self.failed(before, &e.to_string())],
+            Err(_) => return vec![self.failed(before, "the compaction thread panicked")],
+        };
+        if w.failing() {
+            let _ = std::fs::remove_file(&done.tmp);
+            return vec![self.failed(before, "the disk is full")];
+        }
+        let tmp = done.tmp.clone();
+        match self.install(done.file, upto, before, &tmp) {
+            Ok((file, len)) => {
+                w.replace_output(file, len);
+                let mut out = vec![describe(&done.stats, &done.policy, before, len, &self.opts)];
+                if len > self.opts.trigger() {
+                    // Even the strictest policy left too much: what is
+                    // left is never dropped. Try again once it grew.
+                    self.next_at = len + self.opts.max_size / 4;
+                    if !self.told_over {
+                        self.told_over = true;
+                        out.push(format!(
+                            "warning: the records that are never dropped (kills, deaths, process lifecycle, OOM and GPU events) and the last {} at full resolution take {}, near --max-size {}: the recording may grow past it",
+                            human_span(done.policy.full_span_ns()),
+                            human_bytes(len),
+                            human_bytes(self.opts.max_size)
+                        ));
+                    }
+                } else {
+                    self.next_at = 0;
+                }
+                out
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                vec![self.failed(before, &e.to_string())]
+            }
+        }
+    }
+
+    fn failed(&mut self, size: u64, why: &str) -> String {
+        self.next_at = size + self.opts.max_size / 20;
+        format!("warning: compacting the recording failed ({why}); it goes on uncompacted for now")
+    }
+
+    /// Appends what was written since the compaction started, makes it
+    /// durable and renames it over the recording.
+    fn install(&self, mut file: File, upto: u64, len: u64, tmp: &Path) -> io::Result<(File, u64)> {
+        use std::io::Seek;
+        let mut src = File::open(&self.path)?;
+        src.seek(io::SeekFrom::Start(upto))?;
+        let tail = len - upto;
+        let copied = io::copy(&mut src.take(tail), &mut file)?;
+        if copied != tail {
+            return Err(io::Error::other(format!(
+                "the recording's tail was {copied} bytes, not {tail}"
+            )));
+        }
+        file.sync_data()?;
+        let new_len = file.stream_position()?;
+        std::fs::rename(tmp, &self.path)?;
+        if let Some(dir) = self.path.parent() {
+            let dir = if dir.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                dir
+            };
+            File::open(dir)?.sync_all()?;
+        }
+        Ok((file, new_len))
+    }
+}
+
+/// The recording's first `upto` bytes, compacted into a file beside it,
+/// tightening the policy until it is under the target.
+fn compact_file(
+    path: &Path,
+    upto: u64,
+    opts: FlightOptions,
+    now_ns: u64,
+) -> Result<Done, CompactError> {
+    use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
+    let meta = std::fs::metadata(path)?;
+    let ladder = Policy::ladder(opts.full_span_ns);
+    let mut src = path.to_path_buf();
+    let mut src_len = upto;
+    for (n, policy) in ladder.iter().enumerate() {
+        let dst = tmp_path(path, n);
+        let out = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&dst)?;
+        // The recording belongs to the user who ran the job.
+        std::os::unix::fs::fchown(&out, Some(meta.uid()), Some(meta.gid()))?;
+        let open = || -> io::Result<_> { Ok(io::BufReader::new(File::open(&src)?).take(src_len)) };
+        let result = compact(open()?, open()?, out, policy, now_ns, opts.max_size, upto);
+        if src != path {
+            let _ = std::fs::remove_file(&src);
+        }
+        let (file, stats) = match result {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = std::fs::remove_file(&dst);
+                return Err(e);
+            }
+        };
+        if stats.bytes_out <= opts.target() || n + 1 == ladder.len() {
+            return Ok(Done {
+                tmp: dst,
+                file,
+                stats,
+                policy: policy.clone(),
+            });
+        }
+        src = dst;
+        src_len = stats.bytes_out;
+    }
+    unreachable!("the ladder is never empty")
+}
+
+/// "recording compacted to stay under --max-size 1.0 GiB: 922 MiB → 412
+/// MiB; ..."
+fn describe(st: &Stats, policy: &Policy, before: u64, after: u64, opts: &FlightOptions) -> String {
+    let tiers: Vec<String> = policy
+        .tiers
+        .iter()
+        .map(|t| {
+            format!(
+                "{} buckets past {}",
+                human_span(t.bucket_ns),
+                human_span(t.older_than_ns)
+            )
+        })
+        .collect();
+    let mut s = format!(
+        "recording compacted to stay under --max-size {}: {} → {}; {} older samples folded into {}",
+        human_bytes(opts.max_size),
+        human_bytes(before),
+        human_bytes(after),
+        st.samples_folded,
+        tiers.join(", ")
+    );
+    if policy.full_span_ns() < opts.full_span_ns {
+        s.push_str(&format!(
+            "; warning: only the last {} stay at full resolution, not the --full-span {} asked for",
+            human_span(policy.full_span_ns()),
+            human_span(opts.full_span_ns)
+        ));
+    }
+    s
+}
+
+fn human_bytes(b: u64) -> String {
+    crate::render::human_kb(b / 1024)
+}
+
+/// 90 → "1.5 min"; whole units where they fit.
+pub fn human_span(ns: u64) -> String {
+    let s = ns as f64 / SEC as f64;
+    let (v, unit) = if s >= 3600.0 {
+        (s / 3600.0, "h")
+    } else if s >= 60.0 {
+        (s / 60.0, "min")
+    } else {
+        (s, "s")
+    };
+    if (v - v.round()).abs() < 0.05 {
+        format!("{} {unit}", v.round())
+    } else {
+        format!("{v:.1} {unit}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Cursor;
+
+    use trainbpf_common as c;
+
+    use super::*;
+    use crate::{decode::pod_bytes, recording::RecordingHeader};
+
+    const HOUR: u64 = 3600 * SEC;
+
+    fn zeroed<T: Copy>() -> T {
+        // SAFETY: plain integer #[repr(C)] structs of trainbpf-common.
+        unsafe { std::mem::zeroed() }
+    }
+
+    fn hdr(kind: u16, tgid: u32, ts: u64) -> c::Header {
+        c::Header {
+            kind,
+            flags: c::FLAG_IN_JOB,
+            tgid,
+            ts_ns: ts,
+            start_ns: 1_000 + tgid as u64,
+        }
+    }
+
+    fn mem(w: &mut Writer<Vec<u8>>, tgid: u32, ts: u64, anon_pages: i64, net_pages: u64) {
+        let mut m: c::MemEvent = zeroed();
+        m.hdr = hdr(c::KIND_MEM, tgid, ts);
+        m.counters[c::MM_ANONPAGES] = anon_pages;
+        m.alloc_pages = net_pages + 100;
+        m.freed_pages = 100;
+        w.record(c::KIND_MEM, &pod_bytes(&m));
+    }
+
+    /// Two hours of two processes sampled every second: 700 climbs steadily,
+    /// 701 saws up to a brief peak in the 10th second of each minute; 702
+    /// is forked at 30 min and exits at 31; at 45 min 700 is OOM-killed.
+    fn two_hours() -> Vec<u8> {
+        let header = RecordingHeader {
+            page_size: 4096,
+            ..Default::default()
+        };
+        let mut w = Writer::new(Vec::new(), &header).unwrap();
+        for s in 0..2 * 3600u64 {
+            let ts = HOUR + s * SEC;
+            mem(&mut w, 700, ts, 1000 + s as i64, 1000 + s);
+            let saw = if s % 60 == 10 { 50_000 } else { 2_000 };
+            mem(&mut w, 701, ts, saw, saw as u64);
+            let (k, b) = decode::encode_user(
+                ts,
+                UserBody::Note(format!("note {s}")), // kept whatever its age
+            );
+            w.record(k, &b);
+            if s == 1800 {
+                let mut f: c::ForkEvent = zeroed();
+                f.hdr = hdr(c::KIND_FORK, 702, ts);
+                f.parent_tgid = 700;
+                w.record(c::KIND_FORK, &pod_bytes(&f));
+            }
+            if s == 1860 {
+                let mut e: c::ExitEvent = zeroed();
+                e.hdr = hdr(c::KIND_EXIT, 702, ts);
+                w.record(c::KIND_EXIT, &pod_bytes(&e));
+            }
+            if s == 2700 {
+                let mut o: c::OomEvent = zeroed();
+                o.hdr = hdr(c::KIND_OOM_VICTIM, 700, ts);
+                o.victim_pid = 700;
+                w.record(c::KIND_OOM_VICTIM, &pod_bytes(&o));
+            }
+            w.flush().unwrap();
+        }
+        w.into_inner()
+    }
+
+    fn run(input: &[u8], policy: &Policy, now_ns: u64) -> (Vec<u8>, Stats) {
+        compact(
+            Cursor::new(input),
+            Cursor::new(input),
+            Vec::new(),
+            policy,
+            now_ns,
+            1 << 30,
+            input.len() as u64,
+        )
+        .unwrap()
+    }
+
+    /// Every record of the output, decoded, in file order.
+    fn events(bytes: &[u8]) -> Vec<decode::Timed> {
+        let mut r = Reader::new(Cursor::new(bytes)).unwrap();
+        let v: Vec<_> = r.by_ref().collect();
+        assert!(r.stop().is_none() && r.skipped().count == 0 && r.undecodable == 0);
+        v
+    }
+
+    fn mem_samples(ev: &[decode::Timed], tgid: u32) -> Vec<(u64, u64, u64)> {
+        ev.iter()
+            .filter_map(|t| match &t.event {
+                Event::Mem {
+                    proc,
+                    rss,
+                    alloc_kb,
+                    ..
+                } if proc.tgid == tgid => Some((t.ts_ns, rss.anon_kb, *alloc_kb)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_ladder_tightens_step_by_step() {
+        let l = Policy::ladder(HOUR);
+        assert_eq!(l[0].bucket_for(HOUR - 1), None, "recent: full resolution");
+        assert_eq!(l[0].bucket_for(HOUR), Some(60 * SEC));
+        assert_eq!(l[0].bucket_for(25 * HOUR), Some(600 * SEC));
+        assert_eq!(l[0].protect_bucket_ns, 0, "kill windows whole");
+        assert_eq!(l[1].protect_bucket_ns, SEC);
+        assert_eq!(l[2].bucket_for(2 * HOUR), Some(600 * SEC));
+        assert_eq!(l[3].bucket_for(2 * HOUR), Some(3600 * SEC));
+        assert_eq!(l[4].full_span_ns(), HOUR / 2);
+        assert_eq!(l[4].protect_bucket_ns, 10 * SEC);
+        assert_eq!(l.last().unwrap().full_span_ns(), HOUR / 64);
+        for p in l.windows(2) {
+            assert!(p[1].full_span_ns() <= p[0].full_span_ns());
+        }
+    }
+
+    #[test]
+    fn older_samples_fold_to_minutes_and_the_rest_stays() {
+        let input = two_hours();
+        let now = 3 * HOUR; // the last record's time
+        let (out, st) = run(&input, &Policy::ladder(HOUR)[0], now);
+        let before = events(&input);
+        let after = events(&out);
+        assert!(
+            out.len() < input.len() * 2 / 3,
+            "{} of {}",
+            out.len(),
+            input.len()
+        );
+        // The last hour is whole.
+        let recent = |v: &[(u64, u64, u64)]| v.iter().filter(|s| s.0 >= 2 * HOUR).count();
+        assert_eq!(recent(&mem_samples(&after, 700)), 3600);
+        // The first hour: a minute's samples or so each, except the five
+        // minutes before the kill at 90 min, whole.
+        let old: Vec<_> = mem_samples(&after, 700)
+            .into_iter()
+            .filter(|s| s.0 < 2 * HOUR)
+            .collect();
+        let protected = old
+            .iter()
+            .filter(|s| (HOUR + 2400 * SEC..=HOUR + 2700 * SEC).contains(&s.0))
+            .count();
+        assert_eq!(protected, 301, "the 5 minutes before the kill");
+        // A steady climber's last, peak and peak-growth samples are one.
+        assert_eq!(
+            old.len(),
+            301 + 55,
+            "one a minute outside the kill's window"
+        );
+        // The sawtooth's peaks survive: each minute's peak of 701.
+        let peaks = mem_samples(&after, 701)
+            .iter()
+            .filter(|s| s.1 == 50_000 * 4)
+            .count();
+        assert_eq!(peaks, 120, "every minute's peak");
+        // Cumulative counters stay exact at each kept sample: the last
+        // sample of each minute still says how much 700 allocated by then.
+        for s in mem_samples(&after, 700) {
+            let secs = (s.0 - HOUR) / SEC;
+            assert_eq!(s.2, (1100 + secs) * 4, "alloc at {secs}s");
+        }
+        // Nothing but samples went: notes, fork, exit and the kill.
+        let not_mem = |v: &[decode::Timed]| {
+            v.iter()
+                .filter(|t| !matches!(t.event, Event::Mem { .. } | Event::Compacted(_)))
+                .map(|t| format!("{:?}", t))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(not_mem(&before), not_mem(&after));
+        assert_eq!(
+            st.samples_folded as usize,
+            before.len() - (after.len() - 1),
+            "counted"
+        );
+        // In file order, still.
+        assert!(after.windows(2).all(|w| w[0].ts_ns <= w[1].ts_ns));
+        // And it says so.
+        let Some(Event::Compacted(cp)) = after.last().map(|t| &t.event) else {
+            panic!("no compaction record")
+        };
+        assert_eq!(cp.count, 1);
+        assert_eq!(cp.full_from_ns, 2 * HOUR);
+        assert_eq!(cp.tiers, vec![[3600, 60], [86400, 600]]);
+        assert_eq!(cp.samples_folded, st.samples_folded);
+        assert_eq!(cp.bytes_before, input.len() as u64);
+    }
+
+    #[test]
+    fn compacting_again_is_stable_and_coarser_policies_fold_more() {
+        let input = two_hours();
+        let now = 3 * HOUR;
+        let l = Policy::ladder(HOUR);
+        let (once, _) = run(&input, &l[0], now);
+        let (twice, st2) = run(&once, &l[0], now);
+        assert_eq!(
+            st2.samples_folded, 0,
+            "nothing more to fold at the same policy"
+        );
+        let a = events(&once);
+        let b = events(&twice);
+        assert_eq!(a.len(), b.len());
+        let Some(Event::Compacted(cp)) = b.last().map(|t| &t.event) else {
+            panic!()
+        };
+        assert_eq!(cp.count, 2, "one record, counting both");
+        assert_eq!(
+            b.iter()
+                .filter(|t| matches!(t.event, Event::Compacted(_)))
+                .count(),
+            1
+        );
+        let (coarser, st3) = run(&once, &l[3], now);
+        assert!(st3.samples_folded > 0);
+        assert!(coarser.len() < once.len());
+        // The kill's window survives, at a second's resolution (the
+        // fixture's own).
+        let protected = mem_samples(&events(&coarser), 700)
+            .iter()
+            .filter(|s| (HOUR + 2400 * SEC..=HOUR + 2700 * SEC).contains(&s.0))
+            .count();
+        assert_eq!(protected, 301);
+        // At ten seconds', a tenth of it, with 701's peaks.
+        let strict = l.last().unwrap();
+        assert_eq!(strict.protect_bucket_ns, 10 * SEC);
+        let (tight, _) = run(&once, strict, now);
+        let ev = events(&tight);
+        let in_window = |v: Vec<(u64, u64, u64)>| {
+            v.into_iter()
+                .filter(|s| (HOUR + 2400 * SEC..=HOUR + 2700 * SEC).contains(&s.0))
+                .collect::<Vec<_>>()
+        };
+        let w700 = in_window(mem_samples(&ev, 700));
+        assert!((30..=32).contains(&w700.len()), "{}", w700.len());
+        let w701 = in_window(mem_samples(&ev, 701));
+        assert_eq!(
+            w701.iter().filter(|s| s.1 == 50_000 * 4).count(),
+            5,
+            "one peak a minute"
+        );
+        let Some(Event::Compacted(cp)) = ev.last().map(|t| &t.event) else {
+            panic!()
+        };
+        assert_eq!(cp.kill_window_bucket_s, 10);
+    }
+
+    #[test]
+    fn a_cut_short_input_compacts_what_is_readable() {
+        let input = two_hours();
+        let cut = &input[..input.len() - 100];
+        let (out, st) = run(cut, &Policy::ladder(HOUR)[0], 3 * HOUR);
+        assert!(st.records_in > 0);
+        let ev = events(&out);
+        assert!(matches!(ev.last().unwrap().event, Event::Compacted(_)));
+    }
+}
