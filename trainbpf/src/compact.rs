@@ -246,7 +246,10 @@ fn protects(kind: u16, bytes: &[u8], page_kb: u64) -> Option<u64> {
 
 /// Compacts the recording read (twice: `pass1`, `pass2`, the same bytes)
 /// into `out`, as of `now_ns` (CLOCK_MONOTONIC). `max_size` and
-/// `bytes_before` only go into the compaction record.
+/// `bytes_before` only go into the compaction record; `again` says this
+/// pass tightens the output of one just made (the same compaction, not
+/// another).
+#[allow(clippy::too_many_arguments)]
 pub fn compact<R1: Read, R2: Read, W: Write + Rewind>(
     pass1: R1,
     pass2: R2,
@@ -255,6 +258,7 @@ pub fn compact<R1: Read, R2: Read, W: Write + Rewind>(
     now_ns: u64,
     max_size: u64,
     bytes_before: u64,
+    again: bool,
 ) -> Result<(W, Stats), CompactError> {
     // Pass one: which samples stay, and when the kills were.
     let mut r = Reader::new(pass1)?;
@@ -355,7 +359,9 @@ pub fn compact<R1: Read, R2: Read, W: Write + Rewind>(
         }
     }
     let mut c = prev.unwrap_or_default();
-    c.count += 1;
+    if !again {
+        c.count += 1;
+    }
     c.full_from_ns = now_ns.saturating_sub(policy.full_span_ns());
     c.tiers = policy
         .tiers
@@ -483,6 +489,17 @@ impl Flight {
         out
     }
 
+    /// Waits for a compaction under way and swaps it in (the size-budget
+    /// simulation, which feeds records faster than real time).
+    pub fn wait(&mut self, w: &mut Writer<File>) -> Vec<String> {
+        self.swap(w)
+    }
+
+    /// A compaction is under way.
+    pub fn running(&self) -> bool {
+        self.running.is_some()
+    }
+
     fn start(&mut self, upto: u64, now_ns: u64) {
         let path = self.path.clone();
         let opts = self.opts;
@@ -605,7 +622,16 @@ fn compact_file(
         // The recording belongs to the user who ran the job.
         std::os::unix::fs::fchown(&out, Some(meta.uid()), Some(meta.gid()))?;
         let open = || -> io::Result<_> { Ok(io::BufReader::new(File::open(&src)?).take(src_len)) };
-        let result = compact(open()?, open()?, out, policy, now_ns, opts.max_size, upto);
+        let result = compact(
+            open()?,
+            open()?,
+            out,
+            policy,
+            now_ns,
+            opts.max_size,
+            upto,
+            n > 0,
+        );
         if src != path {
             let _ = std::fs::remove_file(&src);
         }
@@ -768,6 +794,7 @@ mod tests {
             now_ns,
             1 << 30,
             input.len() as u64,
+            false,
         )
         .unwrap()
     }
