@@ -176,6 +176,47 @@ pub fn memory_hierarchy() -> Option<(PathBuf, bool)> {
         .then(|| (v1.to_path_buf(), false))
 }
 
+/// The memory cgroup a running process is charged to: its directory, the
+/// path as the kernel prints it, and whether it is v2. `None` at the
+/// hierarchy's root (no limit of its own) or without a memory controller.
+pub fn memcg_of_pid(pid: u32) -> Option<(PathBuf, String, bool)> {
+    let (root, v2) = memory_hierarchy()?;
+    let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let rel = text.lines().find_map(|l| {
+        let mut f = l.splitn(3, ':');
+        let (_, ctl, path) = (f.next()?, f.next()?, f.next()?);
+        let ours = if v2 {
+            ctl.is_empty()
+        } else {
+            ctl.split(',').any(|c| c == "memory")
+        };
+        ours.then(|| path.to_string())
+    })?;
+    memcg_dir(&root, &rel, v2)
+}
+
+/// `dir` as a memory cgroup (`--cgroup DIR`), when it is one below the
+/// root of the memory hierarchy.
+pub fn memcg_of_dir(dir: &Path) -> Option<(PathBuf, String, bool)> {
+    let (root, v2) = memory_hierarchy()?;
+    let rel = dir.strip_prefix(&root).ok()?;
+    memcg_dir(&root, &format!("/{}", rel.display()), v2)
+}
+
+fn memcg_dir(root: &Path, rel: &str, v2: bool) -> Option<(PathBuf, String, bool)> {
+    let rel = rel.trim_end_matches('/');
+    if rel.is_empty() {
+        return None;
+    }
+    let dir = root.join(rel.trim_start_matches('/'));
+    let limit = if v2 {
+        "memory.max"
+    } else {
+        "memory.limit_in_bytes"
+    };
+    dir.join(limit).exists().then(|| (dir, rel.to_string(), v2))
+}
+
 /// Finds the memory cgroup directory whose inode is `id`, for naming a
 /// victim's cgroup while it still exists.
 pub fn cgroup_path_by_id(id: u64) -> Option<String> {

@@ -301,6 +301,10 @@ pub fn run(opts: RecordOptions) -> Result<Outcome, RecordError> {
 
 struct Collector {
     writer: Writer<File>,
+    /// The job's memory cgroup, sampled with the pressure: the one made for
+    /// `--memory-limit`, or the one an attached job runs in (its limit is
+    /// what a leak runs into).
+    job_memcg: Option<(PathBuf, String, bool)>,
     /// Keeps the file under `--max-size`.
     flight: Option<crate::compact::Flight>,
     known_cgroups: std::collections::HashSet<u64>,
@@ -399,6 +403,17 @@ impl Collector {
         {
             self.name_exe(s.sender.tgid);
         }
+        // Every memory cgroup a process allocates in is named once (a
+        // bounded few): a memcg OOM's growers are those charged to it.
+        if kind == common::KIND_MEM
+            && self.known_cgroups.len() < MAX_NAMED_CGROUPS
+            && let Ok(decode::Timed {
+                event: decode::Event::Mem { memcg_id, .. },
+                ..
+            }) = decode::decode(kind, bytes, 4)
+        {
+            self.name_cgroup(memcg_id);
+        }
         if (kind == common::KIND_OOM_VICTIM || kind == common::KIND_OOM_KILL)
             && let Ok(decode::Timed {
                 event: decode::Event::Oom(r),
@@ -482,9 +497,14 @@ impl Collector {
         }
     }
 
-    /// Samples memory pressure; records it when it moved.
-    fn poll_pressure(&mut self, cgroup: Option<&MemCgroup>) {
-        let mut p = crate::pressure::sample(cgroup.map(|c| (c.dir.as_path(), c.v2)));
+    /// Samples memory pressure (and the job's memory cgroup); records it
+    /// when it moved.
+    fn poll_pressure(&mut self) {
+        let mut p = crate::pressure::sample(
+            self.job_memcg
+                .as_ref()
+                .map(|(dir, _, v2)| (dir.as_path(), *v2)),
+        );
         (p.stall_ns, p.stall_count) = self.stall;
         self.status.on_pressure(mono_ns(), &p);
         if self
@@ -515,6 +535,25 @@ impl Collector {
             self.last_sync = Instant::now();
         }
         Ok(())
+    }
+
+    /// Redraws the status line and warns of leaks suspected since the last
+    /// time: on stderr, and in the recording, so that the report can show
+    /// the warning came before the kill.
+    fn leak_warnings(&mut self) {
+        let warnings = self.status.tick();
+        if warnings.is_empty() {
+            return;
+        }
+        self.status.clear();
+        let now = mono_ns();
+        for w in warnings {
+            eprintln!(
+                "trainbpf: warning: {}",
+                crate::status::warning_text(&w, now)
+            );
+            self.user(UserBody::LeakWarning(w));
+        }
     }
 
     /// Compaction's news, on their own lines under the status line.
@@ -560,6 +599,9 @@ impl Collector {
     }
 }
 
+/// Memory cgroups named from memory records (OOM records always are):
+/// each new one walks the hierarchy once.
+const MAX_NAMED_CGROUPS: usize = 256;
 /// Frame buffer size that forces a flush before the timer: bounds the
 /// recorder's memory in a burst.
 const FLUSH_BYTES: usize = 256 << 10;
@@ -592,8 +634,15 @@ async fn collect(
         attach,
         ..
     } = loaded;
+    let job_memcg = match (&target, cgroup) {
+        (_, Some(cg)) => Some((cg.dir.clone(), cg.rel.clone(), cg.v2)),
+        (Target::Pid(p), None) => job::memcg_of_pid(*p),
+        (Target::Cgroup(dir), None) => job::memcg_of_dir(dir),
+        _ => None,
+    };
     let mut c = Collector {
         writer,
+        job_memcg: job_memcg.clone(),
         flight,
         known_cgroups: Default::default(),
         known_exes: Default::default(),
@@ -672,7 +721,7 @@ async fn collect(
         let (id, path) = (cg.id(), cg.rel.clone());
         c.user(UserBody::Cgroup(CgroupName { id, path }));
     }
-    c.poll_pressure(cgroup);
+    c.poll_pressure();
     c.user(UserBody::JobStart(JobStart {
         pid,
         // The kernel's start time isn't visible from here; the report
@@ -687,17 +736,18 @@ async fn collect(
             .unwrap_or_default(),
         uid: invoker.uid,
         gid: invoker.gid,
-        cgroup: match &target {
-            Target::Cgroup(dir) => Some(dir.display().to_string()),
-            _ => cgroup.map(|cg| cg.rel.clone()),
+        cgroup: match (&target, &job_memcg) {
+            (_, Some((_, rel, _))) => Some(rel.clone()),
+            (Target::Cgroup(dir), None) => Some(dir.display().to_string()),
+            _ => None,
         },
-        memory_limit_bytes: cgroup.and_then(|cg| {
-            let f = if cg.v2 {
+        memory_limit_bytes: job_memcg.as_ref().and_then(|(dir, _, v2)| {
+            let f = if *v2 {
                 "memory.max"
             } else {
                 "memory.limit_in_bytes"
             };
-            fs::read_to_string(cg.dir.join(f)).ok()?.trim().parse().ok()
+            fs::read_to_string(dir.join(f)).ok()?.trim().parse().ok()
         }),
         attached: match &target {
             Target::Run(_) => None,
@@ -753,8 +803,8 @@ async fn collect(
                             }
                         }
                     }
-                    c.poll_pressure(cgroup);
-                    c.status.tick();
+                    c.poll_pressure();
+                    c.leak_warnings();
                     c.poll_procfs();
                     for (kind, bytes) in gpu.tick(&mut ebpf, &job, mono_ns()) {
                         c.writer.record(kind, &bytes);
@@ -828,7 +878,7 @@ async fn collect(
                         break 'orphans;
                     }
                     if last_flush.elapsed() >= Duration::from_secs(1) {
-                        c.poll_pressure(cgroup);
+                        c.poll_pressure();
                         c.poll_procfs();
                         for (kind, bytes) in gpu.tick(&mut ebpf, &job, mono_ns()) {
                             c.writer.record(kind, &bytes);
