@@ -117,6 +117,72 @@ fn attach_to_a_running_job_catches_its_kill() {
     );
 }
 
+/// Leaks 2 MiB/s, steadily, from its second second.
+const SLOW_LEAK: &str = r#"
+import time
+time.sleep(1)
+h = []
+while True:
+    h.append(b"l" * (1 << 20))
+    time.sleep(0.5)
+"#;
+
+#[test]
+fn attach_warns_of_a_leak_before_its_kill() {
+    require_root();
+    let _g = serial();
+    let dir = TempDir::new("attachleak");
+    let rec = dir.path("l.rec");
+    let cg = Cg::new("attachleak", "100M");
+    let mut job = start_in(&cg, SLOW_LEAK);
+    std::thread::sleep(Duration::from_millis(300));
+    let pid = job.id() as u64;
+    let out = Command::new(bin())
+        .args(["record", "--leak-span", "10s", "-o"])
+        .arg(&rec)
+        .args(["--pid", &pid.to_string()])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("{stderr}");
+    let _ = job.wait();
+    assert!(out.status.success());
+    // Said on stderr while the job ran (no terminal here: no status line,
+    // but the warning), before the kill's own lines.
+    let warned = stderr
+        .find(&format!(
+            "trainbpf: warning: leak suspected: python3 (pid {pid}) has climbed +"
+        ))
+        .unwrap_or_else(|| panic!("no leak warning: {stderr}"));
+    let killed = stderr.find("memcg OOM in").expect("the kill's verdict");
+    assert!(warned < killed, "the warning came first");
+    let r = report_json(&rec);
+    let ks = kills(&r);
+    assert_eq!(ks.len(), 1, "{ks:#?}");
+    assert_eq!(u(&ks[0]["victim"]["pid"]), pid);
+    let ws = r["leak_warnings"].as_array().unwrap();
+    assert_eq!(ws.len(), 1, "warned once: {ws:#?}");
+    let w = &ws[0];
+    assert_eq!(u(&w["pid"]), pid);
+    let warned_s = w["time_s"].as_f64().unwrap();
+    let kill_s = ks[0]["time_s"].as_f64().unwrap();
+    assert!(warned_s < kill_s, "{warned_s} before {kill_s}");
+    // 2 MiB/s, and a projection to the 100 MiB limit that the kill bears
+    // out roughly (the leak is steady; the cgroup also holds the page
+    // cache and kernel memory of python's start-up).
+    let slope = w["slope_kb_per_s"].as_f64().unwrap();
+    assert!((1600.0..2500.0).contains(&slope), "{w}");
+    assert_eq!(w["limit_of"], "cgroup");
+    assert_eq!(u(&w["limit_kb"]), 100 << 10);
+    let projected = w["projected_oom_s"].as_f64().unwrap();
+    let actual = kill_s - warned_s;
+    assert!(
+        (projected - actual).abs() <= 0.35 * actual + 2.0,
+        "projected {projected} s, came {actual} s later: {w}"
+    );
+}
+
 #[test]
 fn sigint_detaches_and_leaves_the_job_running() {
     require_root();

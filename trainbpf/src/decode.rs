@@ -24,6 +24,8 @@ pub const KIND_PROC_INFO: u16 = 108;
 pub const KIND_SHM: u16 = 109;
 /// What the flight recording's compaction folded (110-119 are the GPU's).
 pub const KIND_COMPACTED: u16 = 120;
+/// A leak the recorder warned of while the job ran.
+pub const KIND_LEAK_WARNING: u16 = 121;
 
 /// A process, named so that a recycled pid is a different process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -250,6 +252,31 @@ pub enum Event {
     Note(String),
     /// Older history was downsampled to stay within `record --max-size`.
     Compacted(Compaction),
+    /// The recorder warned of a suspected leak while the job ran.
+    LeakWarning(LeakWarning),
+}
+
+/// A leak `record` warned of while the job ran, as its leak model (the
+/// report's) saw it then: the warning the user got before any kill.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeakWarning {
+    /// The process; `None` for a role group.
+    pub pid: Option<u32>,
+    pub start_ns: u64,
+    pub comm: String,
+    pub group: Option<String>,
+    pub members: u64,
+    /// The climb's slope, bytes per second, and its fit in thousandths.
+    pub slope_bytes_per_s: u64,
+    pub fit_permille: u32,
+    /// When the sustained climb began (CLOCK_MONOTONIC ns).
+    pub since_ns: u64,
+    /// When the leaks running then would reach `limit_kb` at their rate,
+    /// seconds after the warning; `None` without a projection.
+    pub projected_oom_s: Option<u64>,
+    pub limit_kb: Option<u64>,
+    /// `cgroup` (the job's memory cgroup) or `machine` (RAM plus swap).
+    pub limit_of: Option<String>,
 }
 
 /// What the bounded flight recording did to older history, as of its last
@@ -528,7 +555,8 @@ pub fn decode(kind: u16, bytes: &[u8], page_kb: u64) -> Result<Timed, DecodeErro
         }
         gpu::KIND_GPU_ATTACH..=gpu::KIND_GPU_USER_MAX => gpu::decode_user(kind, bytes)?,
         KIND_JOB_START | KIND_JOB_EXIT | KIND_LOST | KIND_CGROUP | KIND_NOTE | KIND_EXE
-        | KIND_PRESSURE | KIND_SMAPS | KIND_PROC_INFO | KIND_SHM | KIND_COMPACTED => {
+        | KIND_PRESSURE | KIND_SMAPS | KIND_PROC_INFO | KIND_SHM | KIND_COMPACTED
+        | KIND_LEAK_WARNING => {
             let w: UserRecord = json(kind, bytes)?;
             let ev = match (kind, w.body) {
                 (KIND_JOB_START, UserBody::JobStart(j)) => Event::JobStart(j),
@@ -542,6 +570,7 @@ pub fn decode(kind: u16, bytes: &[u8], page_kb: u64) -> Result<Timed, DecodeErro
                 (KIND_PROC_INFO, UserBody::ProcInfo(i)) => Event::ProcInfo(i),
                 (KIND_SHM, UserBody::Shm(o)) => Event::Shm(o),
                 (KIND_COMPACTED, UserBody::Compacted(c)) => Event::Compacted(c),
+                (KIND_LEAK_WARNING, UserBody::LeakWarning(w)) => Event::LeakWarning(w),
                 _ => {
                     return Err(DecodeError::Json {
                         kind,
@@ -580,6 +609,7 @@ pub enum UserBody {
     ProcInfo(crate::procfs::ProcInfo),
     Shm(Vec<crate::procfs::ShmObject>),
     Compacted(Compaction),
+    LeakWarning(LeakWarning),
 }
 
 impl UserBody {
@@ -596,6 +626,7 @@ impl UserBody {
             UserBody::ProcInfo(_) => KIND_PROC_INFO,
             UserBody::Shm(_) => KIND_SHM,
             UserBody::Compacted(_) => KIND_COMPACTED,
+            UserBody::LeakWarning(_) => KIND_LEAK_WARNING,
         }
     }
 }

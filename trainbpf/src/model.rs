@@ -135,6 +135,8 @@ pub struct Report {
     pub leaks: LeakReport,
     /// Set when `record --max-size` downsampled older history.
     pub compaction: Option<crate::decode::Compaction>,
+    /// Leaks `record` warned of while the job ran, with when (ns).
+    pub leak_warnings: Vec<(u64, crate::decode::LeakWarning)>,
 }
 
 impl Report {
@@ -577,6 +579,7 @@ struct Builder {
     job: Option<Job>,
     lost: Lost,
     compaction: Option<crate::decode::Compaction>,
+    leak_warnings: Vec<(u64, crate::decode::LeakWarning)>,
     signals: deaths::Signals,
     page_kb: u64,
     pressure: before::History,
@@ -612,6 +615,7 @@ impl Builder {
             job: None,
             lost: Lost::default(),
             compaction: None,
+            leak_warnings: Vec::new(),
             signals: deaths::Signals::default(),
             page_kb: (header.page_size / 1024).max(1),
             pressure: before::History::default(),
@@ -757,6 +761,7 @@ impl Builder {
             }
             Event::Lost(l) => self.lost = l,
             Event::Compacted(c) => self.compaction = Some(c),
+            Event::LeakWarning(w) => self.leak_warnings.push((ts, w)),
             Event::Cgroup(CgroupName { id, path }) => {
                 self.cgroups.insert(id, path);
             }
@@ -1117,7 +1122,10 @@ impl Builder {
             .or(h.prefix_constraint)
             .unwrap_or(Constraint::Unknown);
         k.victim.tree = self.tree(&k.victim);
-        let all = self.growers(k);
+        let oom_memcg = (k.constraint == Constraint::Memcg)
+            .then(|| self.memcgs(k, h).1)
+            .flatten();
+        let all = self.growers(k, oom_memcg.as_deref());
         k.groups = attribution::groups(&all, |g| self.role_of(g));
         k.sum_check = self.kill_sum_check(k);
         k.growers = keep_top(all);
@@ -1208,7 +1216,21 @@ impl Builder {
         badness::rank(&vin, others, page_kb, total, source, k.kernel_points)
     }
 
-    fn growers(&self, k: &Kill) -> Vec<Grower> {
+    /// A memcg OOM is about what is charged to that cgroup (or below it):
+    /// a process known to be elsewhere (another container, a compiler on
+    /// the host) did not bring it on, however much it grew.
+    fn outside_oom_memcg(&self, oom_memcg: Option<&str>, memcg_id: u64) -> bool {
+        if memcg_id == 0 {
+            return false;
+        }
+        let (Some(oom), Some(path)) = (oom_memcg, self.cgroups.get(&memcg_id)) else {
+            return false;
+        };
+        let oom = oom.trim_end_matches('/');
+        !(oom.is_empty() || path == oom || path.starts_with(&format!("{oom}/")))
+    }
+
+    fn growers(&self, k: &Kill, oom_memcg: Option<&str>) -> Vec<Grower> {
         let kill = k.ts_ns;
         let start = kill.saturating_sub(self.window);
         let victim = k.victim.key();
@@ -1232,6 +1254,9 @@ impl Builder {
                     None => continue,
                 }
             };
+            if !is_victim && self.outside_oom_memcg(oom_memcg, end.memcg_id) {
+                continue;
+            }
             let c = Candidate {
                 key,
                 track: Some(tr),
@@ -1532,6 +1557,7 @@ impl Builder {
             gpu: gpu::GpuReport::default(),
             leaks,
             compaction: self.compaction,
+            leak_warnings: self.leak_warnings,
         };
         let kill_windows: Vec<(u64, u64)> = report
             .kills
@@ -1548,20 +1574,27 @@ impl Builder {
     /// Names the memcgs once every cgroup record has been read: the
     /// collector names a cgroup when it first meets its id, which can be
     /// after the kill.
-    fn resolve_memcg(&self, k: &mut Kill, h: Hints) {
+    /// The victim's memory cgroup and the one that ran out, by what the
+    /// records tell.
+    fn memcgs(&self, k: &Kill, h: &Hints) -> (Option<String>, Option<String>) {
         let name = |id: u64| (id != 0).then(|| self.cgroups.get(&id).cloned()).flatten();
         let job_cgroup = self
             .job
             .as_ref()
             .and_then(|j| j.cgroup.clone())
             .filter(|_| k.victim.in_job);
-        k.task_memcg = name(k.victim_memcg_id)
+        let task = name(k.victim_memcg_id)
             .or(h.task_memcg.clone())
             .or(job_cgroup.clone());
-        k.memcg = name(k.oom_memcg_id)
-            .or(h.oom_memcg)
-            .or_else(|| k.task_memcg.clone())
+        let oom = name(k.oom_memcg_id)
+            .or(h.oom_memcg.clone())
+            .or_else(|| task.clone())
             .or(job_cgroup);
+        (task, oom)
+    }
+
+    fn resolve_memcg(&self, k: &mut Kill, h: Hints) {
+        (k.task_memcg, k.memcg) = self.memcgs(k, &h);
         if k.memcg_limit_kb.is_none()
             && let Some(job) = &self.job
             && job.cgroup.is_some()
@@ -1932,6 +1965,50 @@ mod tests {
                 }),
             ),
         ]
+    }
+
+    fn mem_in(secs: f64, k: ProcKey, comm: &str, anon_kb: u64, memcg_id: u64) -> Timed {
+        let mut t = mem(secs, k, comm, anon_kb, false);
+        if let Event::Mem { memcg_id: m, .. } = &mut t.event {
+            *m = memcg_id;
+        }
+        t
+    }
+
+    #[test]
+    fn a_memcg_oom_lists_no_grower_from_another_cgroup() {
+        let mut evs = leak_run();
+        let name = |secs, id, path: &str| {
+            at(
+                secs,
+                Event::Cgroup(CgroupName {
+                    id,
+                    path: path.into(),
+                }),
+            )
+        };
+        evs.insert(1, name(0.5, 99, "/other"));
+        evs.insert(1, name(0.5, 56, "/trainbpf-77/sub"));
+        evs.insert(1, name(0.5, 1, "/"));
+        // Each outgrows the worker; only the ones inside the cgroup that
+        // ran out (or whose cgroup is unknown) count.
+        for (pid, memcg) in [(901, 99), (902, 1), (903, 56), (904, 0)] {
+            let k = key(pid, s(1.0));
+            evs.push(mem_in(6.0, k, "other", MIB, memcg));
+            evs.push(mem_in(16.0, k, "other", 900 * MIB, memcg));
+        }
+        evs.sort_by_key(|t| t.ts_ns);
+        let r = run(evs);
+        let k = &r.kills[0];
+        assert_eq!(k.memcg.as_deref(), Some("/trainbpf-77"));
+        let pids: Vec<u32> = k.growers.iter().map(|g| g.pid).collect();
+        assert!(pids.contains(&903), "a child cgroup's process: {pids:?}");
+        assert!(
+            pids.contains(&904),
+            "an unknown cgroup is not ruled out: {pids:?}"
+        );
+        assert!(!pids.contains(&901) && !pids.contains(&902), "{pids:?}");
+        assert!(pids.contains(&812), "the victim: {pids:?}");
     }
 
     #[test]

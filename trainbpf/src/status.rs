@@ -14,7 +14,7 @@ use std::{
 use trainbpf_common as common;
 
 use crate::{
-    decode::{self, Event, Timed},
+    decode::{self, Event, LeakWarning, Timed},
     model::leaks::{Domain, LeakOptions, Live, Projection, Trend},
     pressure::Pressure,
     render::{human_kb, human_rate, text::eta},
@@ -23,20 +23,28 @@ use crate::{
 /// Growers named on the line.
 const TOP: usize = 3;
 const EVERY: Duration = Duration::from_secs(1);
+/// How often the leak model is asked about new leaks without a terminal
+/// (with one, at each redraw).
+const CHECK_EVERY: Duration = Duration::from_secs(5);
 
 pub struct Status {
-    /// `None` when off: quiet, or not a terminal.
-    on: Option<On>,
-}
-
-struct On {
     started: Instant,
-    last_draw: Option<Instant>,
-    /// Made at the first memory record, which tells whether the records
-    /// carry honest memory.
+    /// The leak model, fed whether or not a line is drawn: a suspected leak
+    /// is warned of on stderr (and in the recording) before any kill. Made
+    /// at the first memory record, which tells whether the records carry
+    /// honest memory.
     live: Option<Live>,
     leaks: LeakOptions,
     page_kb: u64,
+    /// The line on the terminal; `None` when quiet or not a terminal.
+    draw: Option<Draw>,
+    last_check: Option<Instant>,
+    /// Leaks already warned of: (pid, start) or the group's role.
+    warned: std::collections::HashSet<(Option<u32>, u64, Option<String>)>,
+}
+
+struct Draw {
+    last: Option<Instant>,
     drawn: bool,
 }
 
@@ -45,45 +53,46 @@ impl Status {
     pub fn new(quiet: bool, leaks: LeakOptions) -> Status {
         let on = !quiet && std::io::stderr().is_terminal();
         Status {
-            on: on.then(|| On {
-                started: Instant::now(),
-                last_draw: None,
-                live: None,
-                leaks,
-                page_kb: (page_size() / 1024).max(1),
+            started: Instant::now(),
+            live: None,
+            leaks,
+            page_kb: (page_size() / 1024).max(1),
+            draw: on.then_some(Draw {
+                last: None,
                 drawn: false,
             }),
+            last_check: None,
+            warned: Default::default(),
         }
     }
 
     /// A kernel record, as the collector writes it.
     pub fn on_record(&mut self, kind: u16, bytes: &[u8]) {
-        let Some(on) = &mut self.on else { return };
         if !matches!(
             kind,
             common::KIND_MEM | common::KIND_FORK | common::KIND_EXIT
         ) {
             return;
         }
-        let Ok(t) = decode::decode(kind, bytes, on.page_kb) else {
+        let Ok(t) = decode::decode(kind, bytes, self.page_kb) else {
             return;
         };
-        if on.live.is_none()
+        if self.live.is_none()
             && let Event::Mem {
                 alloc_kb, freed_kb, ..
             } = &t.event
         {
             let honest = *alloc_kb > 0 || *freed_kb > 0;
-            on.live = Some(Live::new(on.leaks.clone(), honest));
+            self.live = Some(Live::new(self.leaks.clone(), honest));
         }
-        if let Some(live) = &mut on.live {
+        if let Some(live) = &mut self.live {
             live.observe(&t);
         }
     }
 
     /// A pressure sample at `ts_ns` (CLOCK_MONOTONIC).
     pub fn on_pressure(&mut self, ts_ns: u64, p: &Pressure) {
-        if let Some(live) = self.on.as_mut().and_then(|o| o.live.as_mut()) {
+        if let Some(live) = self.live.as_mut() {
             live.observe(&Timed {
                 ts_ns,
                 event: Event::Pressure(Box::new(p.clone())),
@@ -91,38 +100,106 @@ impl Status {
         }
     }
 
-    /// Redraws the line, at most once a second.
-    pub fn tick(&mut self) {
-        let Some(on) = &mut self.on else { return };
-        if on.last_draw.is_some_and(|t| t.elapsed() < EVERY) {
-            return;
+    /// Redraws the line, at most once a second, and returns the leaks
+    /// suspected since the last call, each once (checked at each redraw,
+    /// or every few seconds without a terminal).
+    pub fn tick(&mut self) -> Vec<LeakWarning> {
+        let redraw = self
+            .draw
+            .as_ref()
+            .is_some_and(|d| d.last.is_none_or(|t| t.elapsed() >= EVERY));
+        let check = redraw || self.last_check.is_none_or(|t| t.elapsed() >= CHECK_EVERY);
+        if !check {
+            return Vec::new();
         }
-        on.last_draw = Some(Instant::now());
-        let (trends, projection) = on
+        self.last_check = Some(Instant::now());
+        let (trends, projection) = self
             .live
             .as_ref()
-            .map_or((Vec::new(), None), |l| l.snapshot(TOP));
-        let s = line(
-            on.started.elapsed(),
-            &trends,
-            projection.as_ref(),
-            stderr_width(),
-        );
-        let mut err = std::io::stderr().lock();
-        let _ = write!(err, "\r\x1b[2K{s}");
-        let _ = err.flush();
-        on.drawn = true;
+            .map_or((Vec::new(), None), |l| l.snapshot(TOP.max(8)));
+        let mut out = Vec::new();
+        for t in trends.iter().filter(|t| t.is_leak() && t.alive) {
+            if self.warned.insert((t.pid, t.start_ns, t.group.clone())) {
+                out.push(warning(t, projection.as_ref()));
+            }
+        }
+        if redraw && let Some(d) = &mut self.draw {
+            d.last = Some(Instant::now());
+            let top: Vec<Trend> = trends.into_iter().take(TOP).collect();
+            let s = line(
+                self.started.elapsed(),
+                &top,
+                projection.as_ref(),
+                stderr_width(),
+            );
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "\r\x1b[2K{s}");
+            let _ = err.flush();
+            d.drawn = true;
+        }
+        out
     }
 
     /// Erases the line, so that what follows starts clean.
     pub fn clear(&mut self) {
-        if let Some(on) = &mut self.on
-            && on.drawn
+        if let Some(d) = &mut self.draw
+            && d.drawn
         {
             eprint!("\r\x1b[2K");
-            on.drawn = false;
+            d.drawn = false;
         }
     }
+}
+
+/// The record of a warning about `t`.
+fn warning(t: &Trend, p: Option<&Projection>) -> LeakWarning {
+    LeakWarning {
+        pid: t.pid,
+        start_ns: t.start_ns,
+        comm: t.comm.clone(),
+        group: t.group.clone(),
+        members: t.members as u64,
+        slope_bytes_per_s: (t.slope_kb_per_s.max(0.0) * 1024.0) as u64,
+        fit_permille: (t.fit.clamp(0.0, 1.0) * 1000.0).round() as u32,
+        since_ns: t.since_ns,
+        projected_oom_s: p.and_then(|p| p.seconds).map(|s| s.round() as u64),
+        limit_kb: p.map(|p| p.limit_kb),
+        limit_of: p.map(|p| {
+            match p.domain {
+                Domain::Cgroup => "cgroup",
+                Domain::Machine => "machine",
+            }
+            .to_string()
+        }),
+    }
+}
+
+/// `leak suspected: python3 (pid 700) has climbed +2 MiB/s for 40 s (fit
+/// 0.99); at this rate the job's cgroup limit of 100 MiB is reached in ~30 s`.
+pub fn warning_text(w: &LeakWarning, now_ns: u64) -> String {
+    let who = match (w.pid, &w.group) {
+        (Some(pid), _) => format!("{} (pid {pid})", w.comm),
+        (None, Some(g)) => format!("{g} ({} processes)", w.members),
+        (None, None) => w.comm.clone(),
+    };
+    let mut s = format!(
+        "leak suspected: {who} has climbed +{} for {} (fit {:.2})",
+        human_rate(w.slope_bytes_per_s as f64 / 1024.0),
+        crate::compact::human_span(now_ns.saturating_sub(w.since_ns)),
+        w.fit_permille as f64 / 1000.0
+    );
+    if let (Some(secs), Some(limit)) = (w.projected_oom_s, w.limit_kb) {
+        s.push_str(&format!(
+            "; at this rate {} of {} is reached in {}",
+            match w.limit_of.as_deref() {
+                Some("cgroup") => "the job's cgroup limit",
+                _ => "RAM plus swap",
+            },
+            human_kb(limit),
+            eta(secs as f64)
+        ));
+    }
+    s
 }
 
 /// `trainbpf 1:02:03 | OOM in ~14 min (cgroup limit 400 MiB) | python3(700) +8 MiB/s leak, …`,
@@ -253,11 +330,73 @@ mod tests {
     }
 
     #[test]
-    fn quiet_or_not_a_terminal_is_off() {
+    fn quiet_or_not_a_terminal_draws_nothing_but_still_watches() {
         let mut s = Status::new(true, LeakOptions::default());
-        assert!(s.on.is_none());
+        assert!(s.draw.is_none());
         s.on_record(common::KIND_MEM, &[0; 8]);
-        s.tick();
+        assert_eq!(s.tick(), vec![], "nothing seen, nothing to warn of");
         s.clear();
+    }
+
+    #[test]
+    fn a_warning_names_the_leak_and_the_time_to_the_limit() {
+        let t = trend(700, "python3", 2048.0, Verdict::Leak);
+        let p = Projection {
+            domain: Domain::Cgroup,
+            limit_kb: 100 << 10,
+            usage_kb: 40 << 10,
+            slope_kb_per_s: 2048.0,
+            seconds: Some(30.0),
+        };
+        let w = warning(&t, Some(&p));
+        assert_eq!(w.slope_bytes_per_s, 2 << 20);
+        assert_eq!(w.fit_permille, 950);
+        assert_eq!(w.projected_oom_s, Some(30));
+        assert_eq!(
+            warning_text(&w, 40_000_000_000),
+            "leak suspected: python3 (pid 700) has climbed +2 MiB/s for 40 s (fit 0.95); at this rate the job's cgroup limit of 100 MiB is reached in ~30 s"
+        );
+        let bare = warning(&t, None);
+        assert_eq!(
+            warning_text(&bare, 40_000_000_000),
+            "leak suspected: python3 (pid 700) has climbed +2 MiB/s for 40 s (fit 0.95)"
+        );
+    }
+
+    #[test]
+    fn a_steady_leak_is_warned_of_once() {
+        use trainbpf_common as c;
+        let mut s = Status::new(
+            true,
+            LeakOptions {
+                min_span_ns: 10_000_000_000,
+                ..Default::default()
+            },
+        );
+        // 2 MiB/s for 60 s, a record every 2 s.
+        for i in 0..30u64 {
+            // SAFETY: plain integer #[repr(C)] struct.
+            let mut m: c::MemEvent = unsafe { std::mem::zeroed() };
+            m.hdr = c::Header {
+                kind: c::KIND_MEM,
+                flags: c::FLAG_IN_JOB,
+                tgid: 700,
+                ts_ns: 1_000_000_000 + i * 2_000_000_000,
+                start_ns: 5,
+            };
+            m.counters[c::MM_ANONPAGES] = 1000 + i as i64 * 1024;
+            m.alloc_pages = 1000 + i * 1024;
+            m.comm = *b"python3\0\0\0\0\0\0\0\0\0";
+            s.on_record(c::KIND_MEM, &decode::pod_bytes(&m));
+        }
+        let w = s.tick();
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert_eq!(w[0].pid, Some(700));
+        assert!(
+            (w[0].slope_bytes_per_s as f64 - 2.0 * 1048576.0).abs() < 1e5,
+            "{w:?}"
+        );
+        s.last_check = None;
+        assert_eq!(s.tick(), vec![], "once");
     }
 }

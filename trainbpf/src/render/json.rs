@@ -108,6 +108,7 @@ pub fn render(r: &Report) -> Value {
         "run": run(r),
         "gpu": gpu::render(r),
         "leaks": leaks::leaks(r),
+        "leak_warnings": leaks::warnings(r),
         "leak_projection": leaks::projection(r),
         "lost_events": r.lost_events(),
         "lost": {

@@ -343,6 +343,7 @@ pub(crate) mod fixture {
             gpu: Default::default(),
             leaks: Default::default(),
             compaction: None,
+            leak_warnings: Vec::new(),
         }
     }
 }

@@ -9,6 +9,29 @@ use crate::model::Report;
 use super::{secs, secs_since};
 
 /// Suspected leaks, steepest first.
+/// The warnings `record` gave while the job ran.
+pub fn warnings(r: &Report) -> Value {
+    Value::Array(
+        r.leak_warnings
+            .iter()
+            .map(|(ts, w)| {
+                json!({
+                    "time_s": secs_since(r, *ts),
+                    "pid": w.pid,
+                    "comm": w.comm,
+                    "group": w.group,
+                    "slope_kb_per_s": (w.slope_bytes_per_s as f64 / 102.4).round() / 10.0,
+                    "fit": w.fit_permille as f64 / 1000.0,
+                    "since": secs_since(r, w.since_ns),
+                    "projected_oom_s": w.projected_oom_s,
+                    "limit_kb": w.limit_kb,
+                    "limit_of": w.limit_of,
+                })
+            })
+            .collect(),
+    )
+}
+
 pub fn leaks(r: &Report) -> Value {
     let p = r.leaks.projection.as_ref();
     let v: Vec<Value> = r

@@ -114,12 +114,40 @@ fn projection_line(p: &Projection) -> String {
     }
 }
 
-/// The section in the full report: only when a leak is suspected.
+/// The section in the full report: only when a leak is suspected, or
+/// `record` warned of one.
 pub fn section(out: &mut String, r: &Report, width: usize, p: &Paint) {
-    if !r.leaks.suspected() {
+    if r.leaks.suspected() {
+        leaks_part(out, r, width, p);
+    }
+    warnings_part(out, r, width, p);
+}
+
+/// The warnings `record` gave while the job ran, and how long before the
+/// next kill each came.
+fn warnings_part(out: &mut String, r: &Report, width: usize, p: &Paint) {
+    if r.leak_warnings.is_empty() {
         return;
     }
-    leaks_part(out, r, width, p);
+    let _ = writeln!(out, "{}", p.bold("Leak warnings given while recording:"));
+    for (ts, w) in &r.leak_warnings {
+        let mut line = format!(
+            "+{:.1} s  {}",
+            r.since_start_s(*ts),
+            crate::status::warning_text(w, *ts)
+        );
+        if let Some(k) = r.kills.iter().find(|k| k.ts_ns >= *ts) {
+            line.push_str(&format!(
+                "; the kill of pid {} came {} later",
+                k.victim.pid,
+                crate::compact::human_span(k.ts_ns - ts)
+            ));
+        }
+        for (i, l) in wrap(&line, width.saturating_sub(4)).iter().enumerate() {
+            let _ = writeln!(out, "{}{l}", if i == 0 { "  " } else { "    " });
+        }
+    }
+    out.push('\n');
 }
 
 fn leaks_part(out: &mut String, r: &Report, width: usize, p: &Paint) {
