@@ -124,14 +124,71 @@ fn config(kbtf: &KernelBtf, t: &Tunables, page_size: u64) -> Result<Config, Load
     Ok(config)
 }
 
+/// The offsets and facts `load` reads from the kernel's BTF. Parsing it
+/// (btf-rs, the whole of vmlinux's types) peaks near 50 MB, which would stay
+/// the recorder's high-water mark for days: a short-lived child does it and
+/// hands back the few bytes that matter. Without a child (fork refused), it
+/// is done here.
+fn btf_facts(t: &Tunables, page_size: u64) -> Result<(Config, bool), LoadError> {
+    let facts = || -> Result<(Config, bool), LoadError> {
+        let kbtf = KernelBtf::open()?;
+        let config = config(&kbtf, t, page_size)?;
+        Ok((config, kbtf.tp_first_arg_is("mark_victim", "task_struct")))
+    };
+    let Ok((rd, wr)) = nix::unistd::pipe() else {
+        return facts();
+    };
+    // SAFETY: the recorder is still single-threaded here (no runtime, no
+    // helper threads yet), so the child may run ordinary code; it leaves
+    // with _exit, running no destructors of the parent's state.
+    match unsafe { nix::unistd::fork() } {
+        Ok(nix::unistd::ForkResult::Child) => {
+            drop(rd);
+            let mut out = std::fs::File::from(wr);
+            let msg = match facts() {
+                Ok((c, has_task)) => {
+                    let mut m = vec![0u8, u8::from(has_task)];
+                    m.extend_from_slice(&crate::decode::pod_bytes(&c));
+                    m
+                }
+                Err(e) => {
+                    let mut m = vec![1u8];
+                    m.extend_from_slice(e.to_string().as_bytes());
+                    m
+                }
+            };
+            let ok = std::io::Write::write_all(&mut out, &msg).is_ok();
+            // SAFETY: ends the child at once.
+            unsafe { nix::libc::_exit(if ok { 0 } else { 1 }) }
+        }
+        Ok(nix::unistd::ForkResult::Parent { child }) => {
+            drop(wr);
+            let mut msg = Vec::new();
+            let read = std::io::Read::read_to_end(&mut std::fs::File::from(rd), &mut msg);
+            let _ = nix::sys::wait::waitpid(child, None);
+            match (read, msg.first()) {
+                (Ok(_), Some(0)) if msg.len() == 2 + size_of::<Config>() => {
+                    // SAFETY: Config is plain #[repr(C)] integers, and the
+                    // bytes are exactly one, written by the same binary.
+                    let c: Config =
+                        unsafe { std::ptr::read_unaligned(msg[2..].as_ptr() as *const Config) };
+                    Ok((c, msg[1] != 0))
+                }
+                (Ok(_), Some(1)) => Err(LoadError::Object(
+                    String::from_utf8_lossy(&msg[1..]).into_owned(),
+                )),
+                // The child died (out of memory itself?): try here.
+                _ => facts(),
+            }
+        }
+        Err(_) => facts(),
+    }
+}
+
 pub fn load(t: &Tunables, page_size: u64) -> Result<Loaded, LoadError> {
-    let kbtf = KernelBtf::open()?;
+    // Mounted first, here: the child reads tracepoint layouts from it.
     let tracefs = kernel::ensure_tracefs();
-    let config = config(&kbtf, t, page_size)?;
-    let mark_victim_has_task = kbtf.tp_first_arg_is("mark_victim", "task_struct");
-    // Each parse of the kernel's BTF holds tens of MB: this one goes before
-    // aya makes its own, so the recorder's peak holds one at a time.
-    drop(kbtf);
+    let (config, mark_victim_has_task) = btf_facts(t, page_size)?;
     // The Xid tracepoint's layout, from tracefs (mounted above).
     let gpu_config = crate::gpu::config();
 
