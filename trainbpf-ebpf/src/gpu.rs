@@ -231,7 +231,7 @@ fn try_cuda_return(ctx: &RetProbeContext, op: u32) -> Result<u32, u32> {
         (*ev).entry_ns = p.entry_ns;
         (*ev).comm = bpf_get_current_comm().unwrap_or([0; COMM_LEN]);
     }
-    entry.submit(0);
+    entry.submit(crate::lazy());
     Ok(0)
 }
 
@@ -357,7 +357,7 @@ fn try_nvidia_dev_xid(ctx: &TracePointContext) -> Result<u32, u32> {
         *msg = [0; XID_MSG_LEN];
         (*ev).msg_len = data_loc_str(ctx, gpu_conf(addr_of!(GPU_CONFIG.xid_msg)), msg);
     }
-    entry.submit(0);
+    entry.submit(crate::lazy());
     Ok(0)
 }
 
@@ -404,6 +404,6 @@ fn try_nv_pages(ctx: &ProbeContext, op: u32) -> Result<u32, u32> {
         (*ev).tid = pid_tgid as u32;
         (*ev)._pad = 0;
     }
-    entry.submit(0);
+    entry.submit(crate::lazy());
     Ok(0)
 }

@@ -155,6 +155,27 @@ fn job_flag(tgid: u32) -> u16 {
     if in_job(tgid) { FLAG_IN_JOB } else { 0 }
 }
 
+/// `bpf_ringbuf_submit` flags (uapi/linux/bpf.h).
+const BPF_RB_NO_WAKEUP: u64 = 1;
+const BPF_RB_FORCE_WAKEUP: u64 = 2;
+/// `bpf_ringbuf_query` flags.
+const BPF_RB_AVAIL_DATA: u64 = 0;
+const BPF_RB_RING_SIZE: u64 = 1;
+
+/// Submit flags for a routine record (memory, lifecycle, printk, GPU):
+/// no wake-up, since the collector drains the ring every 50 ms anyway and
+/// waking it for each record cost the job a context switch per record in
+/// a fork storm; but a wake-up once the ring is a quarter full, so that a
+/// burst never fills it while the collector sleeps.
+#[inline(always)]
+pub(crate) fn lazy() -> u64 {
+    if EVENTS.query(BPF_RB_AVAIL_DATA) > EVENTS.query(BPF_RB_RING_SIZE) / 4 {
+        BPF_RB_FORCE_WAKEUP
+    } else {
+        BPF_RB_NO_WAKEUP
+    }
+}
+
 #[inline(always)]
 pub(crate) fn count_lost(kind: u16) {
     if let Some(c) = COUNTERS.get_ptr_mut(0) {
@@ -463,7 +484,7 @@ fn try_printk_console(ctx: &TracePointContext) -> Result<u32, u32> {
             Err(_) => 0,
         };
     }
-    entry.submit(0);
+    entry.submit(lazy());
     Ok(0)
 }
 
@@ -516,7 +537,7 @@ fn try_sched_fork(ctx: &BtfTracePointContext) -> Result<u32, u32> {
         (*ev).parent_start_ns = leader_start_ns(parent);
         (*ev).comm = rd_comm(child);
     }
-    entry.submit(0);
+    entry.submit(lazy());
     Ok(0)
 }
 
@@ -554,7 +575,7 @@ fn try_sched_exec(ctx: &BtfTracePointContext) -> Result<u32, u32> {
             (*ev).hdr.flags |= FLAG_TRUNCATED;
         }
     }
-    entry.submit(0);
+    entry.submit(lazy());
     Ok(0)
 }
 
@@ -593,7 +614,7 @@ fn try_sched_exit(ctx: &BtfTracePointContext) -> Result<u32, u32> {
         (*ev).group_exit_code = rd(signal, conf!(signal_group_exit_code)).unwrap_or(0);
         (*ev).comm = rd_comm(task);
     }
-    entry.submit(0);
+    entry.submit(lazy());
     Ok(0)
 }
 
@@ -679,7 +700,7 @@ fn try_oom_adj_update(ctx: &BtfTracePointContext) -> Result<u32, u32> {
         (*ev).writer_tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
         (*ev).comm = rd_comm(task);
     }
-    entry.submit(0);
+    entry.submit(lazy());
     Ok(0)
 }
 
@@ -734,9 +755,9 @@ pub fn rss_stat(ctx: BtfTracePointContext) -> u32 {
 /// What this CPU last saw of one process's RSS counters. `mm->rss_stat` is a
 /// percpu_counter whose central count, the one read here, moves only once a
 /// CPU's batch of changes (32 or more pages) is folded in, while rss_stat
-/// fires on every change: most calls find the count as it was, and then
-/// nothing can have moved but the clock. Those end at this slot, before the
-/// `PROCS` hash lookup, unless the heartbeat is due.
+/// fires on every change: most calls find the count as it was, and those
+/// end at this slot, before the clock is read or `PROCS` looked up. (A
+/// heartbeat record that falls due waits for the next move.)
 #[map]
 static RSS_CACHE: PerCpuArray<RssCache> = PerCpuArray::with_max_entries(1, 0);
 
@@ -747,9 +768,6 @@ struct RssCache {
     mm: u64,
     tgid: u32,
     _pad: u32,
-    /// When the process's heartbeat falls due: `last_emit_ns` plus the
-    /// heartbeat, as of the last full look.
-    due_ns: u64,
     /// The counters as written to the process's entry at the last full look.
     seen: [i64; NR_MM_COUNTERS],
 }
@@ -764,19 +782,22 @@ fn try_rss_stat(ctx: &BtfTracePointContext) -> Result<u32, u32> {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     let value = read_counter(mm, member);
     let slot = RSS_CACHE.get_ptr_mut(0);
-    // SAFETY: helper without preconditions.
-    let now = unsafe { bpf_ktime_get_ns() };
     if let Some(c) = slot {
         // SAFETY: this CPU's slot; the tracepoint runs with preemption off.
         // The mm was the current process's when the slot was filled, and a
         // tgid keeps its mm until exec, which makes a new one.
         unsafe {
-            if (*c).mm == mm && (*c).tgid == tgid && (*c).seen[member] == value && now < (*c).due_ns
-            {
+            // The counter did not move since this CPU last looked: nothing
+            // to tell, and no clock read. (A heartbeat that fell due waits
+            // for the next move, a few of the process's changes away: the
+            // kernel's per-CPU counter moves once per 32 or so.)
+            if (*c).mm == mm && (*c).tgid == tgid && (*c).seen[member] == value {
                 return Ok(0);
             }
         }
     }
+    // SAFETY: helper without preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
     // SAFETY: helper without preconditions.
     let task = unsafe { bpf_get_current_task() };
     // Another process's mm (exit teardown, khugepaged, remote GUP): its owner
@@ -795,7 +816,6 @@ fn try_rss_stat(ctx: &BtfTracePointContext) -> Result<u32, u32> {
         unsafe {
             (*c).mm = mm;
             (*c).tgid = tgid;
-            (*c).due_ns = (*st).last_emit_ns.wrapping_add(conf!(heartbeat_ns) as u64);
             (*c).seen = (*st).cur;
         }
     }
@@ -888,7 +908,7 @@ fn maybe_emit(st: *mut ProcState, task: u64, mm: u64, tgid: u32, now: u64) {
         (*ev).stall_ns = (*st).stall_ns;
         (*ev).alloc_pages = (*st).alloc_pages;
         (*ev).freed_pages = (*st).freed_pages;
-        entry.submit(0);
+        entry.submit(lazy());
         (*st).cur = fresh;
         (*st).reported = fresh;
         (*st).reported_net = net;
