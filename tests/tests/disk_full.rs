@@ -115,9 +115,10 @@ fn writing_resumes_when_the_disk_has_room_again() {
     // Once freed, the disk must hold the whole 7 s job: that is about
     // 2.5 MiB on a fast machine, so 16 MiB leaves room for faster ones.
     let mnt = Tmpfs::mount(&dir.path("mnt"), "16M");
-    // Leave the recording about half a megabyte.
+    // Leave the recording 192 KiB: full within the 4 s before the job
+    // frees the disk even on a slow machine (about a kilobyte a fork).
     let filler = mnt.0.join("filler");
-    std::fs::write(&filler, vec![0u8; (16 << 20) - (512 << 10)]).unwrap();
+    std::fs::write(&filler, vec![0u8; (16 << 20) - (192 << 10)]).unwrap();
     let rec = mnt.0.join("resume.rec");
     let filler_s = filler.to_str().unwrap();
     let out = record(&rec, &[], &[python(), "-c", JOB, filler_s, "4", "7"]);
