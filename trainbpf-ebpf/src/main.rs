@@ -931,8 +931,13 @@ struct PageCache {
     tgid: u32,
     /// 1 while the pages belong to a process with a `PROCS` entry: the
     /// process and its group leader's start time below. 0 for a slot that
-    /// counts nothing, such as a kernel thread's (no mm, no process).
+    /// counts nothing: a kernel thread's (no mm, no process), or an exiting
+    /// thread's (freeing its memory on the way out, page by page).
     valid: u32,
+    /// The thread a slot that counts nothing was made for: another thread
+    /// of the same process may still be alive and allocating.
+    owner_pid: u32,
+    _pad: u32,
     /// The owner's `ProcState::start_ns`: a pid reused since the pages were
     /// counted names another process, which must not receive them.
     start_ns: u64,
@@ -1028,15 +1033,19 @@ fn drop_pages_of(tgid: u32) {
 /// inherited pages, so it does not count as the child's growth.
 #[inline(always)]
 fn account_pages(order: u32, freed: bool) -> u32 {
-    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    let pid = pid_tgid as u32;
     let Some(c) = PAGE_CACHE.get_ptr_mut(0) else {
         return 0;
     };
     let pages = 1u64 << (order & 15);
     // SAFETY: this CPU's slot, as in fold_pages.
     unsafe {
-        if (*c).tgid == tgid {
-            // The common case: the same process allocates again.
+        if (*c).tgid == tgid && ((*c).valid != 0 || (*c).owner_pid == pid) {
+            // The common case: the same process allocates again (or the
+            // same thread that counts nothing: a kernel thread, or one
+            // exiting, whose thousands of frees cost a compare each).
             if (*c).valid == 0 {
                 return 0;
             }
@@ -1054,10 +1063,13 @@ fn account_pages(order: u32, freed: bool) -> u32 {
             check_pages(st, tgid);
             return 0;
         }
-        // Another process: the previous owner's pages go to its entry (its
+        // Another process (or another thread of one whose slot counts
+        // nothing): the previous owner's pages go to its entry (its
         // threshold is tested at its own next batch, where its task is at
         // hand), and the slot starts over for this one.
-        fold_pages(c);
+        if (*c).valid != 0 {
+            fold_pages(c);
+        }
         (*c).tgid = NO_TGID;
         (*c).valid = 0;
     }
@@ -1074,14 +1086,23 @@ fn account_pages(order: u32, freed: bool) -> u32 {
                 // A kernel thread: no process to track. The slot remembers
                 // it, so its next pages cost a compare.
                 // SAFETY: this CPU's slot.
-                unsafe { (*c).tgid = tgid };
+                unsafe {
+                    (*c).tgid = tgid;
+                    (*c).owner_pid = pid;
+                };
                 return 0;
             }
             // Nor an exiting one: its entry was just removed at exit, and a
-            // new one would outlive it. The slot stays empty, so each page
-            // asks again, as another thread of the process may still live.
+            // new one would outlive it. The slot remembers the thread (not
+            // the process: another thread of it may still live), so the
+            // rest of its frees cost a compare.
             let flags: u32 = rd(task, conf!(task_flags)).unwrap_or(0);
             if flags & PF_EXITING != 0 {
+                // SAFETY: this CPU's slot.
+                unsafe {
+                    (*c).tgid = tgid;
+                    (*c).owner_pid = pid;
+                };
                 return 0;
             }
             // SAFETY: helper without preconditions.
