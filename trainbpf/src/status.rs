@@ -39,6 +39,8 @@ pub struct Status {
     /// The line on the terminal; `None` when quiet or not a terminal.
     draw: Option<Draw>,
     last_check: Option<Instant>,
+    /// What the last look at the leak model took.
+    last_cost: Duration,
     /// Leaks already warned of: (pid, start) or the group's role.
     warned: std::collections::HashSet<(Option<u32>, u64, Option<String>)>,
 }
@@ -62,6 +64,7 @@ impl Status {
                 drawn: false,
             }),
             last_check: None,
+            last_cost: Duration::ZERO,
             warned: Default::default(),
         }
     }
@@ -104,19 +107,28 @@ impl Status {
     /// suspected since the last call, each once (checked at each redraw,
     /// or every few seconds without a terminal).
     pub fn tick(&mut self) -> Vec<LeakWarning> {
+        // A fit per live series: on a machine-wide recording of a thousand
+        // processes that takes a while, so the interval stretches to keep
+        // it near half a percent of a core.
+        let every = |base: Duration| base.max(self.last_cost * 200);
         let redraw = self
             .draw
             .as_ref()
-            .is_some_and(|d| d.last.is_none_or(|t| t.elapsed() >= EVERY));
-        let check = redraw || self.last_check.is_none_or(|t| t.elapsed() >= CHECK_EVERY);
+            .is_some_and(|d| d.last.is_none_or(|t| t.elapsed() >= every(EVERY)));
+        let check = redraw
+            || self
+                .last_check
+                .is_none_or(|t| t.elapsed() >= every(CHECK_EVERY));
         if !check {
             return Vec::new();
         }
-        self.last_check = Some(Instant::now());
+        let t0 = Instant::now();
+        self.last_check = Some(t0);
         let (trends, projection) = self
             .live
             .as_ref()
             .map_or((Vec::new(), None), |l| l.snapshot(TOP.max(8)));
+        self.last_cost = t0.elapsed();
         let mut out = Vec::new();
         for t in trends.iter().filter(|t| t.is_leak() && t.alive) {
             if self.warned.insert((t.pid, t.start_ns, t.group.clone())) {
