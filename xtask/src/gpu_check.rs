@@ -43,6 +43,9 @@ pub struct Options {
     pub python: PathBuf,
     /// Where the records, reports and gpu-check.md go [target/gpu-check].
     pub out: Option<PathBuf>,
+    /// A prebuilt trainbpf to record with: no setup and no build, so no
+    /// cargo or eBPF toolchain is needed (a GPU machine that has neither).
+    pub bin: Option<PathBuf>,
 }
 
 /// PyTorch's CUDA allocator, as PYTORCH_CUDA_ALLOC_CONF selects it.
@@ -107,16 +110,27 @@ pub fn gpu_check(opts: &Options) -> Result<()> {
     // are what most machines (CI included) fail on.
     let gpus = require_gpu()?;
     let python = resolve_python(&opts.python)?;
-    let script = workspace_root().join(SCRIPT);
+    let root = repo_root()?;
+    let script = root.join(SCRIPT);
     let torch = probe_torch(&python, &script)?;
     require_root(
         "gpu-check",
         "recording the PyTorch jobs needs root (uprobes on libcuda)",
     )?;
-    let bin = tasks::build()?;
-    let out = match &opts.out {
-        Some(d) => absolute(d)?,
-        None => target_dir()?.join("gpu-check"),
+    let bin = match &opts.bin {
+        // As given: no setup, no build, no cargo.
+        Some(b) => {
+            let b = absolute(b)?;
+            ensure!(b.is_file(), "--bin {}: no such file", b.display());
+            b
+        }
+        None => tasks::build()?,
+    };
+    let out = match (&opts.out, &opts.bin) {
+        (Some(d), _) => absolute(d)?,
+        // target_dir() asks cargo, which a --bin machine may not have.
+        (None, Some(_)) => root.join("target/gpu-check"),
+        (None, None) => target_dir()?.join("gpu-check"),
     };
     fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
 
@@ -133,7 +147,7 @@ pub fn gpu_check(opts: &Options) -> Result<()> {
             mode.name(),
             mode.alloc_conf().unwrap_or("unset")
         );
-        let outcome = run_mode(&bin, &python, &script, &out, mode)
+        let outcome = run_mode(&bin, &python, &root, &script, &out, mode)
             .and_then(|(torch, report)| compare(mode, &torch, &report))
             .map_err(|e| format!("{e:#}"));
         if let Err(e) = &outcome {
@@ -163,6 +177,24 @@ pub fn gpu_check(opts: &Options) -> Result<()> {
         path.display()
     );
     Ok(())
+}
+
+/// The checkout holding the job script: the one xtask was built in, else
+/// the current directory (a prebuilt xtask carried to another machine,
+/// run from a copy of the checkout at another path).
+fn repo_root() -> Result<PathBuf> {
+    if workspace_root().join(SCRIPT).is_file() {
+        return Ok(workspace_root().to_path_buf());
+    }
+    let cwd = env::current_dir()?;
+    ensure!(
+        cwd.join(SCRIPT).is_file(),
+        "no {SCRIPT} under {} (where xtask was built) or under the current \
+         directory {}: run from the checkout's root",
+        workspace_root().display(),
+        cwd.display()
+    );
+    Ok(cwd)
 }
 
 fn absolute(p: &Path) -> Result<PathBuf> {
@@ -329,6 +361,7 @@ fn tagged_line(stdout: &str, tag: &str) -> Option<Value> {
 fn run_mode(
     bin: &Path,
     python: &Path,
+    root: &Path,
     script: &Path,
     out: &Path,
     mode: Mode,
@@ -350,7 +383,7 @@ fn run_mode(
         .arg(mode.name())
         // The script sets it per mode; the caller's must not leak in.
         .env_remove("PYTORCH_CUDA_ALLOC_CONF")
-        .current_dir(workspace_root())
+        .current_dir(root)
         .stdin(Stdio::null())
         .stdout(Stdio::piped());
     eprintln!(
@@ -1391,7 +1424,7 @@ mod tests {
             ),
         );
         let (torch, report) =
-            run_mode(&bin, &py, Path::new("job.py"), &d, Mode::Expandable).unwrap();
+            run_mode(&bin, &py, &d, Path::new("job.py"), &d, Mode::Expandable).unwrap();
         assert_eq!(torch, torch_line(Mode::Expandable));
         assert_eq!(report["job"]["pid"], 4242);
         assert!(d.join("expandable.rec").is_file());
@@ -1405,7 +1438,7 @@ mod tests {
         // A job that fails, and one that prints no TORCH line.
         let e = format!(
             "{:#}",
-            run_mode(&bin, &py, Path::new("job.py"), &d, Mode::Async).unwrap_err()
+            run_mode(&bin, &py, &d, Path::new("job.py"), &d, Mode::Async).unwrap_err()
         );
         assert!(
             e.starts_with("`trainbpf record` exited with exit status: 9"),
@@ -1414,7 +1447,7 @@ mod tests {
         let quiet = script(&d, "quiet", "echo nothing to see");
         let e = format!(
             "{:#}",
-            run_mode(&bin, &quiet, Path::new("job.py"), &d, Mode::Default).unwrap_err()
+            run_mode(&bin, &quiet, &d, Path::new("job.py"), &d, Mode::Default).unwrap_err()
         );
         assert_eq!(e, "the job printed no TORCH line");
         fs::remove_dir_all(&d).unwrap();

@@ -117,6 +117,11 @@ enum Task {
         /// [default: target/gpu-check].
         #[arg(long)]
         out: Option<std::path::PathBuf>,
+        /// A prebuilt trainbpf binary to record with; skips setup and the
+        /// build, so the machine needs no cargo or eBPF toolchain (run from
+        /// the checkout's root where xtask was built elsewhere).
+        #[arg(long)]
+        bin: Option<std::path::PathBuf>,
     },
     /// Fuzz the recording decoder (reader, decoder, model, renderers) with
     /// cargo-fuzz/libFuzzer for a while; installs cargo-fuzz and the pinned
@@ -199,7 +204,9 @@ fn run(task: Task) -> anyhow::Result<()> {
             suite,
             timeout: std::time::Duration::from_secs(timeout),
         }),
-        Task::GpuCheck { python, out } => gpu_check::gpu_check(&gpu_check::Options { python, out }),
+        Task::GpuCheck { python, out, bin } => {
+            gpu_check::gpu_check(&gpu_check::Options { python, out, bin })
+        }
         Task::Fuzz { seconds } => fuzz::fuzz(&fuzz::Options { seconds }),
         Task::Soak { minutes, workers } => soak::soak(&soak::Options { minutes, workers }),
     }
