@@ -833,6 +833,13 @@ impl Ledger {
             };
             let ts = self.now;
             let st = self.proc(key, "", ts);
+            // NVML lists a process until the driver has torn its contexts
+            // down, after its exit: the ledger freed its memory at the exit,
+            // so such a sample would compare the driver's figure with 0 (seen
+            // on an H200: every run's last sample came after the exit).
+            if st.p.exited_ns.is_some() {
+                continue;
+            }
             let c = st.p.nvml.get_or_insert_with(NvmlCompare::default);
             c.samples += 1;
             c.last_nvml_bytes = bytes;
@@ -1470,6 +1477,18 @@ mod tests {
                 job_start(1),
                 call(10, 1, CudaOp::MemAlloc, 0, 100 * MIB, 0x1000),
                 sample(2000, 400 * MIB),
+                at(
+                    2500,
+                    Event::Exit {
+                        proc: key(1),
+                        comm: "p1".into(),
+                        exit_code: 0,
+                        group_exit_code: 0,
+                    },
+                ),
+                // The driver still lists it while tearing it down: not a
+                // comparison with the ledger it left at 0.
+                sample(3000, 400 * MIB),
             ],
             &[],
         );
