@@ -902,7 +902,11 @@ fn maybe_emit(st: *mut ProcState, task: u64, mm: u64, tgid: u32, now: u64) {
         (*ev).faults = 0;
         (*ev).reason = reason;
         (*ev).oom_score_adj = adj as i32;
-        (*ev).comm = bpf_get_current_comm().unwrap_or([0; COMM_LEN]);
+        // The process's name is its group leader's: the thread that happens
+        // to allocate may be a runtime's helper (`cuda-EvtHandlr`, seen
+        // naming a trainer on an H200).
+        let leader: u64 = rd(task, conf!(task_group_leader)).unwrap_or(task);
+        (*ev).comm = rd_comm(leader);
         (*ev).pgtables_bytes = rd(mm, conf!(mm_pgtables_bytes)).unwrap_or(0);
         (*ev).memcg_id = task_memcg_id(task);
         (*ev).stall_ns = (*st).stall_ns;
