@@ -1071,9 +1071,7 @@ fn account_pages(order: u32, freed: bool) -> u32 {
         // nothing): the previous owner's pages go to its entry (its
         // threshold is tested at its own next batch, where its task is at
         // hand), and the slot starts over for this one.
-        if (*c).valid != 0 {
-            fold_pages(c);
-        }
+        fold_pages(c);
         (*c).tgid = NO_TGID;
         (*c).valid = 0;
     }

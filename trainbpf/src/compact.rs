@@ -716,24 +716,13 @@ mod tests {
     use trainbpf_common as c;
 
     use super::*;
-    use crate::{decode::pod_bytes, recording::RecordingHeader};
+    use crate::{
+        decode::pod_bytes,
+        fuzzing::{hdr, zeroed},
+        recording::RecordingHeader,
+    };
 
     const HOUR: u64 = 3600 * SEC;
-
-    fn zeroed<T: Copy>() -> T {
-        // SAFETY: plain integer #[repr(C)] structs of trainbpf-common.
-        unsafe { std::mem::zeroed() }
-    }
-
-    fn hdr(kind: u16, tgid: u32, ts: u64) -> c::Header {
-        c::Header {
-            kind,
-            flags: c::FLAG_IN_JOB,
-            tgid,
-            ts_ns: ts,
-            start_ns: 1_000 + tgid as u64,
-        }
-    }
 
     fn mem(w: &mut Writer<Vec<u8>>, tgid: u32, ts: u64, anon_pages: i64, net_pages: u64) {
         let mut m: c::MemEvent = zeroed();

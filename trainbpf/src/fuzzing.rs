@@ -111,7 +111,7 @@ fn seed_header() -> RecordingHeader {
 }
 
 /// A kernel struct with every field zero.
-fn zeroed<T: Copy>() -> T {
+pub(crate) fn zeroed<T: Copy>() -> T {
     // SAFETY: only used for the plain integer #[repr(C)] structs of
     // trainbpf-common, for which all-zero bytes are a valid value.
     unsafe { std::mem::zeroed() }
@@ -124,7 +124,7 @@ fn comm<const N: usize>(s: &str) -> [u8; N] {
     b
 }
 
-fn hdr(kind: u16, tgid: u32, ts: u64) -> c::Header {
+pub(crate) fn hdr(kind: u16, tgid: u32, ts: u64) -> c::Header {
     c::Header {
         kind,
         flags: c::FLAG_IN_JOB,
