@@ -7,7 +7,8 @@
 //!   membership kept in the kernel so that no short-lived child is missed;
 //! - memory growth of every process, aggregated per process in the kernel: a
 //!   record leaves only when a process's memory moved by a threshold, never
-//!   one per fault.
+//!   one per fault. Two programs run per fault (page allocated, page freed),
+//!   and their common path is a per-CPU compare and add.
 //!
 //! Struct offsets come from userspace ([`Config`], resolved from the running
 //! kernel's BTF) because Rust emits no CO-RE relocations.
@@ -744,7 +745,8 @@ fn abs(v: i64) -> i64 {
 
 /// `rss_stat(struct mm_struct *mm, int member)` (6.2+; older kernels pass a
 /// third `long count`, which is not read). Fires on every RSS counter change:
-/// the program only updates the per-process state and compares.
+/// the program only updates the per-process state and compares. Attached
+/// only where the page probes are missing: they read the counters instead.
 #[btf_tracepoint(function = "rss_stat")]
 pub fn rss_stat(ctx: BtfTracePointContext) -> u32 {
     match try_rss_stat(&ctx) {
@@ -1035,8 +1037,16 @@ fn drop_pages_of(tgid: u32) {
 /// shared page is swapped for a private one), so only this sees what a
 /// forked worker really adds; a fork allocates nothing for the child's
 /// inherited pages, so it does not count as the child's growth.
+///
+/// It is also where the process's RSS counters are read: at the end of each
+/// batch of its pages, and at each page-table page (`flush`), which it
+/// allocates once per 2 MiB it maps, whether or not it allocated what it
+/// maps (a cached file, another process's shared memory). A probe on every
+/// RSS counter change (`rss_stat`) would see each move, but it runs on every
+/// fault beside this one, and three programs per fault cost a fork storm
+/// over 5%; it is kept for kernels where these two tracepoints are missing.
 #[inline(always)]
-fn account_pages(order: u32, freed: bool) -> u32 {
+fn account_pages(order: u32, freed: bool, flush: bool) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
     let pid = pid_tgid as u32;
@@ -1058,13 +1068,13 @@ fn account_pages(order: u32, freed: bool) -> u32 {
             } else {
                 (*c).alloc += pages;
             }
-            if (*c).alloc + (*c).freed < PAGE_BATCH {
+            if (*c).alloc + (*c).freed < PAGE_BATCH && !flush {
                 return 0;
             }
             let Some(st) = fold_pages(c) else {
                 return 0;
             };
-            check_pages(st, tgid);
+            check_growth(st, tgid);
             return 0;
         }
         // Another process (or another thread of one whose slot counts
@@ -1129,18 +1139,11 @@ fn account_pages(order: u32, freed: bool) -> u32 {
     0
 }
 
-/// After a batch was added to the current process's entry: a record when
-/// its net allocations moved by the threshold.
+/// After a batch was added to the current process's entry: reads its RSS
+/// counters, and sends a record when they or its net allocations moved by
+/// the threshold (or at all, once the heartbeat passed).
 #[inline(always)]
-fn check_pages(st: *mut ProcState, tgid: u32) {
-    // SAFETY: `st` points into a live map value.
-    unsafe {
-        // Cheap test first: most batches end here.
-        let net = (*st).alloc_pages as i64 - (*st).freed_pages as i64;
-        if abs(net - (*st).reported_net) < conf!(rss_threshold_pages) {
-            return;
-        }
-    }
+fn check_growth(st: *mut ProcState, tgid: u32) {
     // SAFETY: helper without preconditions.
     let task = unsafe { bpf_get_current_task() };
     let mm: u64 = rd(task, conf!(task_mm)).unwrap_or(0);
@@ -1153,6 +1156,9 @@ fn check_pages(st: *mut ProcState, tgid: u32) {
     if flags & PF_EXITING != 0 {
         return;
     }
+    // SAFETY: `st` points into a live map value; threads of one process
+    // racing here can only duplicate or delay a record.
+    unsafe { (*st).cur = read_counters(mm) };
     // SAFETY: helper without preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     maybe_emit(st, task, mm, tgid, now);
@@ -1162,6 +1168,11 @@ fn check_pages(st: *mut ProcState, tgid: u32) {
 /// since 2.6.
 const PF_EXITING: u32 = 0x0000_0004;
 
+/// `__GFP_MOVABLE` and `__GFP_ZERO` (include/linux/gfp_types.h): bits 3 and
+/// 8 since 2.6, kept when 6.8 turned the flags into an enum.
+const GFP_MOVABLE: u32 = 0x08;
+const GFP_ZERO: u32 = 0x100;
+
 /// `mm_page_alloc(struct page *page, unsigned int order, gfp_t, int migratetype)`.
 #[btf_tracepoint(function = "mm_page_alloc")]
 pub fn page_alloc(ctx: BtfTracePointContext) -> u32 {
@@ -1169,13 +1180,19 @@ pub fn page_alloc(ctx: BtfTracePointContext) -> u32 {
     if page == 0 {
         return 0; // a failed allocation
     }
-    account_pages(ctx.arg::<u32>(1), false)
+    let order: u32 = ctx.arg(1);
+    let gfp: u32 = ctx.arg(2);
+    // A zeroed page that can't move, one at a time: a page table
+    // (GFP_PGTABLE_USER), the one allocation that mapping memory the
+    // process did not allocate still makes.
+    let page_table = order == 0 && gfp & (GFP_MOVABLE | GFP_ZERO) == GFP_ZERO;
+    account_pages(order, false, page_table)
 }
 
 /// `mm_page_free(struct page *page, unsigned int order)`.
 #[btf_tracepoint(function = "mm_page_free")]
 pub fn page_free(ctx: BtfTracePointContext) -> u32 {
-    account_pages(ctx.arg::<u32>(1), true)
+    account_pages(ctx.arg::<u32>(1), true, false)
 }
 
 // ------------------------------------------------------ allocation stalls

@@ -10,9 +10,10 @@
 //!   classic `oom:mark_victim` tracepoint (all fields on 6.8+, `pid` alone
 //!   before);
 //! - lifecycle: `tp_btf/sched_process_{fork,exec,exit}` (5.5+);
-//! - memory: `tp_btf/rss_stat` (5.5+; cheaper than the classic tracepoint,
-//!   whose record build sums a per-CPU counter even for an empty program);
 //! - honest growth: `tp_btf/mm_page_{alloc,free}` (5.5+), batched per CPU;
+//! - memory (RSS): read by those page probes, once per batch of a process's
+//!   pages and at each page table; `tp_btf/rss_stat` (5.5+) only where they
+//!   are missing, since a third program on every fault costs the job more;
 //! - kernel log: `printk:console`.
 
 use aya::{
@@ -326,9 +327,17 @@ pub fn load(t: &Tunables, page_size: u64) -> Result<Loaded, LoadError> {
     if !pages.is_empty() {
         attach.pages = Some(format!("tp_btf:{}", pages.join(",")));
     }
-    match attach_tp_btf(&mut ebpf, &btf, "rss_stat", "rss_stat") {
-        Ok(()) => attach.memory = Some("tp_btf:rss_stat".into()),
-        Err(e) => fell("tp_btf:rss_stat", e),
+    // RSS: read by the page probes at each batch of a process's pages and at
+    // each page table it allocates. `rss_stat` would see every counter
+    // move, but a third program on every fault cost a fork storm over 5%
+    // (BENCHMARKS.md); it stands in only where the page probes are missing.
+    if pages.len() == 2 {
+        attach.memory = Some(RSS_VIA_PAGES.into());
+    } else {
+        match attach_tp_btf(&mut ebpf, &btf, "rss_stat", "rss_stat") {
+            Ok(()) => attach.memory = Some("tp_btf:rss_stat".into()),
+            Err(e) => fell("tp_btf:rss_stat", e),
+        }
     }
     // `attach.faults` stays null: user page faults are not counted. A probe
     // on `exceptions:page_fault_user` cost the job 5 to 8% in a fault storm,
@@ -399,6 +408,10 @@ where
         .ok_or_else(|| format!("program {name} missing from the object"))?;
     p.try_into().map_err(|e: ProgramError| why(&e))
 }
+
+/// `attach.memory` when the page probes read the RSS counters.
+pub const RSS_VIA_PAGES: &str =
+    "tp_btf:mm_page_alloc,mm_page_free (RSS read per 64 pages and per page table)";
 
 fn attach_fentry(ebpf: &mut Ebpf, btf: &Btf, prog: &str, func: &str) -> Result<(), String> {
     let p: &mut FEntry = program(ebpf, prog)?;
