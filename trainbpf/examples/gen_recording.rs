@@ -421,7 +421,7 @@ fn generate(a: &Args) -> std::io::Result<()> {
         attach: Attach {
             oom_context: Some("fentry:oom_kill_process".into()),
             oom_victim: Some("tp_btf:mark_victim".into()),
-            memory: Some("tp_btf:rss_stat".into()),
+            memory: Some(trainbpf::loader::RSS_VIA_PAGES.into()),
             lifecycle: Some("tp_btf:sched_process_{fork,exec,exit}".into()),
             printk: Some("tracepoint:printk:console".into()),
             ..Attach::default()

@@ -2,7 +2,7 @@
  * cgroup limit: it grows its heap 4 MiB at a time until the OOM killer takes
  * it. Built with `gcc -static`, so the initramfs needs no libc.
  *
- * The short sleep between steps lets the recorder's rss_stat samples see the
+ * The short sleep between steps lets the recorder's memory samples see the
  * growth, as they would a real job's; the guest is an emulated CPU, so each
  * step is slow anyway. */
 #include <stdio.h>
