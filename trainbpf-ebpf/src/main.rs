@@ -78,6 +78,9 @@ struct ProcState {
     alloc_pages: u64,
     freed_pages: u64,
     reported_net: i64,
+    /// `alloc_pages + freed_pages` when its RSS was last read: the pages
+    /// since, from every CPU, decide when to read it again.
+    checked_pages: u64,
 }
 
 /// When each task (by pid) entered a reclaim or compaction stall.
@@ -730,6 +733,7 @@ fn proc_state(tgid: u32, task: u64, mm: u64, now: u64) -> Option<*mut ProcState>
         alloc_pages: 0,
         freed_pages: 0,
         reported_net: 0,
+        checked_pages: 0,
     };
     if PROCS.insert(&tgid, &init, 0).is_err() {
         count_proc_map_full();
@@ -952,9 +956,17 @@ struct PageCache {
 }
 
 /// Pages (allocated plus freed) a CPU holds for a process before adding them
-/// to its `PROCS` entry and testing the threshold: far below the record
-/// threshold (4 MiB is 1024 pages), so a record leaves at most this late.
-const PAGE_BATCH: u64 = 64;
+/// to its `PROCS` entry, reading its RSS and testing the threshold: a
+/// quarter of the record threshold (4 MiB is 1024 pages), so a record
+/// leaves at most this late. Each batch's end (a hash lookup, six kernel
+/// reads, the clock) cost a fork storm 10 ns a page at 64.
+const PAGE_BATCH: u64 = 256;
+/// With a page table among them, the batch ends at this many pages: a
+/// process that maps what it did not allocate (a cached file, shared
+/// memory) allocates little else, and its RSS is read every 16 MiB it maps.
+/// Not at each page table: a fork allocates the child's page tables in the
+/// parent's context, 512 a GiB it holds, and the parent's RSS does not move.
+const PAGE_TABLE_BATCH: u64 = 8;
 
 /// A tgid no process has (pids stop at 2^22): an empty slot.
 const NO_TGID: u32 = u32::MAX;
@@ -1039,14 +1051,14 @@ fn drop_pages_of(tgid: u32) {
 /// inherited pages, so it does not count as the child's growth.
 ///
 /// It is also where the process's RSS counters are read: at the end of each
-/// batch of its pages, and at each page-table page (`flush`), which it
-/// allocates once per 2 MiB it maps, whether or not it allocated what it
-/// maps (a cached file, another process's shared memory). A probe on every
+/// batch of its pages, which ends sooner with a page table in it (one per
+/// 2 MiB the process maps, whether or not it allocated what it maps: a
+/// cached file, another process's shared memory). A probe on every
 /// RSS counter change (`rss_stat`) would see each move, but it runs on every
 /// fault beside this one, and three programs per fault cost a fork storm
 /// over 5%; it is kept for kernels where these two tracepoints are missing.
 #[inline(always)]
-fn account_pages(order: u32, freed: bool, flush: bool) -> u32 {
+fn account_pages(order: u32, freed: bool, page_table: bool) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
     let pid = pid_tgid as u32;
@@ -1068,7 +1080,8 @@ fn account_pages(order: u32, freed: bool, flush: bool) -> u32 {
             } else {
                 (*c).alloc += pages;
             }
-            if (*c).alloc + (*c).freed < PAGE_BATCH && !flush {
+            let held = (*c).alloc + (*c).freed;
+            if held < PAGE_BATCH && !(page_table && held >= PAGE_TABLE_BATCH) {
                 return 0;
             }
             let Some(st) = fold_pages(c) else {
@@ -1087,8 +1100,23 @@ fn account_pages(order: u32, freed: bool, flush: bool) -> u32 {
     }
     // SAFETY: helper without preconditions.
     let task = unsafe { bpf_get_current_task() };
+    // Whether to read its RSS now: a new entry, or pages piled up.
+    let mut look = false;
     let st = match PROCS.get_ptr_mut(&tgid) {
-        Some(st) => st,
+        Some(st) => {
+            // Back on this CPU after another process had it: its pages
+            // were folded in at the switch, without a look at its RSS (its
+            // task was not at hand). Processes that take turns on a CPU
+            // (workers, a main process) may never fill a batch in one
+            // stretch, so the look happens here once a batch's worth piled
+            // up across stretches and CPUs.
+            // SAFETY: `st` points into a live map value.
+            let pending = unsafe {
+                ((*st).alloc_pages + (*st).freed_pages).wrapping_sub((*st).checked_pages)
+            };
+            look = pending >= PAGE_BATCH;
+            st
+        }
         // A forked worker's first copy-on-write breaks move no RSS counter,
         // so its state may not exist yet: make it here, or those pages go
         // uncounted.
@@ -1122,6 +1150,7 @@ fn account_pages(order: u32, freed: bool, flush: bool) -> u32 {
             let Some(st) = proc_state(tgid, task, mm, now) else {
                 return 0;
             };
+            look = true;
             st
         }
     };
@@ -1135,6 +1164,12 @@ fn account_pages(order: u32, freed: bool, flush: bool) -> u32 {
         } else {
             (*c).alloc = pages;
         }
+    }
+    // A process's first page sends its whole footprint: a forked worker
+    // that only reads what it inherited may never fill a batch, yet its
+    // RSS (the parent's, shared) is what the OOM killer would score.
+    if look {
+        check_growth(st, tgid);
     }
     0
 }
@@ -1158,7 +1193,10 @@ fn check_growth(st: *mut ProcState, tgid: u32) {
     }
     // SAFETY: `st` points into a live map value; threads of one process
     // racing here can only duplicate or delay a record.
-    unsafe { (*st).cur = read_counters(mm) };
+    unsafe {
+        (*st).cur = read_counters(mm);
+        (*st).checked_pages = (*st).alloc_pages + (*st).freed_pages;
+    }
     // SAFETY: helper without preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     maybe_emit(st, task, mm, tgid, now);

@@ -411,7 +411,7 @@ where
 
 /// `attach.memory` when the page probes read the RSS counters.
 pub const RSS_VIA_PAGES: &str =
-    "tp_btf:mm_page_alloc,mm_page_free (RSS read per 64 pages and per page table)";
+    "tp_btf:mm_page_alloc,mm_page_free (RSS read per 256 pages, or 8 with a page table)";
 
 fn attach_fentry(ebpf: &mut Ebpf, btf: &Btf, prog: &str, func: &str) -> Result<(), String> {
     let p: &mut FEntry = program(ebpf, prog)?;
