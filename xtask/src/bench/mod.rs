@@ -242,6 +242,7 @@ pub fn bench(opts: Options) -> Result<()> {
         let mut samples: BTreeMap<Tool, Vec<Sample>> = BTreeMap::new();
         for round in 1..=runs {
             for &tool in &w.tools {
+                settle(opts.smoke);
                 eprintln!(
                     "bench: {} under {}, run {round}/{runs}",
                     w.title,
@@ -381,6 +382,20 @@ fn source_state() -> String {
     )
 }
 
+/// Before each run: the last one's aftermath is not the next one's cost.
+/// perf leaves tens of MB of dirty pages behind it (written back while the
+/// next arm runs, unless synced now), and the kernel frees an exited
+/// recorder's BPF maps and ring buffer in a workqueue; in one run here an
+/// untraced W3 run right after perf's took 0.98 s against 0.73 to 0.82 s for
+/// the others. Every arm gets the same pause, the untraced one too.
+fn settle(smoke: bool) {
+    // SAFETY: sync(2) has no preconditions.
+    unsafe { libc::sync() };
+    if !smoke {
+        thread::sleep(Duration::from_secs(1));
+    }
+}
+
 fn clock_ticks() -> f64 {
     probe(Command::new("getconf").arg("CLK_TCK"))
         .and_then(|s| s.trim().parse().ok())
@@ -471,9 +486,8 @@ impl Ctx {
         // starts once it says the probes are attached.
         let ready = bt.wait_for("Attaching", Duration::from_secs(120))?;
         let job = Watched::spawn(&mut self.workload_cmd(w), false)?.finish()?;
-        let bt_pid = bt.child.id();
         // SIGINT: bpftrace detaches and prints its maps, like Ctrl-C.
-        run(Command::new("kill").args(["-INT", &bt_pid.to_string()]))?;
+        bt.interrupt()?;
         let done = bt.finish()?;
         // Checked after bpftrace is stopped, so a failed job leaves no
         // bpftrace behind.

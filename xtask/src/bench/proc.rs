@@ -97,6 +97,31 @@ impl Watched {
         }
     }
 
+    /// Stops the process as Ctrl-C would, and waits for it to exit.
+    /// bpftrace was seen to miss a SIGINT (it sat in epoll_wait for four
+    /// minutes until a second one ended it), so the signal is sent again
+    /// every 5 s, and the process killed after a minute.
+    pub fn interrupt(&mut self) -> Result<()> {
+        let pid = self.child.id() as libc::pid_t;
+        for _ in 0..12 {
+            // SAFETY: kill(2) on our own child, which is not yet reaped (its
+            // pid cannot have been reused).
+            if unsafe { libc::kill(pid, libc::SIGINT) } != 0 {
+                return Err(std::io::Error::last_os_error()).context("sending SIGINT");
+            }
+            let until = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < until {
+                if self.child.try_wait()?.is_some() {
+                    return Ok(());
+                }
+                thread::sleep(Duration::from_millis(20));
+            }
+            eprintln!("bench: pid {pid} still runs 5 s after SIGINT; sending it again");
+        }
+        let _ = self.child.kill();
+        bail!("pid {pid} ignored SIGINT for a minute; killed")
+    }
+
     pub fn finish(mut self) -> Result<Finished> {
         // Ends when both pipes are closed: the process and whatever it ran
         // are done writing.
