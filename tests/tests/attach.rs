@@ -6,7 +6,7 @@
 mod common;
 
 use std::{
-    process::{Child, Command, Stdio},
+    process::{Child, Command, Output, Stdio},
     time::{Duration, Instant},
 };
 
@@ -73,6 +73,22 @@ while True:
     time.sleep(0.1)
 "#;
 
+/// `trainbpf record --pid PID` until the job ends; its stderr, echoed.
+fn record_pid(rec: &std::path::Path, extra: &[&str], pid: u32) -> (Output, String) {
+    let out = Command::new(bin())
+        .arg("record")
+        .args(extra)
+        .arg("-o")
+        .arg(rec)
+        .args(["--pid", &pid.to_string()])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    eprintln!("{stderr}");
+    (out, stderr)
+}
+
 #[test]
 fn attach_to_a_running_job_catches_its_kill() {
     require_root();
@@ -83,15 +99,7 @@ fn attach_to_a_running_job_catches_its_kill() {
     let mut job = start_in(&cg, LEAK);
     std::thread::sleep(Duration::from_millis(500));
     let started = Instant::now();
-    let out = Command::new(bin())
-        .args(["record", "-o"])
-        .arg(&rec)
-        .args(["--pid", &job.id().to_string()])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    eprintln!("{stderr}");
+    let (out, _) = record_pid(&rec, &[], job.id());
     let _ = job.wait();
     assert!(
         out.status.success(),
@@ -137,15 +145,7 @@ fn attach_warns_of_a_leak_before_its_kill() {
     let mut job = start_in(&cg, SLOW_LEAK);
     std::thread::sleep(Duration::from_millis(300));
     let pid = job.id() as u64;
-    let out = Command::new(bin())
-        .args(["record", "--leak-span", "10s", "-o"])
-        .arg(&rec)
-        .args(["--pid", &pid.to_string()])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    eprintln!("{stderr}");
+    let (out, stderr) = record_pid(&rec, &["--leak-span", "10s"], pid as u32);
     let _ = job.wait();
     assert!(out.status.success());
     // Said on stderr while the job ran (no terminal here: no status line,

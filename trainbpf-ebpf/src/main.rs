@@ -1100,7 +1100,8 @@ fn account_pages(order: u32, freed: bool, page_table: bool) -> u32 {
     }
     // SAFETY: helper without preconditions.
     let task = unsafe { bpf_get_current_task() };
-    // Whether to read its RSS now: a new entry, or pages piled up.
+    // Whether to read its RSS now: a new entry, or a batch's worth of
+    // pages piled up since the last read.
     let mut look = false;
     let st = match PROCS.get_ptr_mut(&tgid) {
         Some(st) => {
@@ -1165,9 +1166,10 @@ fn account_pages(order: u32, freed: bool, page_table: bool) -> u32 {
             (*c).alloc = pages;
         }
     }
-    // A process's first page sends its whole footprint: a forked worker
-    // that only reads what it inherited may never fill a batch, yet its
-    // RSS (the parent's, shared) is what the OOM killer would score.
+    // A new process is looked at on its first page, so that it sends its
+    // whole footprint once: a forked worker that only reads what it
+    // inherited may never fill a batch, yet its RSS (the parent's, shared)
+    // is what the OOM killer would score.
     if look {
         check_growth(st, tgid);
     }
@@ -1206,8 +1208,9 @@ fn check_growth(st: *mut ProcState, tgid: u32) {
 /// since 2.6.
 const PF_EXITING: u32 = 0x0000_0004;
 
-/// `__GFP_MOVABLE` and `__GFP_ZERO` (include/linux/gfp_types.h): bits 3 and
-/// 8 since 2.6, kept when 6.8 turned the flags into an enum.
+/// `__GFP_MOVABLE` and `__GFP_ZERO` (include/linux/gfp_types.h): 0x08 and
+/// 0x100 on every kernel with tp_btf (5.5+); 6.8's enum of flag bits kept
+/// both where they were.
 const GFP_MOVABLE: u32 = 0x08;
 const GFP_ZERO: u32 = 0x100;
 
