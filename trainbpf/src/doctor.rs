@@ -1348,9 +1348,12 @@ pub fn render_json(f: &Facts, checks: &[Check]) -> String {
 
 /// One line per check (status, id, finding), then why and fix indented.
 pub fn render_text(f: &Facts, checks: &[Check]) -> String {
+    // Findings quote process names (oom_score_adj) and helpers' output:
+    // escaped for the terminal (JSON escapes by its own rules).
+    use crate::term::escape as esc;
     let mut s = format!(
         "trainbpf doctor: Linux {}{}\n\n",
-        f.kernel,
+        esc(&f.kernel),
         if f.root { ", as root" } else { ", not root" }
     );
     for c in checks {
@@ -1358,13 +1361,13 @@ pub fn render_text(f: &Facts, checks: &[Check]) -> String {
             "{:<5} {:<13} {}\n",
             c.status.word(),
             c.id,
-            c.finding
+            esc(&c.finding)
         ));
         if !c.why.is_empty() {
-            s.push_str(&format!("{:20}why: {}\n", "", c.why));
+            s.push_str(&format!("{:20}why: {}\n", "", esc(&c.why)));
         }
         if !c.fix.is_empty() {
-            s.push_str(&format!("{:20}fix: {}\n", "", c.fix));
+            s.push_str(&format!("{:20}fix: {}\n", "", esc(&c.fix)));
         }
     }
     let count = |st: Status| checks.iter().filter(|c| c.status == st).count();

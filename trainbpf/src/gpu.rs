@@ -322,13 +322,14 @@ impl GpuProbes {
                 let pid = pids[(start + i) % n];
                 for path in mapped_libcuda(pid) {
                     if let Some(a) = self.attach_library(ebpf, &path, "maps", Some(pid)) {
+                        // The path is the job's to choose, escapes and all.
                         eprintln!(
                             "trainbpf: GPU: probed {} (mapped by pid {pid}): {} calls{}",
-                            a.path,
+                            crate::term::escape(&a.path),
                             a.attached.len(),
                             a.error
                                 .as_deref()
-                                .map(|e| format!(" ({e})"))
+                                .map(|e| format!(" ({})", crate::term::escape(e)))
                                 .unwrap_or_default()
                         );
                         rec(&mut out, now, GpuUserBody::GpuAttach(a));
