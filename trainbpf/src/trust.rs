@@ -159,14 +159,38 @@ pub struct Refusal {
     pub why: Untrusted,
 }
 
+impl Untrusted {
+    fn path(&self) -> &Path {
+        match self {
+            Untrusted::Io { path, .. }
+            | Untrusted::Owner { path, .. }
+            | Untrusted::Writable { path, .. }
+            | Untrusted::NotFile { path } => path,
+        }
+    }
+}
+
 impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let named = escape(&self.path.to_string_lossy()).into_owned();
+        let why = self.why.to_string();
+        // "it is owned by uid 1000" when the fault is the file itself, the
+        // directory's name when it is one above it.
+        let why = match fs::canonicalize(&self.path) {
+            Ok(real) if real == self.why.path() => {
+                let at = escape(&real.to_string_lossy()).into_owned();
+                match why.strip_prefix(&at) {
+                    Some(rest) if real == self.path => format!("it{rest}"),
+                    Some(rest) => format!("it ({at}){rest}"),
+                    None => why,
+                }
+            }
+            _ => why,
+        };
         write!(
             f,
-            "{} names {}, which root will not load: {}",
-            self.var,
-            escape(&self.path.to_string_lossy()),
-            self.why
+            "{} names {named}, which root will not load: {why}",
+            self.var
         )
     }
 }

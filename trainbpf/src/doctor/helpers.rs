@@ -33,7 +33,7 @@ pub fn check_helpers(h: &HelperFacts, smi: Option<&Path>) -> Check {
         Some((p, how)) => format!("NVML {} (found by {how})", p.display()),
         None => "no NVML library".to_string(),
     };
-    let why = "record runs as root: it runs helpers from the system directories only, never \
+    let why = "as root, `record` runs helpers from the system directories only, never \
                through PATH, and loads a library the environment names only when root alone \
                can change the file and every directory above it";
     if h.refused.is_empty() {
