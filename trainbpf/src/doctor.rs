@@ -27,6 +27,10 @@ use crate::{
     loader::{self, Features, Probe, Unavailable},
 };
 
+/// What record runs and loads as root, and what it refuses.
+mod helpers;
+pub use helpers::HelperFacts;
+
 /// How a check came out. Only `fail` means `record` cannot work (or the
 /// machine is set up to lose data); doctor still exits 0.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -117,6 +121,7 @@ pub struct Facts {
     pub lockdown: LockdownFacts,
     /// The trial load; `None` when not root.
     pub features: Option<Features>,
+    pub helpers: HelperFacts,
 }
 
 /// `/proc/meminfo` as name → number (kB for sizes, a count for
@@ -183,7 +188,8 @@ pub struct CgroupLevel {
 pub struct NvidiaFacts {
     /// `/proc/driver/nvidia/version`: present only with the kernel driver.
     pub proc_version: Option<String>,
-    /// `nvidia-smi` found on PATH.
+    /// `nvidia-smi` found in a system directory (never through PATH: doctor
+    /// may run as root).
     pub smi: Option<PathBuf>,
     /// `nvidia-smi --query-gpu=driver_version --format=csv,noheader`.
     pub smi_driver: Option<Result<String, String>>,
@@ -831,7 +837,7 @@ pub fn check_nvidia(n: &NvidiaFacts) -> Check {
             id,
             Status::Info,
             "absent",
-            "no NVIDIA driver (/proc/driver/nvidia/version missing, no nvidia-smi on PATH)",
+            "no NVIDIA driver (/proc/driver/nvidia/version missing, no nvidia-smi in the system directories)",
             why,
             "",
         ),
@@ -840,7 +846,7 @@ pub fn check_nvidia(n: &NvidiaFacts) -> Check {
             Status::Warn,
             "no_driver",
             format!(
-                "{} is on PATH but the kernel driver is not loaded (/proc/driver/nvidia/version missing){}",
+                "{} is installed but the kernel driver is not loaded (/proc/driver/nvidia/version missing){}",
                 smi.display(),
                 match &n.smi_driver {
                     Some(Err(e)) => format!("; nvidia-smi: {e}"),
@@ -854,7 +860,7 @@ pub fn check_nvidia(n: &NvidiaFacts) -> Check {
             id,
             Status::Warn,
             "no_smi",
-            format!("kernel driver {k} loaded; nvidia-smi not on PATH"),
+            format!("kernel driver {k} loaded; nvidia-smi not in the system directories"),
             why,
             "install the driver's utilities (nvidia-utils) to query GPUs and the supported CUDA version",
         ),
@@ -1312,6 +1318,7 @@ pub fn checks(f: &Facts) -> Vec<Check> {
         check_psi(&f.psi),
         check_thp(f.thp.0.as_deref(), f.thp.1.as_deref(), &f.meminfo),
         check_nvidia(&f.nvidia),
+        helpers::check_helpers(&f.helpers, f.nvidia.smi.as_deref()),
         check_tracefs(&f.tracefs),
         check_btf(&f.btf),
         check_kprobes(f.kprobe_pmu, features),
@@ -1348,9 +1355,12 @@ pub fn render_json(f: &Facts, checks: &[Check]) -> String {
 
 /// One line per check (status, id, finding), then why and fix indented.
 pub fn render_text(f: &Facts, checks: &[Check]) -> String {
+    // Findings quote process names (oom_score_adj) and helpers' output:
+    // escaped for the terminal (JSON escapes by its own rules).
+    use crate::term::escape as esc;
     let mut s = format!(
         "trainbpf doctor: Linux {}{}\n\n",
-        f.kernel,
+        esc(&f.kernel),
         if f.root { ", as root" } else { ", not root" }
     );
     for c in checks {
@@ -1358,13 +1368,13 @@ pub fn render_text(f: &Facts, checks: &[Check]) -> String {
             "{:<5} {:<13} {}\n",
             c.status.word(),
             c.id,
-            c.finding
+            esc(&c.finding)
         ));
         if !c.why.is_empty() {
-            s.push_str(&format!("{:20}why: {}\n", "", c.why));
+            s.push_str(&format!("{:20}why: {}\n", "", esc(&c.why)));
         }
         if !c.fix.is_empty() {
-            s.push_str(&format!("{:20}fix: {}\n", "", c.fix));
+            s.push_str(&format!("{:20}fix: {}\n", "", esc(&c.fix)));
         }
     }
     let count = |st: Status| checks.iter().filter(|c| c.status == st).count();
@@ -1460,6 +1470,7 @@ pub fn gather() -> Facts {
         lockdown: gather_lockdown(root, &mounts),
         features: root.then(loader::probe_features),
         meminfo,
+        helpers: helpers::gather(),
     }
 }
 
@@ -1594,11 +1605,9 @@ fn gather_extreme_adj() -> Vec<ProcAdj> {
 }
 
 fn gather_nvidia() -> NvidiaFacts {
-    let smi = std::env::var_os("PATH").and_then(|p| {
-        std::env::split_paths(&p)
-            .map(|d| d.join("nvidia-smi"))
-            .find(|c| c.is_file())
-    });
+    // Not through PATH: as root that would run whatever the user's PATH
+    // names first.
+    let smi = crate::trust::program("nvidia-smi");
     // nvidia-smi can hang for a long time on a GPU in a bad state: bound it.
     let timeout = Duration::from_secs(10);
     let smi_driver = smi.as_ref().map(|p| {
@@ -1754,6 +1763,7 @@ Hugepagesize:       2048 kB\n";
                 mounted_now: true,
             },
             features: Some(features_6_18()),
+            helpers: HelperFacts::default(),
         }
     }
 
@@ -1787,6 +1797,7 @@ Hugepagesize:       2048 kB\n";
                 "psi",
                 "thp",
                 "nvidia",
+                "helpers",
                 "tracefs",
                 "btf",
                 "kprobes",

@@ -22,7 +22,6 @@ use std::{
     fs,
     os::unix::fs::MetadataExt,
     path::{Path, PathBuf},
-    process::Command,
 };
 
 use aya::{
@@ -44,8 +43,9 @@ use crate::{
 /// Extra `libcuda.so` paths, `:`-separated: a driver outside the usual
 /// places, or a stand-in library in tests.
 pub const ENV_LIBCUDA: &str = "TRAINBPF_LIBCUDA";
-/// The NVML library to load instead of `libnvidia-ml.so.1`.
-pub const ENV_LIBNVML: &str = "TRAINBPF_LIBNVML";
+/// The NVML library to load instead of `libnvidia-ml.so.1`; used only when
+/// root alone can change it (see [`crate::trust`]).
+pub const ENV_LIBNVML: &str = crate::trust::ENV_LIBNVML;
 
 /// Directories where drivers put `libcuda.so*` (Debian/Ubuntu, RHEL, the
 /// CUDA toolkit's forward-compatibility packages, WSL).
@@ -210,36 +210,56 @@ impl GpuProbes {
             false,
             "decoding the driver's allocation ioctls on /dev/nvidia* is not implemented".into(),
         );
-        let lib = std::env::var_os(ENV_LIBNVML).unwrap_or_else(|| "libnvidia-ml.so.1".into());
-        match Nvml::builder().lib_path(&lib).init() {
-            Ok(n) => {
-                let count = n.device_count().map_or_else(
-                    |e| format!("device count failed: {e}"),
-                    |c| format!("{c} GPU(s)"),
-                );
-                let driver = n.sys_driver_version().unwrap_or_else(|_| "unknown".into());
-                source(
-                    &mut out,
-                    now,
-                    "nvml",
-                    true,
-                    format!(
-                        "{}: {count}, driver {driver}; sampled every second",
-                        lib.to_string_lossy()
-                    ),
-                );
-                g.nvml = Some(n);
-            }
-            Err(e) => source(
+        let lib = crate::trust::nvml_library();
+        // Said at start, not only in the recording: whoever set the variable
+        // learns at once why their library was not used.
+        for r in &lib.refused {
+            eprintln!("trainbpf: warning: {r}");
+        }
+        let refused: String = lib.refused.iter().map(|r| format!("; {r}")).collect();
+        match &lib.path {
+            None => source(
                 &mut out,
                 now,
                 "nvml",
                 false,
                 format!(
-                    "{} could not be loaded ({e}); no NVML samples",
-                    lib.to_string_lossy()
+                    "libnvidia-ml.so.1 could not be loaded: {}; no NVML samples",
+                    lib.not_found()
                 ),
             ),
+            Some(path) => match Nvml::builder().lib_path(path.as_os_str()).init() {
+                Ok(n) => {
+                    let count = n.device_count().map_or_else(
+                        |e| format!("device count failed: {e}"),
+                        |c| format!("{c} GPU(s)"),
+                    );
+                    let driver = n.sys_driver_version().unwrap_or_else(|_| "unknown".into());
+                    source(
+                        &mut out,
+                        now,
+                        "nvml",
+                        true,
+                        format!(
+                            "{} (found by {}): {count}, driver {driver}; sampled every second{refused}",
+                            path.display(),
+                            lib.found_by
+                        ),
+                    );
+                    g.nvml = Some(n);
+                }
+                Err(e) => source(
+                    &mut out,
+                    now,
+                    "nvml",
+                    false,
+                    format!(
+                        "{} (found by {}) could not be loaded ({e}); no NVML samples{refused}",
+                        path.display(),
+                        lib.found_by
+                    ),
+                ),
+            },
         }
         (g, out)
     }
@@ -322,13 +342,14 @@ impl GpuProbes {
                 let pid = pids[(start + i) % n];
                 for path in mapped_libcuda(pid) {
                     if let Some(a) = self.attach_library(ebpf, &path, "maps", Some(pid)) {
+                        // The path is the job's to choose, escapes and all.
                         eprintln!(
                             "trainbpf: GPU: probed {} (mapped by pid {pid}): {} calls{}",
-                            a.path,
+                            crate::term::escape(&a.path),
                             a.attached.len(),
                             a.error
                                 .as_deref()
-                                .map(|e| format!(" ({e})"))
+                                .map(|e| format!(" ({})", crate::term::escape(e)))
                                 .unwrap_or_default()
                         );
                         rec(&mut out, now, GpuUserBody::GpuAttach(a));
@@ -448,14 +469,10 @@ fn candidates() -> Vec<(PathBuf, &'static str)> {
             }
         }
     }
-    if let Ok(o) = Command::new("ldconfig").arg("-p").output() {
-        for line in String::from_utf8_lossy(&o.stdout).lines() {
-            // `	libcuda.so.1 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libcuda.so.1`
-            if let Some((name, path)) = line.trim().split_once(" => ")
-                && name.starts_with("libcuda.so")
-            {
-                out.push((PathBuf::from(path.trim()), "ldconfig"));
-            }
+    // The trusted ldconfig only: one found through PATH would run as root.
+    for (name, path) in crate::trust::ld_cache() {
+        if name.starts_with("libcuda.so") {
+            out.push((path, "ldconfig"));
         }
     }
     let mut dirs: Vec<PathBuf> = LIB_DIRS.iter().map(PathBuf::from).collect();

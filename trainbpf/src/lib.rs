@@ -21,6 +21,8 @@ pub mod recording;
 pub mod render;
 pub mod report;
 pub mod status;
+pub mod term;
+pub mod trust;
 
 /// Writes to stdout; a closed pipe (`trainbpf report | head`) is success.
 pub fn write_stdout(s: &str) -> std::io::Result<()> {

@@ -11,7 +11,9 @@ fn main() -> ExitCode {
     match trainbpf::cli::run(trainbpf::cli::Cli::parse()) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("trainbpf: {e:#}");
+            // Errors quote paths and names from the command line and from
+            // processes: escaped like every other text output.
+            eprintln!("trainbpf: {}", trainbpf::term::sanitize(&format!("{e:#}")));
             ExitCode::FAILURE
         }
     }

@@ -18,6 +18,7 @@ use crate::{
     model::leaks::{Domain, LeakOptions, Live, Projection, Trend},
     pressure::Pressure,
     render::{human_kb, human_rate, text::eta},
+    term::escape as esc,
 };
 
 /// Growers named on the line.
@@ -145,7 +146,8 @@ impl Status {
                 stderr_width(),
             );
             let mut err = std::io::stderr().lock();
-            let _ = write!(err, "\r\x1b[2K{s}");
+            // The line's names are escaped; this guards the rest of it.
+            let _ = write!(err, "\r\x1b[2K{}", crate::term::sanitize(&s));
             let _ = err.flush();
             d.drawn = true;
         }
@@ -190,9 +192,9 @@ fn warning(t: &Trend, p: Option<&Projection>) -> LeakWarning {
 /// 0.99); at this rate the job's cgroup limit of 100 MiB is reached in ~30 s`.
 pub fn warning_text(w: &LeakWarning, now_ns: u64) -> String {
     let who = match (w.pid, &w.group) {
-        (Some(pid), _) => format!("{} (pid {pid})", w.comm),
-        (None, Some(g)) => format!("{g} ({} processes)", w.members),
-        (None, None) => w.comm.clone(),
+        (Some(pid), _) => format!("{} (pid {pid})", esc(&w.comm)),
+        (None, Some(g)) => format!("{} ({} processes)", esc(g), w.members),
+        (None, None) => esc(&w.comm).into_owned(),
     };
     let mut s = format!(
         "leak suspected: {who} has climbed +{} for {} (fit {:.2})",
@@ -235,7 +237,7 @@ pub fn line(
         .map(|t| {
             format!(
                 "{}({}) +{}{}",
-                t.comm,
+                esc(&t.comm),
                 t.pid.unwrap_or(0),
                 human_rate(t.slope_kb_per_s),
                 if t.is_leak() { " leak" } else { "" }
@@ -339,6 +341,15 @@ mod tests {
         let cut = line(Duration::from_secs(65), &t, Some(&p), 40);
         assert_eq!(cut.chars().count(), 40, "{cut}");
         assert!(cut.ends_with('…'));
+    }
+
+    #[test]
+    fn names_on_the_line_and_in_warnings_are_escaped() {
+        let t = vec![trend(700, "\x1b]0;pwned\x07", 8192.0, Verdict::Leak)];
+        let l = line(Duration::from_secs(5), &t, None, 200);
+        assert!(l.contains("\\x1b]0;pwned\\x07(700) +8 MiB/s leak"), "{l}");
+        let w = warning_text(&warning(&t[0], None), 1);
+        assert!(!w.contains('\x1b'), "{w}");
     }
 
     #[test]

@@ -98,7 +98,7 @@ pub fn human_duration(ns: u64) -> String {
 }
 
 fn label(name: &str, pid: Option<u32>) -> String {
-    let name: String = name.chars().take(NAME).collect();
+    let name: String = crate::term::escape(name).chars().take(NAME).collect();
     let pid = pid.map(|p| p.to_string()).unwrap_or_default();
     format!("{name:<NAME$} {pid:>PID$}")
 }
@@ -399,7 +399,7 @@ pub(crate) fn run_summary(out: &mut String, r: &Report, width: usize, color: boo
                 };
                 format!(
                     "{} ×{} ({life}, largest peak {})",
-                    c.comm,
+                    crate::term::escape(&c.comm),
                     c.count,
                     human_kb(c.peak_kb)
                 )

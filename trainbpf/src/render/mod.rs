@@ -100,11 +100,14 @@ pub fn death_phrase(d: &Death) -> String {
         Some(name) => format!("{name} ({n})"),
         None => format!("signal {n}"),
     };
+    // A phrase for people: the sender's name and path, and the cgroup's,
+    // come from processes and are escaped as the text report's are.
+    use crate::term::escape as esc;
     let from = || match &d.sender {
         Some(s) => {
-            let mut who = s.comm.clone();
+            let mut who = esc(&s.comm).into_owned();
             if let Some(exe) = &s.exe {
-                who.push_str(&format!(", {exe}"));
+                who.push_str(&format!(", {}", esc(exe)));
             }
             if let Some(uid) = s.uid {
                 who.push_str(&format!(", uid {uid}"));
@@ -122,7 +125,7 @@ pub fn death_phrase(d: &Death) -> String {
         Cause::OomMemcg => {
             let mut s = "killed by the kernel's OOM killer: its memory cgroup".to_string();
             if let Some(m) = &d.memcg {
-                s.push_str(&format!(" {m}"));
+                s.push_str(&format!(" {}", esc(m)));
             }
             if let Some(l) = d.memcg_limit_kb {
                 s.push_str(&format!(" hit its limit of {}", human_kb(l)));

@@ -6,6 +6,9 @@ use std::fmt::Write as _;
 
 use crate::model::{Cause, Constraint, Grower, Kill, Report};
 use crate::render::{death_phrase, exit_phrase, human_kb, human_rate, human_secs, rfc3339_ms};
+// Every name, argument, path and cgroup below came from a process: through
+// `esc` before it is formatted (see crate::term).
+use crate::term::{escape as esc, escape_join};
 
 /// GPU and pinned memory, CUDA OOMs, Xid.
 mod gpu;
@@ -71,7 +74,7 @@ pub fn render(r: &Report, o: &TextOptions) -> String {
     let mut out = String::new();
 
     let title = match &r.job {
-        Some(j) => format!("trainbpf report: {}", j.argv.join(" ")),
+        Some(j) => format!("trainbpf report: {}", escape_join(&j.argv)),
         None => "trainbpf report".to_string(),
     };
     let _ = writeln!(out, "{}", p.bold(&title));
@@ -108,7 +111,7 @@ pub fn render(r: &Report, o: &TextOptions) -> String {
                     out,
                     "  {:>7}  {:<16}  {:>11}  {}",
                     u.pid,
-                    u.comm,
+                    esc(&u.comm),
                     human_kb(u.peak_rss_kb),
                     yes_no(u.in_job)
                 );
@@ -143,7 +146,7 @@ pub fn render(r: &Report, o: &TextOptions) -> String {
             let _ = writeln!(
                 out,
                 "  {}  {} resident of {}, {owner}, mapped by {} job processes",
-                o.name,
+                esc(&o.name),
                 human_kb(o.resident_kb),
                 human_kb(o.size_kb),
                 o.mappers
@@ -176,7 +179,7 @@ pub fn render(r: &Report, o: &TextOptions) -> String {
                 "  +{:>7.1} s  pid {} ({}): {}",
                 r.since_start_s(d.ts_ns),
                 d.pid,
-                d.comm,
+                esc(&d.comm),
                 death_phrase(d)
             );
         }
@@ -252,7 +255,23 @@ pub fn render(r: &Report, o: &TextOptions) -> String {
             ))
         );
     }
-    out
+    finish(out, o.color)
+}
+
+/// The last guard before a terminal: anything that reached `out` without
+/// [`esc`] (a string from a hand-made recording's header, a field added
+/// later) is escaped here, keeping line breaks and, with colour on, the
+/// renderer's own colour codes.
+pub(crate) fn finish(out: String, color: bool) -> String {
+    let clean = if color {
+        crate::term::sanitize_colored(&out)
+    } else {
+        crate::term::sanitize(&out)
+    };
+    match clean {
+        std::borrow::Cow::Borrowed(_) => out,
+        std::borrow::Cow::Owned(s) => s,
+    }
 }
 
 fn kill_section(
@@ -292,7 +311,7 @@ fn kill_section(
         format!(
             "pid {} {}, anon {}, file {}, shmem {}, swap {}, oom_score_adj {}, uid {}",
             v.pid,
-            p.bold(&v.comm),
+            p.bold(&esc(&v.comm)),
             human_kb(v.rss.anon_kb),
             human_kb(v.rss.file_kb),
             human_kb(v.rss.shmem_kb),
@@ -306,7 +325,7 @@ fn kill_section(
     } else {
         v.tree
             .iter()
-            .map(|t| format!("{}({})", t.comm, t.pid))
+            .map(|t| format!("{}({})", esc(&t.comm), t.pid))
             .collect::<Vec<_>>()
             .join(" → ")
     };
@@ -323,7 +342,10 @@ fn kill_section(
         "constraint",
         format!("{} ({why})", k.constraint.as_str()),
     );
-    let mut m = k.memcg.clone().unwrap_or_else(|| "unknown".into());
+    let mut m = k
+        .memcg
+        .as_deref()
+        .map_or_else(|| "unknown".into(), |m| esc(m).into_owned());
     match (k.memcg_usage_kb, k.memcg_limit_kb) {
         (Some(u), Some(l)) => {
             let _ = write!(m, ", usage {} of limit {}", human_kb(u), human_kb(l));
@@ -340,7 +362,11 @@ fn kill_section(
         let _ = write!(m, ", {f} failed charges");
     }
     if k.task_memcg.is_some() && k.task_memcg != k.memcg {
-        let _ = write!(m, "; victim in {}", k.task_memcg.as_deref().unwrap_or(""));
+        let _ = write!(
+            m,
+            "; victim in {}",
+            esc(k.task_memcg.as_deref().unwrap_or(""))
+        );
     }
     field(out, "memcg", m);
     let t = &k.trigger;
@@ -352,7 +378,7 @@ fn kill_section(
     field(
         out,
         "trigger",
-        format!("pid {} ({}{thread}) was allocating", t.tgid, t.comm),
+        format!("pid {} ({}{thread}) was allocating", t.tgid, esc(&t.comm)),
     );
     let seen = k
         .sources
@@ -390,7 +416,7 @@ fn kill_section(
             let mut row = format!(
                 "  {:>7}  {:<16}  {:>11}  {:>11}  {:>8}  {:>12}  {:>11}  {}",
                 g.pid,
-                g.comm,
+                esc(&g.comm),
                 g.honest_kb.map_or("-".into(), signed_kb),
                 format!("+{}", human_kb(g.grew_kb)),
                 human_secs(g.window_ns),
@@ -420,7 +446,7 @@ fn kill_section(
             out,
             "  {} {}: {} added ({} RSS growth) in {}",
             g.pids.len(),
-            g.role,
+            esc(&g.role),
             signed_kb(g.honest_kb),
             human_kb(g.grew_kb),
             human_secs(g.window_ns)
@@ -467,7 +493,7 @@ fn job_memory_section(out: &mut String, r: &Report, p: &Paint) {
             out,
             "  {:>7}  {:<16}  {:>11}  {:>11}  {:>10}  {:>10}",
             x.pid,
-            x.comm,
+            esc(&x.comm),
             x.honest_peak_kb.map_or_else(dash, signed_kb),
             human_kb(x.peak_rss_kb),
             x.uss_kb.map_or_else(dash, human_kb),
@@ -482,7 +508,7 @@ fn job_memory_section(out: &mut String, r: &Report, p: &Paint) {
             out,
             "  {} {}: {} added, {} peak RSS together",
             g.pids.len(),
-            g.role,
+            esc(&g.role),
             signed_kb(g.honest_kb),
             human_kb(g.grew_kb)
         );
@@ -554,7 +580,7 @@ fn ranking_section(out: &mut String, k: &Kill, rk: &crate::model::Ranking, p: &P
         let mut row = format!(
             "  {:>7}  {:<16}  {:>10}  {:>11}  {:>9}  {:>9}  {:>5}  {}",
             c.pid,
-            c.comm,
+            esc(&c.comm),
             c.points,
             human_kb(c.rss_kb),
             human_kb(c.swap_kb),
@@ -630,7 +656,7 @@ pub(crate) fn story(k: &Kill) -> String {
     let killed = format!(
         "killed pid {} ({}), anon-rss {}",
         v.pid,
-        v.comm,
+        esc(&v.comm),
         human_kb(v.rss.anon_kb)
     );
     let Some(top) = k.growers.first() else {
@@ -693,7 +719,7 @@ pub(crate) fn story(k: &Kill) -> String {
 fn grew_clause(g: &Grower) -> String {
     let mut s = format!(
         "{} (pid {}, {}) grew {} in {}",
-        g.comm,
+        esc(&g.comm),
         g.pid,
         if g.in_job {
             "in the job"
@@ -712,7 +738,8 @@ fn grew_clause(g: &Grower) -> String {
 /// "the kernel's memcg OOM killer (limit 300 MiB in /trainbpf-77)".
 fn killer(k: &Kill) -> String {
     let limit = k.memcg_limit_kb.map(human_kb);
-    let scope = match (k.constraint, &limit, &k.memcg) {
+    let memcg = k.memcg.as_deref().map(esc);
+    let scope = match (k.constraint, &limit, &memcg) {
         (Constraint::Memcg, Some(l), Some(m)) => format!(" (limit {l} in {m})"),
         (Constraint::Memcg, Some(l), None) => format!(" (limit {l})"),
         (Constraint::Memcg | Constraint::Unknown, None, Some(m)) => format!(" (in {m})"),
@@ -767,7 +794,7 @@ fn job_outcome(r: &Report) -> String {
     let Some(j) = &r.job else {
         return "no start record (was the recording cut short?)".into();
     };
-    let name = j.argv.first().map(String::as_str).unwrap_or("?");
+    let name = esc(j.argv.first().map(String::as_str).unwrap_or("?"));
     match j.exit {
         Some(s) => format!("{name} (pid {}) {}", j.pid, exit_phrase(s)),
         None => format!(
@@ -832,7 +859,7 @@ pub fn verdict(r: &Report) -> String {
             c => format!("OOM ({})", c.as_str()),
         };
         if let Some(m) = &k.memcg {
-            let _ = write!(what, " in {m}");
+            let _ = write!(what, " in {}", esc(m));
         }
         if let Some(l) = k.memcg_limit_kb {
             let _ = write!(what, " (limit {})", human_kb(l));
@@ -841,7 +868,7 @@ pub fn verdict(r: &Report) -> String {
             out,
             "trainbpf: {what} killed pid {} ({}), RSS {}{}",
             v.pid,
-            v.comm,
+            esc(&v.comm),
             human_kb(v.rss.resident_kb()),
             if v.in_job { "" } else { ", outside the job" }
         );
@@ -850,7 +877,7 @@ pub fn verdict(r: &Report) -> String {
                 .growers
                 .iter()
                 .take(VERDICT_GROWERS)
-                .map(|g| format!("{}({}) +{}", g.comm, g.pid, human_kb(g.grew_kb)))
+                .map(|g| format!("{}({}) +{}", esc(&g.comm), g.pid, human_kb(g.grew_kb)))
                 .collect::<Vec<_>>()
                 .join(", ");
             let _ = writeln!(
@@ -883,7 +910,7 @@ pub fn verdict(r: &Report) -> String {
             out,
             "trainbpf: pid {} ({}) {}",
             d.pid,
-            d.comm,
+            esc(&d.comm),
             death_phrase(d)
         );
     }
@@ -897,7 +924,7 @@ pub fn verdict(r: &Report) -> String {
             lost_detail(r)
         );
     }
-    out
+    finish(out, false)
 }
 
 /// A window length: `60 s`, `2.5 s`.

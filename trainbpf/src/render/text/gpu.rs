@@ -4,6 +4,8 @@
 
 use std::fmt::Write as _;
 
+use crate::term::escape as esc;
+
 use crate::model::Report;
 use crate::model::gpu::{GpuAtKill, GpuProcess, Held, MAX_TIMELINE};
 use crate::render::human_kb;
@@ -78,7 +80,7 @@ pub fn section(out: &mut String, r: &Report, width: usize, p: &Paint) {
                 out,
                 "  {:>7}  {:<16}  {:>11}  {:>10}  {:>11}  {:>10}  {:>12}  {:>3}  {:>13}",
                 x.pid,
-                x.comm,
+                esc(&x.comm),
                 bytes(x.device.peak),
                 bytes(x.device.end),
                 bytes(x.pinned.peak),
@@ -128,7 +130,7 @@ pub fn section(out: &mut String, r: &Report, width: usize, p: &Paint) {
             ))
         );
         for w in workers {
-            let mut s = format!("pid {} ({})", w.pid, w.comm);
+            let mut s = format!("pid {} ({})", w.pid, esc(&w.comm));
             if let Some(parent) = w.parent {
                 let _ = write!(s, ", a child of pid {parent},");
             }
@@ -158,7 +160,7 @@ pub fn section(out: &mut String, r: &Report, width: usize, p: &Paint) {
                 "+{:.1} s: pid {} ({}, thread {}) asked {} for {} and got CUDA_ERROR_OUT_OF_MEMORY ({}). It held {} of device memory, {} pinned, {} managed.",
                 r.since_start_s(o.ts_ns),
                 o.pid,
-                o.comm,
+                esc(&o.comm),
                 o.tid,
                 o.op.name(),
                 bytes(o.requested_bytes),
@@ -171,7 +173,7 @@ pub fn section(out: &mut String, r: &Report, width: usize, p: &Paint) {
                 .holders
                 .iter()
                 .filter(|h| h.held.device > 0)
-                .map(|h| format!("pid {} ({}) {}", h.pid, h.comm, bytes(h.held.device)))
+                .map(|h| format!("pid {} ({}) {}", h.pid, esc(&h.comm), bytes(h.held.device)))
                 .collect();
             if !others.is_empty() {
                 let _ = write!(s, " Device memory in use then: {}.", others.join(", "));
@@ -193,9 +195,9 @@ pub fn section(out: &mut String, r: &Report, width: usize, p: &Paint) {
         let _ = writeln!(out, "  {}", p.red("NVIDIA Xid errors:"));
         for x in &g.xid {
             let who = match (x.pid, &x.name) {
-                (Some(pid), Some(n)) => format!(", pid {pid} ({n})"),
+                (Some(pid), Some(n)) => format!(", pid {pid} ({})", esc(n)),
                 (Some(pid), None) => format!(", pid {pid}"),
-                (None, Some(n)) => format!(", {n}"),
+                (None, Some(n)) => format!(", {}", esc(n)),
                 (None, None) => String::new(),
             };
             let _ = writeln!(
@@ -203,9 +205,13 @@ pub fn section(out: &mut String, r: &Report, width: usize, p: &Paint) {
                 "  - +{:.1} s: Xid {} on {}{who}: {} [{}]",
                 r.since_start_s(x.ts_ns),
                 x.code,
-                if x.pci.is_empty() { "?" } else { &x.pci },
-                x.msg,
-                x.source
+                if x.pci.is_empty() {
+                    "?".into()
+                } else {
+                    esc(&x.pci)
+                },
+                esc(&x.msg),
+                esc(&x.source)
             );
         }
         out.push('\n');
@@ -250,7 +256,7 @@ pub fn section(out: &mut String, r: &Report, width: usize, p: &Paint) {
                 "  {:>8}  {:>7}  {:<16}  {:>10}  {:>10}  {:>10}  {:>10}  {what}",
                 format!("+{:.2} s", r.since_start_s(row.ts_ns)),
                 row.pid,
-                row.comm,
+                esc(&row.comm),
                 bytes(row.held.device),
                 bytes(row.held.pinned),
                 bytes(row.held.managed),
@@ -287,7 +293,7 @@ pub fn section(out: &mut String, r: &Report, width: usize, p: &Paint) {
                 format!(
                     "GPU {} {}: peak {} of {} used",
                     d.index,
-                    d.name,
+                    esc(&d.name),
                     bytes(d.peak_used_bytes),
                     bytes(d.total_bytes)
                 )
@@ -304,13 +310,13 @@ pub fn section(out: &mut String, r: &Report, width: usize, p: &Paint) {
         .sources
         .iter()
         .filter(|s| s.used)
-        .map(|s| format!("{}: {}", s.source, s.detail))
+        .map(|s| format!("{}: {}", esc(&s.source), esc(&s.detail)))
         .collect();
     let unused: Vec<String> = g
         .sources
         .iter()
         .filter(|s| !s.used)
-        .map(|s| format!("{}: {}", s.source, s.detail))
+        .map(|s| format!("{}: {}", esc(&s.source), esc(&s.detail)))
         .collect();
     for (head, list) in [("used", used), ("not used", unused)] {
         if !list.is_empty() {
@@ -328,9 +334,9 @@ pub fn section(out: &mut String, r: &Report, width: usize, p: &Paint) {
             "  {}",
             p.yellow(&format!(
                 "{} ({}): {}",
-                a.path,
-                a.found_by,
-                a.error.as_deref().unwrap_or("")
+                esc(&a.path),
+                esc(&a.found_by),
+                esc(a.error.as_deref().unwrap_or(""))
             ))
         );
     }
@@ -381,7 +387,7 @@ pub fn kill_lines(out: &mut String, r: &Report, i: usize, width: usize) {
             k.contexts.len(),
             k.contexts
                 .iter()
-                .map(|(pid, comm, _)| format!("{comm} {pid}"))
+                .map(|(pid, comm, _)| format!("{} {pid}", esc(comm)))
                 .collect::<Vec<_>>()
                 .join(", ")
         );
@@ -400,7 +406,7 @@ pub fn kill_lines(out: &mut String, r: &Report, i: usize, width: usize) {
             s,
             " pid {} ({}) pinned {} of host buffers in the {window} before the kill, {} pinned at the kill.",
             top.pid,
-            top.comm,
+            esc(&top.comm),
             bytes(top.grew[1] as u64),
             bytes(top.held.pinned)
         );
@@ -429,7 +435,7 @@ pub fn verdict(out: &mut String, r: &Report) {
             out,
             "trainbpf: CUDA OOM: pid {} ({}) asked {} for {} holding {} of device memory",
             o.pid,
-            o.comm,
+            esc(&o.comm),
             o.op.name(),
             bytes(o.requested_bytes),
             bytes(o.held.device)

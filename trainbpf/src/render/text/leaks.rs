@@ -8,7 +8,8 @@ use crate::model::leaks::{Domain, Projection, Trend, Verdict};
 use crate::model::{Report, ns_to_s};
 use crate::render::{human_kb, human_rate};
 
-use super::{Paint, TextOptions, secs_whole, wrap};
+use super::{Paint, TextOptions, finish, secs_whole, wrap};
+use crate::term::escape as esc;
 
 /// A time to come, as people plan by it: `~45 s`, `~12 min`, `~3.5 h`.
 pub fn eta(s: f64) -> String {
@@ -40,12 +41,12 @@ fn signed_rate(kb_per_s: f64) -> String {
 /// `python3 (pid 700)`, `DataLoader workers (12 processes, pt_data_worker)`.
 fn name(t: &Trend) -> String {
     match t.pid {
-        Some(pid) => format!("{} (pid {pid})", t.comm),
+        Some(pid) => format!("{} (pid {pid})", esc(&t.comm)),
         None => format!(
             "{} ({} processes, {})",
-            t.group.as_deref().unwrap_or("?"),
+            esc(t.group.as_deref().unwrap_or("?")),
             t.members,
-            t.comm
+            esc(&t.comm)
         ),
     }
 }
@@ -199,7 +200,7 @@ pub fn report(r: &Report, o: &TextOptions) -> String {
     }
     if l.trends.is_empty() {
         let _ = writeln!(out, "No job process had a memory series to fit.");
-        return out;
+        return finish(out, o.color);
     }
     let _ = writeln!(
         out,
@@ -215,8 +216,8 @@ pub fn report(r: &Report, o: &TextOptions) -> String {
     );
     for t in &l.trends {
         let who = match t.pid {
-            Some(_) => t.comm.clone(),
-            None => format!("{} ×{}", t.group.as_deref().unwrap_or("?"), t.members),
+            Some(_) => esc(&t.comm).into_owned(),
+            None => format!("{} ×{}", esc(t.group.as_deref().unwrap_or("?")), t.members),
         };
         let _ = writeln!(
             out,
@@ -247,7 +248,7 @@ pub fn report(r: &Report, o: &TextOptions) -> String {
             secs_whole(l.min_span_ns)
         ))
     );
-    out
+    finish(out, o.color)
 }
 
 /// The verdict's leak lines.
@@ -258,8 +259,8 @@ pub fn verdict(out: &mut String, r: &Report) {
         .take(3)
         .map(|t| {
             let who = match t.pid {
-                Some(pid) => format!("{}({pid})", t.comm),
-                None => format!("{} ×{}", t.group.as_deref().unwrap_or("?"), t.members),
+                Some(pid) => format!("{}({pid})", esc(&t.comm)),
+                None => format!("{} ×{}", esc(t.group.as_deref().unwrap_or("?")), t.members),
             };
             format!("{who} {}", signed_rate(t.slope_kb_per_s))
         })
