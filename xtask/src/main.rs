@@ -5,6 +5,7 @@
 mod bench;
 mod fuzz;
 mod gpu_check;
+mod privilege;
 mod report_bench;
 mod setup;
 mod soak;
@@ -91,14 +92,19 @@ enum Task {
     /// trainbpf, cause a memory-cgroup OOM kill in the guest and check that
     /// the oom_kill_process probe gave points, totalpages and the trigger.
     Vm {
-        /// Kernel line: 5.10 (bullseye), 6.1 (bookworm) or 6.12 (trixie).
+        /// Kernel line: 5.10 (bullseye), 6.1 (bookworm) or 6.12 (trixie),
+        /// or `all` for each of them in turn, one boot each.
         #[arg(long, default_value = "6.1")]
         kernel: String,
         /// The Debian suite to take the kernel from, for a line not above.
         #[arg(long)]
         suite: Option<String>,
-        /// Seconds the guest gets from boot to power-off.
-        #[arg(long, default_value_t = 120)]
+        /// The Debian archive to fetch from [default: the first Debian
+        /// archive in this machine's apt sources].
+        #[arg(long)]
+        mirror: Option<String>,
+        /// Seconds each guest gets from boot to power-off.
+        #[arg(long, default_value_t = 240)]
         timeout: u64,
     },
     /// As root, on a machine with an NVIDIA GPU: record real PyTorch CUDA
@@ -158,7 +164,41 @@ fn main() -> ExitCode {
     }
 }
 
+impl Task {
+    /// A task that needs root: its name and why.
+    fn needs_root(&self) -> Option<(&'static str, &'static str)> {
+        Some(match self {
+            Task::Test { .. } => ("test", "the privileged tests"),
+            Task::Demo => ("demo", "recording"),
+            Task::Bench { .. } => ("bench", "tracing the workloads"),
+            Task::Soak { .. } => ("soak", "recording"),
+            Task::GpuCheck { .. } => ("gpu-check", "recording"),
+            _ => return None,
+        })
+    }
+
+    /// What a root task builds, done first as the invoking user.
+    fn build_as_user(&self) -> anyhow::Result<()> {
+        match self {
+            Task::Test {
+                no_lint,
+                cargo_test_args,
+            } => tasks::test_build(
+                !no_lint,
+                privilege::cargo_args_before_dashdash(cargo_test_args),
+            )
+            .map(drop),
+            Task::Bench { smoke: false, .. } => tasks::build_release().map(drop),
+            Task::GpuCheck { bin: Some(_), .. } => Ok(()),
+            _ => tasks::build().map(drop),
+        }
+    }
+}
+
 fn run(task: Task) -> anyhow::Result<()> {
+    if let Some((name, why)) = task.needs_root() {
+        privilege::become_root(name, why, || task.build_as_user())?;
+    }
     match task {
         Task::Setup => setup::setup(),
         Task::Build => {
@@ -198,10 +238,12 @@ fn run(task: Task) -> anyhow::Result<()> {
         Task::Vm {
             kernel,
             suite,
+            mirror,
             timeout,
         } => vm::vm(&vm::Options {
             kernel,
             suite,
+            mirror,
             timeout: std::time::Duration::from_secs(timeout),
         }),
         Task::GpuCheck { python, out, bin } => {
