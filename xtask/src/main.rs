@@ -18,7 +18,11 @@ use std::{ffi::OsString, process::ExitCode};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(about = "trainbpf developer tasks")]
+#[command(
+    about = "trainbpf developer tasks",
+    after_help = "Root tasks run as they are as root. Started by another user, they build \
+                  as that user, then re-run themselves under sudo."
+)]
 struct Cli {
     #[command(subcommand)]
     task: Task,
@@ -31,7 +35,7 @@ enum Task {
     Setup,
     /// Setup, then build trainbpf (debug) and print the binary's path.
     Build,
-    /// As root: setup, build, fmt and clippy, then the whole test suite.
+    /// Root: setup, build, fmt and clippy, then the whole test suite.
     Test {
         /// Skip `cargo fmt --check` and `cargo clippy -D warnings`.
         #[arg(long)]
@@ -41,10 +45,10 @@ enum Task {
         #[arg(last = true)]
         cargo_test_args: Vec<OsString>,
     },
-    /// As root: build, record the bundled example being OOM-killed in a
+    /// Root: build, record the bundled example being OOM-killed in a
     /// 300 MiB memory limit, then print the report.
     Demo,
-    /// As root: overhead benchmark (issue 5). Each workload runs untraced,
+    /// Root: overhead benchmark (issue 5). Each workload runs untraced,
     /// under trainbpf, bpftrace and perf, interleaved; writes
     /// target/bench/results.md (smoke.md with --smoke) and prints it. About
     /// 35 minutes in full.
@@ -107,7 +111,7 @@ enum Task {
         #[arg(long, default_value_t = 240)]
         timeout: u64,
     },
-    /// As root, on a machine with an NVIDIA GPU: record real PyTorch CUDA
+    /// Root, on a machine with an NVIDIA GPU: record real PyTorch CUDA
     /// jobs (default allocator, expandable_segments, cudaMallocAsync; a
     /// pin_memory DataLoader) and compare trainbpf's GPU ledger with
     /// torch.cuda.memory_reserved() and NVML; writes DIR/gpu-check.md.
@@ -115,8 +119,9 @@ enum Task {
     /// torch.cuda.is_available() it fails at once and says which
     /// (docs/gpu.md).
     GpuCheck {
-        /// The Python that has torch (under sudo, PATH is its secure_path:
-        /// pass --python "$(which python3)").
+        /// The Python that has torch. xtask's own re-run under sudo keeps
+        /// the user's PATH; a `sudo cargo xtask` typed by hand has sudo's
+        /// secure_path instead: pass --python "$(which python3)".
         #[arg(long, default_value = "python3")]
         python: std::path::PathBuf,
         /// Where the records, reports and gpu-check.md go
@@ -138,7 +143,7 @@ enum Task {
         #[arg(long, default_value_t = 60)]
         seconds: u64,
     },
-    /// As root: record a busy job (memory churn, forks, execs) for a while
+    /// Root: record a busy job (memory churn, forks, execs) for a while
     /// and check that the recorder's own RSS stays flat: a least-squares
     /// slope after the warm-up of at most 1 MiB per 10 minutes. Writes
     /// target/soak/rss.csv (BENCHMARKS.md quotes the 10-minute figure).
