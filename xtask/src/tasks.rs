@@ -63,7 +63,13 @@ pub fn test(lint: bool, cargo_test_args: &[OsString]) -> Result<()> {
         // The end-to-end tests drive the binary built above, and fail rather
         // than skip when they cannot do their privileged parts.
         .env("TRAINBPF_BIN", &bin)
-        .env("TRAINBPF_PRIVILEGED_REQUIRED", "1"))
+        .env("TRAINBPF_PRIVILEGED_REQUIRED", "1")
+        // The suite is written for plain root, as CI runs it: under sudo,
+        // `record` would run every job as the user sudo came from. The
+        // tests that check that set these themselves.
+        .env_remove("SUDO_UID")
+        .env_remove("SUDO_GID")
+        .env_remove("SUDO_USER"))
 }
 
 pub fn demo() -> Result<()> {
