@@ -153,12 +153,14 @@ fn recorder_killed_mid_run_leaves_a_readable_recording() {
     let start = Instant::now();
     // About 2.5 s of the job's growth, with its records flushed each second.
     std::thread::sleep(Duration::from_millis(2500));
+    // The job outlives its recorder, orphaned: take its pid while it is
+    // still below our child.
+    let job = descendants(child.id());
+    assert!(!job.is_empty(), "the job runs below the recorder");
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     // The orphaned job runs on untouched; stop it ourselves.
-    let _ = Command::new("pkill")
-        .args(["-f", "h.append\\(bytearray"])
-        .status();
+    kill_started(&job);
     let r = report_json(&rec);
     assert!(
         start.elapsed() < Duration::from_secs(30),
@@ -210,6 +212,19 @@ fn sigterm_to_the_recorder_is_forwarded_to_the_job() {
         assert!(Instant::now() < deadline, "the job never started");
         std::thread::sleep(Duration::from_millis(50));
     }
+    // The shell forks `sleep 30` after it touches the ready file, and the
+    // sleep outlives it: wait for it below our child and take its pid.
+    let job = loop {
+        let job = descendants(child.id());
+        let sleeping = job.iter().any(|p| {
+            std::fs::read_to_string(format!("/proc/{}/comm", p.pid)).is_ok_and(|c| c == "sleep\n")
+        });
+        if sleeping {
+            break job;
+        }
+        assert!(Instant::now() < deadline, "the job's sleep never started");
+        std::thread::sleep(Duration::from_millis(20));
+    };
     // SAFETY: plain kill(2) on our own child.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
     let start = Instant::now();
@@ -223,5 +238,5 @@ fn sigterm_to_the_recorder_is_forwarded_to_the_job() {
         Some(42),
         "the job's trap ran and its status came back"
     );
-    let _ = Command::new("pkill").args(["-f", "^sleep 30$"]).status();
+    kill_started(&job);
 }

@@ -5,6 +5,7 @@
 mod bench;
 mod fuzz;
 mod gpu_check;
+mod privilege;
 mod report_bench;
 mod setup;
 mod soak;
@@ -17,7 +18,11 @@ use std::{ffi::OsString, process::ExitCode};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(about = "trainbpf developer tasks")]
+#[command(
+    about = "trainbpf developer tasks",
+    after_help = "Root tasks run as they are as root. Started by another user, they build \
+                  as that user, then re-run themselves under sudo."
+)]
 struct Cli {
     #[command(subcommand)]
     task: Task,
@@ -30,7 +35,7 @@ enum Task {
     Setup,
     /// Setup, then build trainbpf (debug) and print the binary's path.
     Build,
-    /// As root: setup, build, fmt and clippy, then the whole test suite.
+    /// Root: setup, build, fmt and clippy, then the whole test suite.
     Test {
         /// Skip `cargo fmt --check` and `cargo clippy -D warnings`.
         #[arg(long)]
@@ -40,10 +45,10 @@ enum Task {
         #[arg(last = true)]
         cargo_test_args: Vec<OsString>,
     },
-    /// As root: build, record the bundled example being OOM-killed in a
+    /// Root: build, record the bundled example being OOM-killed in a
     /// 300 MiB memory limit, then print the report.
     Demo,
-    /// As root: overhead benchmark (issue 5). Each workload runs untraced,
+    /// Root: overhead benchmark (issue 5). Each workload runs untraced,
     /// under trainbpf, bpftrace and perf, interleaved; writes
     /// target/bench/results.md (smoke.md with --smoke) and prints it. About
     /// 35 minutes in full.
@@ -91,17 +96,22 @@ enum Task {
     /// trainbpf, cause a memory-cgroup OOM kill in the guest and check that
     /// the oom_kill_process probe gave points, totalpages and the trigger.
     Vm {
-        /// Kernel line: 5.10 (bullseye), 6.1 (bookworm) or 6.12 (trixie).
+        /// Kernel line: 5.10 (bullseye), 6.1 (bookworm) or 6.12 (trixie),
+        /// or `all` for each of them in turn, one boot each.
         #[arg(long, default_value = "6.1")]
         kernel: String,
         /// The Debian suite to take the kernel from, for a line not above.
         #[arg(long)]
         suite: Option<String>,
-        /// Seconds the guest gets from boot to power-off.
-        #[arg(long, default_value_t = 120)]
+        /// The Debian archive to fetch from [default: the first Debian
+        /// archive in this machine's apt sources].
+        #[arg(long)]
+        mirror: Option<String>,
+        /// Seconds each guest gets from boot to power-off.
+        #[arg(long, default_value_t = 240)]
         timeout: u64,
     },
-    /// As root, on a machine with an NVIDIA GPU: record real PyTorch CUDA
+    /// Root, on a machine with an NVIDIA GPU: record real PyTorch CUDA
     /// jobs (default allocator, expandable_segments, cudaMallocAsync; a
     /// pin_memory DataLoader) and compare trainbpf's GPU ledger with
     /// torch.cuda.memory_reserved() and NVML; writes DIR/gpu-check.md.
@@ -109,8 +119,9 @@ enum Task {
     /// torch.cuda.is_available() it fails at once and says which
     /// (docs/gpu.md).
     GpuCheck {
-        /// The Python that has torch (under sudo, PATH is its secure_path:
-        /// pass --python "$(which python3)").
+        /// The Python that has torch. xtask's own re-run under sudo keeps
+        /// the user's PATH; a `sudo cargo xtask` typed by hand has sudo's
+        /// secure_path instead: pass --python "$(which python3)".
         #[arg(long, default_value = "python3")]
         python: std::path::PathBuf,
         /// Where the records, reports and gpu-check.md go
@@ -132,7 +143,7 @@ enum Task {
         #[arg(long, default_value_t = 60)]
         seconds: u64,
     },
-    /// As root: record a busy job (memory churn, forks, execs) for a while
+    /// Root: record a busy job (memory churn, forks, execs) for a while
     /// and check that the recorder's own RSS stays flat: a least-squares
     /// slope after the warm-up of at most 1 MiB per 10 minutes. Writes
     /// target/soak/rss.csv (BENCHMARKS.md quotes the 10-minute figure).
@@ -158,7 +169,41 @@ fn main() -> ExitCode {
     }
 }
 
+impl Task {
+    /// A task that needs root: its name and why.
+    fn needs_root(&self) -> Option<(&'static str, &'static str)> {
+        Some(match self {
+            Task::Test { .. } => ("test", "the privileged tests"),
+            Task::Demo => ("demo", "recording"),
+            Task::Bench { .. } => ("bench", "tracing the workloads"),
+            Task::Soak { .. } => ("soak", "recording"),
+            Task::GpuCheck { .. } => ("gpu-check", "recording"),
+            _ => return None,
+        })
+    }
+
+    /// What a root task builds, done first as the invoking user.
+    fn build_as_user(&self) -> anyhow::Result<()> {
+        match self {
+            Task::Test {
+                no_lint,
+                cargo_test_args,
+            } => tasks::test_build(
+                !no_lint,
+                privilege::cargo_args_before_dashdash(cargo_test_args),
+            )
+            .map(drop),
+            Task::Bench { smoke: false, .. } => tasks::build_release().map(drop),
+            Task::GpuCheck { bin: Some(_), .. } => Ok(()),
+            _ => tasks::build().map(drop),
+        }
+    }
+}
+
 fn run(task: Task) -> anyhow::Result<()> {
+    if let Some((name, why)) = task.needs_root() {
+        privilege::become_root(name, why, || task.build_as_user())?;
+    }
     match task {
         Task::Setup => setup::setup(),
         Task::Build => {
@@ -198,10 +243,12 @@ fn run(task: Task) -> anyhow::Result<()> {
         Task::Vm {
             kernel,
             suite,
+            mirror,
             timeout,
         } => vm::vm(&vm::Options {
             kernel,
             suite,
+            mirror,
             timeout: std::time::Duration::from_secs(timeout),
         }),
         Task::GpuCheck { python, out, bin } => {

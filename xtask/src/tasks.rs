@@ -5,6 +5,7 @@ use std::{ffi::OsString, fs, io, path::PathBuf, process::Command};
 use anyhow::{Context, Result, ensure};
 
 use crate::{
+    privilege::cargo_args_before_dashdash,
     setup::setup,
     util::{cargo, require_root, run, status, target_dir, workspace_root},
 };
@@ -19,15 +20,22 @@ pub fn build() -> Result<PathBuf> {
     Ok(bin)
 }
 
-pub fn test(lint: bool, cargo_test_args: &[OsString]) -> Result<()> {
-    require_root("test", "the privileged tests need root")?;
+/// A release build of trainbpf (the full benchmark's); returns its path.
+pub fn build_release() -> Result<PathBuf> {
+    setup()?;
+    run(cargo().args(["build", "--release", "--package", "trainbpf"]))?;
+    Ok(target_dir()?.join("release/trainbpf"))
+}
+
+/// All that `test` builds and checks without root: formatting, the binary,
+/// clippy and the test binaries. A user runs it before sudo re-runs the
+/// task, so that the build output stays theirs.
+pub fn test_build(lint: bool, cargo_args: &[OsString]) -> Result<PathBuf> {
     // Formatting first: it takes a second and needs no build.
     if lint {
         run(cargo().args(["fmt", "--all", "--", "--check"]))?;
     }
     let bin = build()?;
-    // The HTML report's test renders the page in a real browser.
-    crate::report_bench::ensure_chromium()?;
     if lint {
         // trainbpf-ebpf cannot be checked for the host: it is no_std with its
         // own panic handler and uses nightly features, and a workspace-wide
@@ -37,6 +45,17 @@ pub fn test(lint: bool, cargo_test_args: &[OsString]) -> Result<()> {
             .args(["--all-targets", "--", "-D", "warnings"]))?;
     }
     run(cargo()
+        .args(["test", "--workspace", "--no-run"])
+        .args(cargo_args))?;
+    Ok(bin)
+}
+
+pub fn test(lint: bool, cargo_test_args: &[OsString]) -> Result<()> {
+    require_root("test", "the privileged tests need root")?;
+    let bin = test_build(lint, cargo_args_before_dashdash(cargo_test_args))?;
+    // The HTML report's test renders the page in a real browser.
+    crate::report_bench::ensure_chromium()?;
+    run(cargo()
         // Every test binary runs even after one fails: a CI log should show
         // all that is broken, not the first.
         .args(["test", "--workspace", "--no-fail-fast"])
@@ -44,7 +63,13 @@ pub fn test(lint: bool, cargo_test_args: &[OsString]) -> Result<()> {
         // The end-to-end tests drive the binary built above, and fail rather
         // than skip when they cannot do their privileged parts.
         .env("TRAINBPF_BIN", &bin)
-        .env("TRAINBPF_PRIVILEGED_REQUIRED", "1"))
+        .env("TRAINBPF_PRIVILEGED_REQUIRED", "1")
+        // The suite is written for plain root, as CI runs it: under sudo,
+        // `record` would run every job as the user sudo came from. The
+        // tests that check that set these themselves.
+        .env_remove("SUDO_UID")
+        .env_remove("SUDO_GID")
+        .env_remove("SUDO_USER"))
 }
 
 pub fn demo() -> Result<()> {

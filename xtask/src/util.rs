@@ -88,10 +88,11 @@ pub fn is_root() -> bool {
 }
 
 /// Fails, never skips: a privileged run that quietly skipped its privileged
-/// parts would pass without having tested anything.
+/// parts would pass without having tested anything. (main re-runs a root
+/// task under sudo first; this guards the task itself.)
 pub fn require_root(task: &str, why: &str) -> Result<()> {
     if !is_root() {
-        bail!("{why} (eBPF programs, memory cgroups): run `sudo -E cargo xtask {task}`");
+        bail!("{why} (eBPF programs, memory cgroups): run `cargo xtask {task}` as root");
     }
     Ok(())
 }

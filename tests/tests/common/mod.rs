@@ -189,3 +189,58 @@ pub fn u(v: &Value) -> u64 {
     v.as_u64()
         .unwrap_or_else(|| panic!("not an unsigned integer: {v}"))
 }
+
+/// A process a test started, directly or below its child: its pid and its
+/// start time (field 22 of /proc/PID/stat), so that a pid reused by another
+/// process is never taken for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Started {
+    pub pid: u32,
+    pub start: u64,
+}
+
+/// (ppid, start time) of `pid`, from /proc/PID/stat; None once it is gone.
+fn stat_of(pid: u32) -> Option<(u32, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The comm in parentheses may hold blanks and parentheses: fields
+    // are counted after its last ')'. The rest starts at field 3 (state).
+    let rest: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
+    Some((rest.get(1)?.parse().ok()?, rest.get(19)?.parse().ok()?))
+}
+
+/// Every process below `pid` now (children, their children, …), found by
+/// parent pid in /proc: the processes a test started through its child,
+/// and nothing else on the machine.
+pub fn descendants(pid: u32) -> Vec<Started> {
+    let mut all = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("reading /proc").flatten() {
+        let Some(p) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
+            continue;
+        };
+        if let Some((ppid, start)) = stat_of(p) {
+            all.push((p, ppid, start));
+        }
+    }
+    let mut found: Vec<Started> = Vec::new();
+    let mut parents = vec![pid];
+    while let Some(parent) = parents.pop() {
+        for &(p, ppid, start) in &all {
+            if ppid == parent {
+                found.push(Started { pid: p, start });
+                parents.push(p);
+            }
+        }
+    }
+    found
+}
+
+/// SIGKILLs each of `procs` that is still the same process (same start
+/// time); one already gone, or whose pid now names another, is left alone.
+pub fn kill_started(procs: &[Started]) {
+    for p in procs {
+        if stat_of(p.pid).is_some_and(|(_, start)| start == p.start) {
+            // SAFETY: plain kill(2) on a process this test started.
+            unsafe { libc::kill(p.pid as i32, libc::SIGKILL) };
+        }
+    }
+}
