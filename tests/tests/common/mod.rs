@@ -25,7 +25,7 @@ pub fn require_root() {
     let euid = unsafe { libc::geteuid() };
     if euid != 0 {
         panic!(
-            "this privileged test needs root (euid is {euid}); run the suite with `sudo -E cargo xtask test`. It does not skip."
+            "this privileged test needs root (euid is {euid}); run the suite with `cargo xtask test` (it re-runs itself with sudo when not root). It does not skip."
         );
     }
 }
