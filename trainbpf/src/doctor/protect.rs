@@ -59,9 +59,7 @@ fn trial_write() -> Result<(), String> {
             // SAFETY: a NUL-terminated path and a buffer of v.len() bytes.
             let code = unsafe {
                 let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-                if fd < 0 {
-                    *libc::__errno_location()
-                } else if libc::write(fd, v.as_ptr().cast(), v.len()) < 0 {
+                if fd < 0 || libc::write(fd, v.as_ptr().cast(), v.len()) < 0 {
                     *libc::__errno_location()
                 } else {
                     0

@@ -27,9 +27,13 @@ const PREFIX: &str = "trainbpf-";
 /// A memory cgroup made for `--memory-limit`, removed on drop.
 pub struct MemCgroup {
     pub dir: PathBuf,
-    /// Path as the kernel prints it (`oom_memcg=/user.slice/trainbpf-77-…`).
+    /// Path below the hierarchy's mount, as the kill records name memory
+    /// cgroups (`/user.slice/trainbpf-77-…`).
     pub rel: String,
     pub v2: bool,
+    /// Path as /proc/PID/cgroup shows it, which differs from `rel` in a
+    /// container that sees only its own part of the hierarchy.
+    proc_rel: String,
     /// cgroup v2: the parent's `cgroup.subtree_control` when memory had to
     /// be enabled there; it is disabled again on removal.
     enabled_in: Mutex<Option<PathBuf>>,
@@ -39,6 +43,7 @@ pub struct MemCgroup {
 struct Own {
     dir: PathBuf,
     rel: String,
+    proc_rel: String,
     v2: bool,
 }
 
@@ -63,9 +68,11 @@ impl MemCgroup {
                 return Err(e);
             }
         };
+        let below = |p: &str| format!("{}/{name}", p.trim_end_matches('/'));
         let cg = MemCgroup {
             dir,
-            rel: format!("{}/{name}", own.rel.trim_end_matches('/')),
+            rel: below(&own.rel),
+            proc_rel: below(&own.proc_rel),
             v2: own.v2,
             enabled_in: Mutex::new(enabled_in),
         };
@@ -192,7 +199,7 @@ impl MemCgroup {
     fn holds(&self, pid: u32) -> bool {
         fs::read_to_string(format!("/proc/{pid}/cgroup"))
             .ok()
-            .and_then(|t| memcg_line(&t, self.v2).map(|p| p == self.rel))
+            .and_then(|t| memcg_line(&t, self.v2).map(|p| p == self.proc_rel))
             .unwrap_or(false)
     }
 }
@@ -252,7 +259,7 @@ fn own_memcg() -> Result<Own, JobError> {
     let read = |p: &str| fs::read_to_string(p).map_err(io_err(format!("reading {p}")));
     let cgroup = read("/proc/self/cgroup")?;
     let mounts = crate::doctor::parse_mountinfo(&read("/proc/self/mountinfo")?);
-    let (version, rel, dir, _) =
+    let (version, proc_rel, dir, top) =
         crate::doctor::memory_cgroup_dir(&cgroup, &mounts).ok_or(JobError::NoMemoryController)?;
     let v2 = version == 2;
     let marker = if v2 {
@@ -262,11 +269,20 @@ fn own_memcg() -> Result<Own, JobError> {
     };
     if !dir.join(marker).exists() {
         return Err(JobError::OwnCgroup {
-            rel,
+            rel: proc_rel,
             dir: dir.display().to_string(),
         });
     }
-    Ok(Own { dir, rel, v2 })
+    let rel = format!(
+        "/{}",
+        dir.strip_prefix(&top).unwrap_or(Path::new("")).display()
+    );
+    Ok(Own {
+        dir,
+        rel,
+        proc_rel,
+        v2,
+    })
 }
 
 /// cgroup v2 gives a child the memory controller only when its parent lists
