@@ -52,7 +52,7 @@ pub enum JobError {
     /// cgroup v2: memory could not be enabled for the recorder's cgroup's
     /// children, typically because it holds processes.
     #[error(
-        "cgroup v2: cannot enable the memory controller below {parent}, the recorder's own cgroup ({source}); cgroup v2 allows that only in a cgroup with no processes of its own, or the root. Leave out --memory-limit and limit the recorder's cgroup instead, e.g. `sudo systemd-run --scope -p MemoryMax=SIZE trainbpf record -- CMD`"
+        "cgroup v2: cannot enable the memory controller below {parent}, the recorder's own cgroup: cgroup v2 allows that only in a cgroup with no processes of its own, or the root. Leave out --memory-limit and limit the recorder's cgroup instead, e.g. `sudo systemd-run --scope -p MemoryMax=SIZE trainbpf record -- CMD`"
     )]
     Delegate {
         parent: String,
