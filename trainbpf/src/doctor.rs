@@ -10,6 +10,8 @@
 //! As root it may leave tracefs and securityfs mounted: `record` mounts
 //! tracefs itself, and unmounting under a running tracer would break it.
 
+mod protect;
+
 use std::{
     collections::BTreeMap,
     fs,
@@ -106,6 +108,8 @@ pub struct Facts {
     pub self_oom_score_adj: Option<i32>,
     /// Processes at -1000 (never killed) or 1000 (killed first).
     pub extreme_adj: Vec<ProcAdj>,
+    /// Whether the recorder could set its own oom_score_adj to -1000.
+    pub oom_protect: protect::OomProtect,
     /// `/dev/shm`: `(size, used)` in bytes, or why it could not be read.
     pub shm: Result<(u64, u64), String>,
     /// `/proc/pressure/memory`, or why it could not be read.
@@ -1314,6 +1318,7 @@ pub fn checks(f: &Facts) -> Vec<Check> {
         check_swap(&f.meminfo),
         check_cgroup(f.cgroup.as_ref(), mem_total),
         check_oom_score_adj(f.self_oom_score_adj, &f.extreme_adj),
+        protect::check_oom_protect(f.root, &f.oom_protect),
         check_shm(&f.shm, mem_total),
         check_psi(&f.psi),
         check_thp(f.thp.0.as_deref(), f.thp.1.as_deref(), &f.meminfo),
@@ -1450,6 +1455,7 @@ pub fn gather() -> Facts {
         cgroup: gather_cgroup(&mounts),
         self_oom_score_adj: read_num("/proc/self/oom_score_adj"),
         extreme_adj: gather_extreme_adj(),
+        oom_protect: protect::gather(),
         shm: nix::sys::statvfs::statvfs("/dev/shm")
             .map(|v| {
                 let f = v.fragment_size();
@@ -1748,6 +1754,11 @@ Hugepagesize:       2048 kB\n";
             cgroup: None,
             self_oom_score_adj: Some(0),
             extreme_adj: vec![],
+            oom_protect: protect::OomProtect {
+                trial: Ok(()),
+                cap_sys_resource: Some(true),
+                user_namespace: false,
+            },
             shm: Ok((24 << 30, 0)),
             psi: Err("Operation not supported (os error 95)".into()),
             thp: (
@@ -1793,6 +1804,7 @@ Hugepagesize:       2048 kB\n";
                 "swap",
                 "cgroup_limit",
                 "oom_score_adj",
+                "oom_protect",
                 "shm",
                 "psi",
                 "thp",
@@ -1925,7 +1937,13 @@ Hugepagesize:       2048 kB\n";
         };
         let c = checks(&f);
         for id in [
-            "fentry", "tp_btf", "ringbuf", "record", "tracefs", "lockdown",
+            "fentry",
+            "tp_btf",
+            "ringbuf",
+            "record",
+            "tracefs",
+            "lockdown",
+            "oom_protect",
         ] {
             let k = by_id(&c, id);
             assert_eq!(
@@ -1941,7 +1959,7 @@ Hugepagesize:       2048 kB\n";
         let text = render_text(&f, &c);
         assert!(
             text.contains(
-                "not checked without root: tracefs, fentry, tp_btf, lockdown, ringbuf, record"
+                "not checked without root: oom_protect, tracefs, fentry, tp_btf, lockdown, ringbuf, record"
             ),
             "{text}"
         );

@@ -8,6 +8,8 @@
 //! command. So even a child that forks and exits at once is seen, and the
 //! command's own exec is the first thing recorded.
 
+mod cgroup;
+
 use std::{
     ffi::{OsStr, OsString},
     fs,
@@ -18,10 +20,11 @@ use std::{
     },
     path::{Path, PathBuf},
     process::Command,
-    time::{Duration, Instant},
 };
 
 use nix::unistd::{Gid, Uid, User};
+
+pub use cgroup::MemCgroup;
 
 #[derive(Debug, thiserror::Error)]
 pub enum JobError {
@@ -35,6 +38,38 @@ pub enum JobError {
     /// No memory controller is available in any cgroup hierarchy.
     #[error("no memory cgroup controller found (looked for cgroup v2 with memory, and v1 memory)")]
     NoMemoryController,
+    /// The recorder's own memory cgroup is not where its hierarchy is
+    /// mounted (a container that sees only part of the hierarchy).
+    #[error(
+        "the recorder's own memory cgroup {rel} is not visible at {dir}; --memory-limit makes the job's cgroup below it and nowhere else"
+    )]
+    OwnCgroup { rel: String, dir: String },
+    /// cgroup v2: the recorder's cgroup has no memory controller to give.
+    #[error(
+        "cgroup v2: the memory controller is not delegated to {parent}, the recorder's own cgroup, so --memory-limit cannot make the job's cgroup below it (trainbpf never puts the job outside its own cgroup); leave out --memory-limit and limit the recorder's cgroup instead, e.g. `sudo systemd-run --scope -p MemoryMax=SIZE trainbpf record -- CMD`"
+    )]
+    NotDelegated { parent: String },
+    /// cgroup v2: memory could not be enabled for the recorder's cgroup's
+    /// children, typically because it holds processes.
+    #[error(
+        "cgroup v2: cannot enable the memory controller below {parent}, the recorder's own cgroup: cgroup v2 allows that only in a cgroup with no processes of its own, or the root. Leave out --memory-limit and limit the recorder's cgroup instead, e.g. `sudo systemd-run --scope -p MemoryMax=SIZE trainbpf record -- CMD`"
+    )]
+    Delegate {
+        parent: String,
+        #[source]
+        source: io::Error,
+    },
+    /// Processes that are not the job's are in the job's cgroup (someone
+    /// moved them there): they are not signalled, and the cgroup stays.
+    #[error(
+        "left {dir} in place: it holds processes that are not the job's ({pids:?}); they were not signalled"
+    )]
+    Foreign { dir: String, pids: Vec<u32> },
+    /// `SUDO_UID`/`SUDO_GID` are not a pair of numbers.
+    #[error(
+        "{0}; sudo sets both SUDO_UID and SUDO_GID: unset both to run the job as yourself, or set both to run it as that user"
+    )]
+    Sudo(String),
 }
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> JobError {
@@ -50,112 +85,34 @@ pub struct Invoker {
 }
 
 impl Invoker {
-    /// `SUDO_UID`/`SUDO_GID` when set by sudo, else our own real ids.
-    pub fn detect() -> Invoker {
-        let env_id = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u32>().ok());
-        match (env_id("SUDO_UID"), env_id("SUDO_GID")) {
-            (Some(uid), Some(gid)) => Invoker { uid, gid },
-            _ => Invoker {
+    /// `SUDO_UID`/`SUDO_GID` when set by sudo, else our own real ids. One
+    /// without the other, or one that is not a number, is an error: falling
+    /// back to our own ids would run the job as root.
+    pub fn detect() -> Result<Invoker, JobError> {
+        Self::from_env(
+            std::env::var_os("SUDO_UID").as_deref(),
+            std::env::var_os("SUDO_GID").as_deref(),
+        )
+    }
+
+    fn from_env(uid: Option<&OsStr>, gid: Option<&OsStr>) -> Result<Invoker, JobError> {
+        let id = |k: &str, v: &OsStr| {
+            v.to_str()
+                .and_then(|s| s.parse::<u32>().ok())
+                .ok_or_else(|| JobError::Sudo(format!("{k}={v:?} is not a numeric id")))
+        };
+        match (uid, gid) {
+            (None, None) => Ok(Invoker {
                 uid: Uid::current().as_raw(),
                 gid: Gid::current().as_raw(),
-            },
+            }),
+            (Some(u), Some(g)) => Ok(Invoker {
+                uid: id("SUDO_UID", u)?,
+                gid: id("SUDO_GID", g)?,
+            }),
+            (Some(_), None) => Err(JobError::Sudo("SUDO_UID is set without SUDO_GID".into())),
+            (None, Some(_)) => Err(JobError::Sudo("SUDO_GID is set without SUDO_UID".into())),
         }
-    }
-}
-
-/// A memory cgroup made for `--memory-limit`, removed on drop.
-pub struct MemCgroup {
-    pub dir: PathBuf,
-    /// Path as the kernel prints it (`oom_memcg=/trainbpf-77`).
-    pub rel: String,
-    pub v2: bool,
-}
-
-impl MemCgroup {
-    /// Creates `trainbpf-<pid>` under the root of the memory hierarchy:
-    /// cgroup v2 where it has the memory controller, v1 otherwise.
-    pub fn create(limit_bytes: u64) -> Result<MemCgroup, JobError> {
-        let name = format!("trainbpf-{}", std::process::id());
-        let (root, v2) = memory_hierarchy().ok_or(JobError::NoMemoryController)?;
-        if v2 {
-            // Children get the controller only if the parent delegates it.
-            let ctl = root.join("cgroup.subtree_control");
-            if !fs::read_to_string(&ctl)
-                .unwrap_or_default()
-                .contains("memory")
-            {
-                fs::write(&ctl, "+memory")
-                    .map_err(io_err(format!("enabling memory in {}", ctl.display())))?;
-            }
-        }
-        let dir = root.join(&name);
-        match fs::create_dir(&dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(io_err(format!("creating {}", dir.display()))(e)),
-        }
-        let cg = MemCgroup {
-            dir,
-            rel: format!("/{name}"),
-            v2,
-        };
-        let (file, value) = if v2 {
-            ("memory.max", limit_bytes.to_string())
-        } else {
-            ("memory.limit_in_bytes", limit_bytes.to_string())
-        };
-        let path = cg.dir.join(file);
-        fs::write(&path, value).map_err(io_err(format!("writing {}", path.display())))?;
-        Ok(cg)
-    }
-
-    pub fn add(&self, pid: u32) -> Result<(), JobError> {
-        let path = self.dir.join("cgroup.procs");
-        fs::write(&path, pid.to_string()).map_err(io_err(format!("writing {}", path.display())))
-    }
-
-    pub fn procs(&self) -> Vec<u32> {
-        fs::read_to_string(self.dir.join("cgroup.procs"))
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.trim().parse().ok())
-            .collect()
-    }
-
-    /// Inode number of the directory: the kernel's `kernfs_node::id`, which
-    /// the OOM probes report.
-    pub fn id(&self) -> u64 {
-        use std::os::unix::fs::MetadataExt;
-        fs::metadata(&self.dir).map(|m| m.ino()).unwrap_or(0)
-    }
-
-    /// Like a container's end: processes the job left behind are killed so
-    /// that the cgroup can go.
-    pub fn remove(&self) -> Result<(), JobError> {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            let procs = self.procs();
-            for pid in &procs {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(*pid as i32),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
-            match fs::remove_dir(&self.dir) {
-                Ok(()) => return Ok(()),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-                Err(e) if Instant::now() > deadline => {
-                    return Err(io_err(format!("removing {}", self.dir.display()))(e));
-                }
-                Err(_) => std::thread::sleep(Duration::from_millis(50)),
-            }
-        }
-    }
-}
-
-impl Drop for MemCgroup {
-    fn drop(&mut self) {
-        let _ = self.remove();
     }
 }
 
@@ -332,8 +289,13 @@ pub fn exec_trampoline(args: &[OsString]) -> i32 {
     }
     drop(go);
     // Undo the recorder's own OOM protection: the job must be killable as
-    // it would be without trainbpf.
-    let _ = fs::write("/proc/self/oom_score_adj", adj.to_string());
+    // it would be without trainbpf, never left at the recorder's -1000.
+    if let Err(e) = restore_oom_score_adj(adj) {
+        return fail(
+            format!("cannot give the job its oom_score_adj {adj} back ({e}); not starting it"),
+            1,
+        );
+    }
     let (uid, gid) = (uid as u32, gid as u32);
     let cmd_argv = &args[5..];
     let mut cmd = Command::new(&cmd_argv[0]);
@@ -352,8 +314,24 @@ pub fn exec_trampoline(args: &[OsString]) -> i32 {
     }
 }
 
+/// Writes `adj` to our own oom_score_adj and reads it back.
+fn restore_oom_score_adj(adj: i64) -> io::Result<()> {
+    const PATH: &str = "/proc/self/oom_score_adj";
+    fs::write(PATH, adj.to_string())?;
+    let now = fs::read_to_string(PATH)?;
+    if now.trim() != adj.to_string() {
+        return Err(io::Error::other(format!(
+            "it reads {} after writing",
+            now.trim()
+        )));
+    }
+    Ok(())
+}
+
 /// setgroups/setgid/setuid to the invoking user, with their HOME, USER and
 /// LOGNAME, the way `sudo -u` would; the rest of the environment stays.
+/// A uid without a passwd entry gets HOME=/ (as systemd gives such users),
+/// never root's, and USER and LOGNAME set to the number.
 fn drop_privileges(uid: u32, gid: u32, cmd: &mut Command) -> Result<(), String> {
     let user = User::from_uid(Uid::from_raw(uid)).map_err(|e| e.to_string())?;
     let groups = match &user {
@@ -366,11 +344,16 @@ fn drop_privileges(uid: u32, gid: u32, cmd: &mut Command) -> Result<(), String> 
     nix::unistd::setgroups(&groups).map_err(|e| format!("setgroups: {e}"))?;
     nix::unistd::setgid(Gid::from_raw(gid)).map_err(|e| format!("setgid: {e}"))?;
     nix::unistd::setuid(Uid::from_raw(uid)).map_err(|e| format!("setuid: {e}"))?;
-    if let Some(u) = user {
-        cmd.env("HOME", &u.dir)
+    match user {
+        Some(u) => cmd
+            .env("HOME", &u.dir)
             .env("USER", &u.name)
-            .env("LOGNAME", &u.name);
-    }
+            .env("LOGNAME", &u.name),
+        None => cmd
+            .env("HOME", "/")
+            .env("USER", uid.to_string())
+            .env("LOGNAME", uid.to_string()),
+    };
     Ok(())
 }
 
@@ -404,6 +387,28 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sudo_ids_come_in_pairs() {
+        let s = |v: &str| Some(OsStr::new(v).to_owned());
+        let inv = |u: Option<OsString>, g: Option<OsString>| {
+            Invoker::from_env(u.as_deref(), g.as_deref())
+        };
+        assert_eq!(
+            inv(s("1000"), s("100")).unwrap(),
+            Invoker {
+                uid: 1000,
+                gid: 100
+            }
+        );
+        let e = inv(s("1000"), None).unwrap_err().to_string();
+        assert!(e.contains("SUDO_UID is set without SUDO_GID"), "{e}");
+        assert!(inv(None, s("100")).is_err());
+        let e = inv(s("alice"), s("100")).unwrap_err().to_string();
+        assert!(e.contains("not a numeric id"), "{e}");
+        assert!(inv(s("1000"), s("")).is_err());
+        assert_eq!(inv(None, None).unwrap().uid, Uid::current().as_raw());
+    }
 
     #[test]
     fn sizes() {

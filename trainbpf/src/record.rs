@@ -157,18 +157,29 @@ fn mono_ns() -> u64 {
 }
 
 /// Sets our own oom_score_adj to -1000 and returns the old value, which the
-/// job gets back.
-fn protect_from_oom_killer() -> i32 {
+/// job gets back, and, when that failed, why, for the recording's header
+/// (the report then says the recorder was not protected).
+fn protect_from_oom_killer() -> (i32, Option<crate::recording::Fallback>) {
     let old = fs::read_to_string("/proc/self/oom_score_adj")
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(0);
-    if let Err(e) = fs::write("/proc/self/oom_score_adj", "-1000") {
-        eprintln!(
-            "trainbpf: warning: could not set the recorder's oom_score_adj to -1000 ({e}; lowering it needs CAP_SYS_RESOURCE); the OOM killer may pick the recorder"
-        );
+    match fs::write("/proc/self/oom_score_adj", "-1000") {
+        Ok(()) => (old, None),
+        Err(e) => {
+            let reason = format!(
+                "{e}; lowering it needs CAP_SYS_RESOURCE (run outside a container that drops it, or grant it), so the OOM killer may pick the recorder"
+            );
+            eprintln!(
+                "trainbpf: warning: could not set the recorder's oom_score_adj to -1000 ({reason})"
+            );
+            let f = crate::recording::Fallback {
+                probe: "oom_score_adj -1000 (the recorder's OOM protection)".into(),
+                reason,
+            };
+            (old, Some(f))
+        }
     }
-    old
 }
 
 fn open_output(path: &PathBuf, invoker: &Invoker) -> Result<File, RecordError> {
@@ -189,7 +200,7 @@ fn open_output(path: &PathBuf, invoker: &Invoker) -> Result<File, RecordError> {
 }
 
 pub fn run(opts: RecordOptions) -> Result<Outcome, RecordError> {
-    let invoker = Invoker::detect();
+    let invoker = Invoker::detect()?;
     let euid = nix::unistd::Uid::effective().as_raw();
     if let Some(missing) = missing_capabilities(effective_caps(), &invoker, euid) {
         return Err(RecordError::Privileges { missing });
@@ -211,7 +222,7 @@ pub fn run(opts: RecordOptions) -> Result<Outcome, RecordError> {
     let sigfd = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
         .map_err(|e| io_err("signalfd")(e.into()))?;
 
-    let job_adj = protect_from_oom_killer();
+    let (job_adj, unprotected) = protect_from_oom_killer();
     // Orphaned workers re-parent to us rather than to init, so they stay
     // visible as the job's until they exit.
     // SAFETY: prctl with integer arguments only.
@@ -246,7 +257,12 @@ pub fn run(opts: RecordOptions) -> Result<Outcome, RecordError> {
             realtime_ns: now(nix::time::ClockId::CLOCK_REALTIME),
         },
         attach: loaded.attach.clone(),
-        fallbacks: loaded.fallbacks.clone(),
+        fallbacks: loaded
+            .fallbacks
+            .iter()
+            .cloned()
+            .chain(unprotected)
+            .collect(),
         config: RecordConfig {
             rss_threshold_bytes: opts.tunables.rss_threshold_bytes,
             rss_relative_shift: opts.tunables.rss_relative_shift,
