@@ -8,9 +8,8 @@
 
 use std::{
     ffi::OsString,
-    fs::{self, File, OpenOptions},
+    fs::{self, File},
     io,
-    os::unix::fs::OpenOptionsExt,
     path::PathBuf,
     time::{Duration, Instant},
 };
@@ -28,6 +27,7 @@ use crate::{
     job::{self, Invoker, MemCgroup},
     loader::{self, Loaded, Tunables},
     recording::{ClockPair, RecordConfig, RecordingHeader, Writer},
+    safe_file::{self, Place},
 };
 
 pub struct RecordOptions {
@@ -90,6 +90,9 @@ pub struct Outcome {
     pub output: PathBuf,
     /// The recorder attached to a job it did not start.
     pub attached: bool,
+    /// The recording as written, read back for the verdict through this
+    /// descriptor: the path may name something else by now.
+    pub recording: File,
 }
 
 impl Outcome {
@@ -171,21 +174,22 @@ fn protect_from_oom_killer() -> i32 {
     old
 }
 
-fn open_output(path: &PathBuf, invoker: &Invoker) -> Result<File, RecordError> {
-    let file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(io_err(format!("creating {}", path.display())))?;
-    // An existing file keeps its mode through O_TRUNC: set it.
-    use std::os::unix::fs::PermissionsExt;
-    file.set_permissions(fs::Permissions::from_mode(0o600))
-        .map_err(io_err(format!("chmod {}", path.display())))?;
-    std::os::unix::fs::fchown(&file, Some(invoker.uid), Some(invoker.gid))
-        .map_err(io_err(format!("chown {}", path.display())))?;
-    Ok(file)
+/// The recording: created new as the invoking user, locked, never through
+/// a link or over someone's file (src/safe_file.rs).
+fn open_output(path: &PathBuf, invoker: &Invoker) -> Result<(File, Place), RecordError> {
+    let created =
+        safe_file::create_recording(path, invoker.into()).map_err(|e| RecordError::Io {
+            what: format!("creating {}", path.display()),
+            source: io::Error::other(e),
+        })?;
+    if let Some(old) = &created.moved_aside {
+        eprintln!(
+            "trainbpf: moved the earlier {} aside to {}",
+            path.display(),
+            old.display()
+        );
+    }
+    Ok((created.file, created.place))
 }
 
 pub fn run(opts: RecordOptions) -> Result<Outcome, RecordError> {
@@ -254,7 +258,7 @@ pub fn run(opts: RecordOptions) -> Result<Outcome, RecordError> {
             ring_bytes: opts.tunables.ring_bytes as u64,
         },
     };
-    let file = open_output(&opts.output, &invoker)?;
+    let (file, place) = open_output(&opts.output, &invoker)?;
     let writer = Writer::new(file, &header).map_err(|e| RecordError::Io {
         what: format!("writing {}", opts.output.display()),
         source: io::Error::other(e.to_string()),
@@ -275,7 +279,7 @@ pub fn run(opts: RecordOptions) -> Result<Outcome, RecordError> {
         .build()
         .map_err(io_err("starting the runtime"))?;
     let attached = !matches!(opts.target, Target::Run(_));
-    let status = rt.block_on(collect(
+    let (status, recording) = rt.block_on(collect(
         loaded,
         writer,
         opts.target,
@@ -284,8 +288,7 @@ pub fn run(opts: RecordOptions) -> Result<Outcome, RecordError> {
         cgroup.as_ref(),
         sigfd,
         crate::status::Status::new(opts.quiet, opts.leaks.clone()),
-        opts.flight
-            .map(|f| crate::compact::Flight::new(&opts.output, f)),
+        opts.flight.map(|f| crate::compact::Flight::new(place, f)),
     ))?;
     if let Some(cg) = cgroup
         && let Err(e) = cg.remove()
@@ -296,6 +299,7 @@ pub fn run(opts: RecordOptions) -> Result<Outcome, RecordError> {
         status,
         output: opts.output,
         attached,
+        recording,
     })
 }
 
@@ -625,7 +629,7 @@ async fn collect(
     sigfd: SignalFd,
     status: crate::status::Status,
     flight: Option<crate::compact::Flight>,
-) -> Result<Option<ExitStatus>, RecordError> {
+) -> Result<(Option<ExitStatus>, File), RecordError> {
     let Loaded {
         mut ebpf,
         events,
@@ -916,7 +920,7 @@ async fn collect(
     }
     c.finish()?;
     let _ = c.writer.get_ref().sync_all();
-    Ok(status)
+    Ok((status, c.writer.into_inner()))
 }
 
 /// The spawned job's end; never, for an attached one.
