@@ -590,7 +590,7 @@ impl Flight {
         let io = |e: io::Error| {
             InstallError::File(FileError::Io {
                 what: "copying the recording's tail".into(),
-                source: e,
+                err: e,
             })
         };
         let tail = len - upto;

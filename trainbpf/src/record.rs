@@ -69,6 +69,9 @@ pub enum RecordError {
     /// Starting or containing the job failed.
     #[error(transparent)]
     Job(#[from] job::JobError),
+    /// The recording could not be created safely (src/safe_file.rs).
+    #[error(transparent)]
+    File(#[from] safe_file::FileError),
     /// The recording file could not be written.
     #[error("{what}: {source}")]
     Io {
@@ -177,11 +180,7 @@ fn protect_from_oom_killer() -> i32 {
 /// The recording: created new as the invoking user, locked, never through
 /// a link or over someone's file (src/safe_file.rs).
 fn open_output(path: &PathBuf, invoker: &Invoker) -> Result<(File, Place), RecordError> {
-    let created =
-        safe_file::create_recording(path, invoker.into()).map_err(|e| RecordError::Io {
-            what: format!("creating {}", path.display()),
-            source: io::Error::other(e),
-        })?;
+    let created = safe_file::create_recording(path, invoker.into())?;
     if let Some(old) = &created.moved_aside {
         eprintln!(
             "trainbpf: moved the earlier {} aside to {}",
@@ -288,8 +287,15 @@ pub fn run(opts: RecordOptions) -> Result<Outcome, RecordError> {
         cgroup.as_ref(),
         sigfd,
         crate::status::Status::new(opts.quiet, opts.leaks.clone()),
-        opts.flight.map(|f| crate::compact::Flight::new(place, f)),
+        opts.flight
+            .map(|f| crate::compact::Flight::new(place.clone(), f)),
     ))?;
+    if !place.still_names(&recording) {
+        eprintln!(
+            "trainbpf: warning: {} no longer names this recording (moved or replaced while recording); the verdict is read from what the recorder wrote",
+            opts.output.display()
+        );
+    }
     if let Some(cg) = cgroup
         && let Err(e) = cg.remove()
     {

@@ -74,17 +74,14 @@ pub enum FileError {
     Foreign { path: String, uid: u32, owner: u32 },
     #[error("another trainbpf record is writing {path}; choose another -o")]
     Busy { path: String },
-    #[error("{what}: {source}")]
-    Io {
-        what: String,
-        #[source]
-        source: io::Error,
-    },
+    /// The OS error is in the message, not a source: it is said once.
+    #[error("{what}: {err}")]
+    Io { what: String, err: io::Error },
 }
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> FileError {
     let what = what.into();
-    move |source| FileError::Io { what, source }
+    move |err| FileError::Io { what, err }
 }
 
 /// Takes on `owner`'s filesystem credentials on this thread, for good:
@@ -157,7 +154,7 @@ pub fn as_owner<T: Send>(
         t.join().unwrap_or_else(|_| {
             Err(FileError::Io {
                 what: "creating a file".into(),
-                source: io::Error::other("the thread panicked"),
+                err: io::Error::other("the thread panicked"),
             })
         })
     })
@@ -620,7 +617,7 @@ pub fn write_output(path: &Path, bytes: &[u8], owner: Owner) -> Result<(), FileE
                 if is_regular(&now) {
                     return Err(FileError::Io {
                         what: format!("opening {shown}"),
-                        source: io::Error::other("it was replaced by a regular file meanwhile"),
+                        err: io::Error::other("it was replaced by a regular file meanwhile"),
                     });
                 }
                 f.write_all(bytes)
