@@ -10,7 +10,7 @@ use std::{
     ffi::OsString,
     fs::{self, File},
     io,
-    path::PathBuf,
+    path::{Path, PathBuf},
     time::{Duration, Instant},
 };
 
@@ -179,7 +179,7 @@ fn protect_from_oom_killer() -> i32 {
 
 /// The recording: created new as the invoking user, locked, never through
 /// a link or over someone's file (src/safe_file.rs).
-fn open_output(path: &PathBuf, invoker: &Invoker) -> Result<(File, Place), RecordError> {
+fn open_output(path: &Path, invoker: &Invoker) -> Result<(File, Place), RecordError> {
     let created = safe_file::create_recording(path, invoker.into())?;
     if let Some(old) = &created.moved_aside {
         eprintln!(

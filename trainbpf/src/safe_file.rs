@@ -26,12 +26,19 @@ use std::{
     fs::File,
     io::{self, Read},
     os::{
-        fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd},
+        fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd},
         unix::{ffi::OsStrExt, fs::FileExt},
     },
     path::{Path, PathBuf},
     sync::Arc,
 };
+
+use sys::{
+    check, cstr, fstat, is_regular, kind_of, lstat_at, open_at, random_suffix, rename_at,
+    rename_noreplace, try_lock, unlink_at,
+};
+
+mod sys;
 
 /// Whose credentials create the files: the user who ran `sudo`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -158,131 +165,6 @@ pub fn as_owner<T: Send>(
             })
         })
     })
-}
-
-fn cstr(name: &OsStr) -> io::Result<CString> {
-    CString::new(name.as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
-}
-
-fn check(r: libc::c_int) -> io::Result<libc::c_int> {
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r)
-    }
-}
-
-/// `lstat` of a name in a directory; `None` when there is none.
-fn lstat_at(dir: BorrowedFd, name: &OsStr) -> io::Result<Option<libc::stat>> {
-    let c = cstr(name)?;
-    // SAFETY: a zeroed stat is valid; fstatat fills it.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: valid fd, C string and out pointer.
-    let r = unsafe {
-        libc::fstatat(
-            dir.as_raw_fd(),
-            c.as_ptr(),
-            &mut st,
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    };
-    match check(r) {
-        Ok(_) => Ok(Some(st)),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
-fn fstat(fd: BorrowedFd) -> io::Result<libc::stat> {
-    // SAFETY: as above.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: valid fd and out pointer.
-    check(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
-    Ok(st)
-}
-
-fn open_at(dir: BorrowedFd, name: &OsStr, flags: libc::c_int, mode: u32) -> io::Result<File> {
-    let c = cstr(name)?;
-    // SAFETY: valid fd and C string; the fd returned is ours.
-    let fd = check(unsafe {
-        libc::openat(
-            dir.as_raw_fd(),
-            c.as_ptr(),
-            flags | libc::O_CLOEXEC,
-            mode as libc::c_uint,
-        )
-    })?;
-    // SAFETY: fd was just opened and is owned by no one else.
-    Ok(unsafe { File::from_raw_fd(fd) })
-}
-
-fn rename_at(dir: BorrowedFd, from: &OsStr, to: &OsStr, flags: libc::c_uint) -> io::Result<()> {
-    let (f, t) = (cstr(from)?, cstr(to)?);
-    let d = dir.as_raw_fd();
-    // SAFETY: valid fds and C strings.
-    check(unsafe { libc::renameat2(d, f.as_ptr(), d, t.as_ptr(), flags) }).map(drop)
-}
-
-/// Renames `from` to `to` unless `to` exists (`EEXIST` then). A file
-/// system without `RENAME_NOREPLACE` gets a hard link and an unlink, which
-/// refuse an existing name just the same.
-fn rename_noreplace(dir: BorrowedFd, from: &OsStr, to: &OsStr) -> io::Result<()> {
-    match rename_at(dir, from, to, libc::RENAME_NOREPLACE) {
-        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-            let (f, t) = (cstr(from)?, cstr(to)?);
-            let d = dir.as_raw_fd();
-            // SAFETY: valid fds and C strings; no AT_SYMLINK_FOLLOW.
-            check(unsafe { libc::linkat(d, f.as_ptr(), d, t.as_ptr(), 0) })?;
-            unlink_at(dir, from)
-        }
-        r => r,
-    }
-}
-
-fn unlink_at(dir: BorrowedFd, name: &OsStr) -> io::Result<()> {
-    let c = cstr(name)?;
-    // SAFETY: valid fd and C string.
-    check(unsafe { libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), 0) }).map(drop)
-}
-
-/// Takes the exclusive lock without waiting; false when another holds it.
-fn try_lock(f: &File) -> io::Result<bool> {
-    // SAFETY: valid fd.
-    match check(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) }) {
-        Ok(_) => Ok(true),
-        Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => Ok(false),
-        Err(e) => Err(e),
-    }
-}
-
-/// Ten random letters and digits, from the kernel.
-fn random_suffix() -> io::Result<String> {
-    let mut b = [0u8; 10];
-    // SAFETY: the buffer is valid for its length.
-    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
-    if n != b.len() as isize {
-        return Err(io::Error::last_os_error());
-    }
-    const ABC: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
-    Ok(b.iter()
-        .map(|&x| ABC[x as usize % ABC.len()] as char)
-        .collect())
-}
-
-fn kind_of(st: &libc::stat) -> &'static str {
-    match st.st_mode & libc::S_IFMT {
-        libc::S_IFLNK => "a symbolic link",
-        libc::S_IFDIR => "a directory",
-        libc::S_IFCHR => "a character device",
-        libc::S_IFBLK => "a block device",
-        libc::S_IFIFO => "a FIFO",
-        libc::S_IFSOCK => "a socket",
-        _ => "not a regular file",
-    }
-}
-
-fn is_regular(st: &libc::stat) -> bool {
-    st.st_mode & libc::S_IFMT == libc::S_IFREG
 }
 
 /// A file's place: its directory, held open, and its name there. Every
@@ -663,93 +545,4 @@ impl Read for ReadAt<'_> {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::os::unix::fs::MetadataExt as _;
-
-    use super::*;
-
-    fn tmpdir(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("trainbpf-safe-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
-    }
-
-    #[test]
-    fn an_earlier_recording_moves_aside_and_a_link_is_refused() {
-        let d = tmpdir("aside");
-        let rec = d.join("r.rec");
-        std::fs::write(&rec, b"earlier").unwrap();
-        let c = create_recording(&rec, Owner::current()).unwrap();
-        assert_eq!(c.moved_aside, Some(d.join("r.rec.old")));
-        assert_eq!(std::fs::read(d.join("r.rec.old")).unwrap(), b"earlier");
-        assert_eq!(std::fs::metadata(&rec).unwrap().len(), 0);
-        assert_eq!(std::fs::metadata(&rec).unwrap().mode() & 0o777, 0o600);
-        // Locked while it is written: a second one refuses.
-        let second = create_recording(&rec, Owner::current());
-        assert!(matches!(second, Err(FileError::Busy { .. })), "{second:?}");
-        drop(c);
-
-        let target = d.join("target");
-        std::fs::write(&target, b"keep").unwrap();
-        let link = d.join("l.rec");
-        std::os::unix::fs::symlink(&target, &link).unwrap();
-        let e = create_recording(&link, Owner::current()).err().unwrap();
-        assert!(e.to_string().contains("symbolic link"), "{e}");
-        assert_eq!(std::fs::read(&target).unwrap(), b"keep");
-        // Nothing is left behind by a refusal.
-        let names: Vec<_> = std::fs::read_dir(&d)
-            .unwrap()
-            .flatten()
-            .map(|e| e.file_name())
-            .collect();
-        assert_eq!(names.len(), 4, "{names:?}");
-        std::fs::remove_dir_all(&d).unwrap();
-    }
-
-    #[test]
-    fn report_outputs_replace_files_write_through_fifos_and_refuse_links() {
-        let d = tmpdir("outputs");
-        let out = d.join("o.html");
-        std::fs::write(&out, b"old").unwrap();
-        write_output(&out, b"new", Owner::current()).unwrap();
-        assert_eq!(std::fs::read(&out).unwrap(), b"new");
-
-        let target = d.join("target");
-        std::fs::write(&target, b"keep").unwrap();
-        std::os::unix::fs::symlink(&target, d.join("l.html")).unwrap();
-        assert!(write_output(&d.join("l.html"), b"x", Owner::current()).is_err());
-        assert_eq!(std::fs::read(&target).unwrap(), b"keep");
-
-        let fifo = d.join("f");
-        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
-        let reader = {
-            let fifo = fifo.clone();
-            std::thread::spawn(move || std::fs::read(fifo).unwrap())
-        };
-        write_output(&fifo, b"through", Owner::current()).unwrap();
-        assert_eq!(reader.join().unwrap(), b"through");
-        let st = std::fs::symlink_metadata(&fifo).unwrap();
-        assert!(std::os::unix::fs::FileTypeExt::is_fifo(&st.file_type()));
-        std::fs::remove_dir_all(&d).unwrap();
-    }
-
-    #[test]
-    fn read_at_leaves_the_writers_offset_alone() {
-        use std::io::{Seek, Write};
-        let d = tmpdir("readat");
-        let mut f = File::options()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(d.join("f"))
-            .unwrap();
-        f.write_all(b"hello world").unwrap();
-        let mut s = String::new();
-        ReadAt::new(&f, 6).read_to_string(&mut s).unwrap();
-        assert_eq!(s, "world");
-        assert_eq!(f.stream_position().unwrap(), 11);
-        std::fs::remove_dir_all(&d).unwrap();
-    }
-}
+mod tests;
