@@ -44,13 +44,33 @@ pub fn test(lint: bool, cargo_test_args: &[OsString]) -> Result<()> {
         // The end-to-end tests drive the binary built above, and fail rather
         // than skip when they cannot do their privileged parts.
         .env("TRAINBPF_BIN", &bin)
-        .env("TRAINBPF_PRIVILEGED_REQUIRED", "1"))
+        .env("TRAINBPF_PRIVILEGED_REQUIRED", "1")
+        // The tests run the recorder as the root they require (those that
+        // play a sudo user set SUDO_UID themselves): a SUDO_UID inherited
+        // from `sudo cargo xtask test` would have it create every recording
+        // as that user, in test directories only root may write.
+        .env_remove("SUDO_UID")
+        .env_remove("SUDO_GID"))
 }
 
 pub fn demo() -> Result<()> {
     require_root("demo", "recording the demo needs root")?;
     let bin = build()?;
-    let rec = target_dir()?.join("demo.rec");
+    // The recorder creates its file as the user who ran sudo, and a
+    // target/ made by `sudo cargo` is root's: the demo gets a directory
+    // of theirs.
+    let dir = target_dir()?.join("demo");
+    fs::create_dir_all(&dir)?;
+    ensure!(
+        fs::symlink_metadata(&dir)?.is_dir(),
+        "{} is not a directory",
+        dir.display()
+    );
+    let id = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u32>().ok());
+    if let (Some(uid), Some(gid)) = (id("SUDO_UID"), id("SUDO_GID")) {
+        std::os::unix::fs::lchown(&dir, Some(uid), Some(gid))?;
+    }
+    let rec = dir.join("demo.rec");
     // A file left by an earlier run must not pass for this run's record.
     match fs::remove_file(&rec) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e.into()),
