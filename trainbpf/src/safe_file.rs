@@ -95,7 +95,7 @@ fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> FileError {
 /// only for a thread that does nothing else (see [`as_owner`]). Dropping
 /// fsuid 0 also drops the capabilities that override file permissions.
 pub fn assume(owner: Owner) -> io::Result<()> {
-    if owner == Owner::current() {
+    if !switches_to(owner) {
         return Ok(());
     }
     let groups = supplementary_groups(owner);
@@ -121,6 +121,14 @@ pub fn assume(owner: Owner) -> io::Result<()> {
     Ok(())
 }
 
+/// Only root takes on another user's credentials. Anyone else (`sudo -u
+/// bob`, whose SUDO_UID names the caller) makes files as themselves: the
+/// kernel already holds them to their own rights.
+fn switches_to(owner: Owner) -> bool {
+    let me = Owner::current();
+    me.uid == 0 && owner != me
+}
+
 /// The user's groups from the group database; their primary group alone
 /// when they have no passwd entry.
 fn supplementary_groups(owner: Owner) -> Vec<libc::gid_t> {
@@ -144,7 +152,7 @@ pub fn as_owner<T: Send>(
     owner: Owner,
     f: impl FnOnce() -> Result<T, FileError> + Send,
 ) -> Result<T, FileError> {
-    if owner == Owner::current() {
+    if !switches_to(owner) {
         return f();
     }
     std::thread::scope(|s| {
