@@ -316,7 +316,10 @@ fn the_verdict_reads_the_recorders_own_file_not_the_path() {
         stderr(&out)
     );
     assert_eq!(out.status.code(), Some(5));
-    assert!(stderr(&out).contains("exited with code 5") || stderr(&out).contains("code 5"));
+    assert!(
+        stderr(&out).contains("exited with code 5"),
+        "the verdict is the job's own"
+    );
 
     // A FIFO in its place: the recorder still ends, with its verdict.
     let mut args: Vec<&OsStr> = vec!["record".as_ref(), "--quiet".as_ref(), "-o".as_ref()];
@@ -367,7 +370,7 @@ fn a_second_recorder_on_the_same_output_refuses() {
     let _g = serial();
     let home = users_dir("sec-f6");
     let rec = home.path("rec");
-    let first = spawn_until(
+    let mut first = spawn_until(
         &[
             "record".as_ref(),
             "--quiet".as_ref(),
@@ -380,7 +383,6 @@ fn a_second_recorder_on_the_same_output_refuses() {
         "trainbpf: recording to",
     );
     let second = record(&rec, &["--quiet"], &["/bin/sh", "-c", "exit 7"]);
-    let mut first = first;
     let st = first.wait().unwrap();
     assert!(st.success(), "the first recorder ends as its job: {st}");
     assert!(!second.status.success(), "the second recorder refuses");
