@@ -19,6 +19,7 @@ use trainbpf::{
     compact::{Flight, FlightOptions},
     job::parse_size,
     recording::{Reader, Writer},
+    safe_file::Owner,
 };
 
 const SEC: u64 = 1_000_000_000;
@@ -48,9 +49,10 @@ fn main() -> ExitCode {
     let mut r = Reader::new(BufReader::new(File::open(&input).unwrap())).unwrap();
     let header = r.header().clone();
     let page_kb = (header.page_size / 1024).max(1);
-    let mut w = Writer::new(File::create(&out).unwrap(), &header).unwrap();
+    let created = trainbpf::safe_file::create_recording(&out, Owner::current()).unwrap();
+    let mut w = Writer::new(created.file, &header).unwrap();
     let mut flight = Flight::new(
-        &out,
+        created.place,
         FlightOptions {
             max_size,
             full_span_ns: full_span,

@@ -244,7 +244,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 leaks: leak_options(leak_span),
                 ..Default::default()
             };
-            match report::verdict_with(&outcome.output, &scope) {
+            match report::verdict_with(&outcome.recording, &scope) {
                 Ok(v) => eprintln!("{v}"),
                 Err(e) => eprintln!("trainbpf: could not read back the recording: {e:#}"),
             }

@@ -24,14 +24,15 @@
 
 use std::{
     collections::HashMap,
+    ffi::{OsStr, OsString},
     fs::File,
     io::{self, Read, Write},
-    path::{Path, PathBuf},
 };
 
 use crate::{
     decode::{self, Compaction, Event, UserBody},
     recording::{self, Reader, Rewind, Writer},
+    safe_file::{FileError, InstallError, Place, ReadAt},
 };
 
 /// Samples this long before an OOM kill or a SIGKILL are never folded: the
@@ -48,6 +49,8 @@ pub enum CompactError {
     Io(#[from] io::Error),
     #[error("reading the recording: {0}")]
     Recording(#[from] recording::RecordingError),
+    #[error(transparent)]
+    File(#[from] FileError),
 }
 
 /// One downsampling step: samples older than `older_than_ns` (at compaction
@@ -412,7 +415,9 @@ impl FlightOptions {
 /// Keeps a recording under its bound: starts a compaction in a thread when
 /// the file nears it, and swaps the result in when it is done.
 pub struct Flight {
-    path: PathBuf,
+    /// The recording's directory and name; compaction files are made
+    /// there as the recording's owner (src/safe_file.rs).
+    place: Place,
     opts: FlightOptions,
     running: Option<Running>,
     /// Not started again below this size: the last compaction could not
@@ -427,29 +432,19 @@ struct Running {
 }
 
 struct Done {
-    tmp: PathBuf,
+    tmp: OsString,
     file: File,
     stats: Stats,
     policy: Policy,
 }
 
-/// `trainbpf.rec` → `trainbpf.rec.compacting-N`: next to it, so that the
-/// rename is atomic.
-fn tmp_path(path: &Path, n: usize) -> PathBuf {
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(format!(".compacting-{n}"));
-    path.with_file_name(name)
-}
-
 impl Flight {
     /// Also removes what a recorder killed mid-compaction left beside the
     /// recording.
-    pub fn new(path: &Path, opts: FlightOptions) -> Flight {
-        for n in 0..Policy::ladder(opts.full_span_ns).len() {
-            let _ = std::fs::remove_file(tmp_path(path, n));
-        }
+    pub fn new(place: Place, opts: FlightOptions) -> Flight {
+        place.remove_stale_compactions();
         Flight {
-            path: path.to_path_buf(),
+            place,
             opts,
             running: None,
             next_at: 0,
@@ -470,7 +465,7 @@ impl Flight {
         }
         let size = w.bytes_written();
         if self.running.is_none() && !w.failing() && size >= self.opts.trigger().max(self.next_at) {
-            self.start(size, now_ns);
+            self.start(w.get_ref(), size, now_ns);
         }
         Vec::new()
     }
@@ -483,7 +478,7 @@ impl Flight {
         // trigger again: one more, waited for, so that the file left
         // behind is within its bound.
         if w.bytes_written() >= self.opts.trigger().max(self.next_at) && !w.failing() {
-            self.start(w.bytes_written(), now_ns);
+            self.start(w.get_ref(), w.bytes_written(), now_ns);
             out.extend(self.swap(w));
         }
         out
@@ -500,20 +495,26 @@ impl Flight {
         self.running.is_some()
     }
 
-    fn start(&mut self, upto: u64, now_ns: u64) {
-        let path = self.path.clone();
+    /// Compacts the first `upto` bytes of `recording` (the writer's own
+    /// file: read with pread, never reopened by its path).
+    fn start(&mut self, recording: &File, upto: u64, now_ns: u64) {
+        let place = self.place.clone();
         let opts = self.opts;
-        let handle = std::thread::Builder::new()
-            .name("compact".into())
-            .spawn(move || {
-                // Background work: the collector's thread comes first.
-                // SAFETY: plain syscalls on the calling thread.
-                unsafe {
-                    let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-                    libc::setpriority(libc::PRIO_PROCESS, tid, 10);
-                }
-                compact_file(&path, upto, opts, now_ns)
-            });
+        let handle = recording.try_clone().and_then(|src| {
+            std::thread::Builder::new()
+                .name("compact".into())
+                .spawn(move || {
+                    // Background work: the collector's thread comes first.
+                    // SAFETY: plain syscalls on the calling thread.
+                    unsafe {
+                        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+                        libc::setpriority(libc::PRIO_PROCESS, tid, 10);
+                    }
+                    // A thread of its own: it makes its files as the owner.
+                    crate::safe_file::assume(place.owner())?;
+                    compact_file(&place, &src, upto, opts, now_ns)
+                })
+        });
         match handle {
             Ok(handle) => self.running = Some(Running { upto, handle }),
             // No thread: try again once the file grew a little.
@@ -532,11 +533,11 @@ impl Flight {
             Err(_) => return vec![self.failed(before, "the compaction thread panicked")],
         };
         if w.failing() {
-            let _ = std::fs::remove_file(&done.tmp);
+            self.place.remove(&done.tmp);
             return vec![self.failed(before, "the disk is full")];
         }
         let tmp = done.tmp.clone();
-        match self.install(done.file, upto, before, &tmp) {
+        match self.install(done.file, w.get_ref(), upto, before, &tmp) {
             Ok((file, len)) => {
                 w.replace_output(file, len);
                 let mut out = vec![describe(&done.stats, &done.policy, before, len, &self.opts)];
@@ -559,8 +560,13 @@ impl Flight {
                 out
             }
             Err(e) => {
-                let _ = std::fs::remove_file(&tmp);
-                vec![self.failed(before, &e.to_string())]
+                self.place.remove(&tmp);
+                let said = self.failed(before, &e.to_string());
+                if matches!(e, InstallError::Moved(_)) {
+                    // Not the recorder's file any more: never again.
+                    self.next_at = u64::MAX;
+                }
+                vec![said]
             }
         }
     }
@@ -570,61 +576,60 @@ impl Flight {
         format!("warning: compacting the recording failed ({why}); it goes on uncompacted for now")
     }
 
-    /// Appends what was written since the compaction started, makes it
-    /// durable and renames it over the recording.
-    fn install(&self, mut file: File, upto: u64, len: u64, tmp: &Path) -> io::Result<(File, u64)> {
+    /// Appends what was written to `recording` since the compaction
+    /// started, makes it durable and renames it over the recording.
+    fn install(
+        &self,
+        mut file: File,
+        recording: &File,
+        upto: u64,
+        len: u64,
+        tmp: &OsStr,
+    ) -> Result<(File, u64), InstallError> {
         use std::io::Seek;
-        let mut src = File::open(&self.path)?;
-        src.seek(io::SeekFrom::Start(upto))?;
+        let io = |e: io::Error| {
+            InstallError::File(FileError::Io {
+                what: "copying the recording's tail".into(),
+                err: e,
+            })
+        };
         let tail = len - upto;
-        let copied = io::copy(&mut src.take(tail), &mut file)?;
+        let copied =
+            io::copy(&mut ReadAt::new(recording, upto).take(tail), &mut file).map_err(io)?;
         if copied != tail {
-            return Err(io::Error::other(format!(
+            return Err(io(io::Error::other(format!(
                 "the recording's tail was {copied} bytes, not {tail}"
-            )));
+            ))));
         }
-        file.sync_data()?;
-        let new_len = file.stream_position()?;
-        std::fs::rename(tmp, &self.path)?;
-        if let Some(dir) = self.path.parent() {
-            let dir = if dir.as_os_str().is_empty() {
-                Path::new(".")
-            } else {
-                dir
-            };
-            File::open(dir)?.sync_all()?;
-        }
+        file.sync_data().map_err(io)?;
+        let new_len = file.stream_position().map_err(io)?;
+        self.place.install(tmp, &file, recording)?;
         Ok((file, new_len))
     }
 }
 
 /// The recording's first `upto` bytes, compacted into a file beside it,
 /// tightening the policy until it is under the target.
+/// Each step's file is made new beside the recording, with the thread's
+/// credentials (the owner's), and read back through its descriptor.
 fn compact_file(
-    path: &Path,
+    place: &Place,
+    recording: &File,
     upto: u64,
     opts: FlightOptions,
     now_ns: u64,
 ) -> Result<Done, CompactError> {
-    use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
-    let meta = std::fs::metadata(path)?;
     let ladder = Policy::ladder(opts.full_span_ns);
-    let mut src = path.to_path_buf();
+    // The previous step's output, which the next step reads.
+    let mut prev: Option<(File, OsString)> = None;
     let mut src_len = upto;
     for (n, policy) in ladder.iter().enumerate() {
-        let dst = tmp_path(path, n);
-        let out = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&dst)?;
-        // The recording belongs to the user who ran the job.
-        std::os::unix::fs::fchown(&out, Some(meta.uid()), Some(meta.gid()))?;
-        let open = || -> io::Result<_> { Ok(io::BufReader::new(File::open(&src)?).take(src_len)) };
+        let (out, dst) = place.create_compacting()?;
+        let src = prev.as_ref().map_or(recording, |(f, _)| f);
+        let open = || io::BufReader::new(ReadAt::new(src, 0)).take(src_len);
         let result = compact(
-            open()?,
-            open()?,
+            open(),
+            open(),
             out,
             policy,
             now_ns,
@@ -632,13 +637,13 @@ fn compact_file(
             upto,
             n > 0,
         );
-        if src != path {
-            let _ = std::fs::remove_file(&src);
+        if let Some((_, name)) = prev.take() {
+            place.remove(&name);
         }
         let (file, stats) = match result {
             Ok(r) => r,
             Err(e) => {
-                let _ = std::fs::remove_file(&dst);
+                place.remove(&dst);
                 return Err(e);
             }
         };
@@ -650,7 +655,7 @@ fn compact_file(
                 policy: policy.clone(),
             });
         }
-        src = dst;
+        prev = Some((file, dst));
         src_len = stats.bytes_out;
     }
     unreachable!("the ladder is never empty")

@@ -20,6 +20,7 @@ pub mod record;
 pub mod recording;
 pub mod render;
 pub mod report;
+pub mod safe_file;
 pub mod status;
 pub mod term;
 pub mod trust;

@@ -8,10 +8,9 @@
 
 use std::{
     ffi::OsString,
-    fs::{self, File, OpenOptions},
+    fs::{self, File},
     io,
-    os::unix::fs::OpenOptionsExt,
-    path::PathBuf,
+    path::{Path, PathBuf},
     time::{Duration, Instant},
 };
 
@@ -28,6 +27,7 @@ use crate::{
     job::{self, Invoker, MemCgroup},
     loader::{self, Loaded, Tunables},
     recording::{ClockPair, RecordConfig, RecordingHeader, Writer},
+    safe_file::{self, Place},
 };
 
 pub struct RecordOptions {
@@ -69,6 +69,9 @@ pub enum RecordError {
     /// Starting or containing the job failed.
     #[error(transparent)]
     Job(#[from] job::JobError),
+    /// The recording could not be created safely (src/safe_file.rs).
+    #[error(transparent)]
+    File(#[from] safe_file::FileError),
     /// The recording file could not be written.
     #[error("{what}: {source}")]
     Io {
@@ -90,6 +93,9 @@ pub struct Outcome {
     pub output: PathBuf,
     /// The recorder attached to a job it did not start.
     pub attached: bool,
+    /// The recording as written, read back for the verdict through this
+    /// descriptor: the path may name something else by now.
+    pub recording: File,
 }
 
 impl Outcome {
@@ -182,21 +188,18 @@ fn protect_from_oom_killer() -> (i32, Option<crate::recording::Fallback>) {
     }
 }
 
-fn open_output(path: &PathBuf, invoker: &Invoker) -> Result<File, RecordError> {
-    let file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(io_err(format!("creating {}", path.display())))?;
-    // An existing file keeps its mode through O_TRUNC: set it.
-    use std::os::unix::fs::PermissionsExt;
-    file.set_permissions(fs::Permissions::from_mode(0o600))
-        .map_err(io_err(format!("chmod {}", path.display())))?;
-    std::os::unix::fs::fchown(&file, Some(invoker.uid), Some(invoker.gid))
-        .map_err(io_err(format!("chown {}", path.display())))?;
-    Ok(file)
+/// The recording: created new as the invoking user, locked, never through
+/// a link or over someone's file (src/safe_file.rs).
+fn open_output(path: &Path, invoker: &Invoker) -> Result<(File, Place), RecordError> {
+    let created = safe_file::create_recording(path, invoker.into())?;
+    if let Some(old) = &created.moved_aside {
+        eprintln!(
+            "trainbpf: moved the earlier {} aside to {}",
+            path.display(),
+            old.display()
+        );
+    }
+    Ok((created.file, created.place))
 }
 
 pub fn run(opts: RecordOptions) -> Result<Outcome, RecordError> {
@@ -270,7 +273,7 @@ pub fn run(opts: RecordOptions) -> Result<Outcome, RecordError> {
             ring_bytes: opts.tunables.ring_bytes as u64,
         },
     };
-    let file = open_output(&opts.output, &invoker)?;
+    let (file, place) = open_output(&opts.output, &invoker)?;
     let writer = Writer::new(file, &header).map_err(|e| RecordError::Io {
         what: format!("writing {}", opts.output.display()),
         source: io::Error::other(e.to_string()),
@@ -291,7 +294,7 @@ pub fn run(opts: RecordOptions) -> Result<Outcome, RecordError> {
         .build()
         .map_err(io_err("starting the runtime"))?;
     let attached = !matches!(opts.target, Target::Run(_));
-    let status = rt.block_on(collect(
+    let (status, recording) = rt.block_on(collect(
         loaded,
         writer,
         opts.target,
@@ -301,8 +304,14 @@ pub fn run(opts: RecordOptions) -> Result<Outcome, RecordError> {
         sigfd,
         crate::status::Status::new(opts.quiet, opts.leaks.clone()),
         opts.flight
-            .map(|f| crate::compact::Flight::new(&opts.output, f)),
+            .map(|f| crate::compact::Flight::new(place.clone(), f)),
     ))?;
+    if !place.still_names(&recording) {
+        eprintln!(
+            "trainbpf: warning: {} no longer names this recording (moved or replaced while recording); the verdict is read from what the recorder wrote",
+            opts.output.display()
+        );
+    }
     if let Some(cg) = cgroup
         && let Err(e) = cg.remove()
     {
@@ -312,6 +321,7 @@ pub fn run(opts: RecordOptions) -> Result<Outcome, RecordError> {
         status,
         output: opts.output,
         attached,
+        recording,
     })
 }
 
@@ -641,7 +651,7 @@ async fn collect(
     sigfd: SignalFd,
     status: crate::status::Status,
     flight: Option<crate::compact::Flight>,
-) -> Result<Option<ExitStatus>, RecordError> {
+) -> Result<(Option<ExitStatus>, File), RecordError> {
     let Loaded {
         mut ebpf,
         events,
@@ -932,7 +942,7 @@ async fn collect(
     }
     c.finish()?;
     let _ = c.writer.get_ref().sync_all();
-    Ok(status)
+    Ok((status, c.writer.into_inner()))
 }
 
 /// The spawned job's end; never, for an attached one.

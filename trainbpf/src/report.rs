@@ -11,7 +11,7 @@ use anyhow::{Context as _, Result};
 use crate::{
     model::{self, ModelOptions, Report},
     recording::Reader,
-    render,
+    render, safe_file,
 };
 
 fn open(path: &Path) -> Result<Reader<BufReader<File>>> {
@@ -133,14 +133,13 @@ pub fn run(
     Ok(render::text::render(&report, &o))
 }
 
-/// Writes the HTML page and the Perfetto trace, each whole or not at all: a
-/// half-written file is written beside and renamed over the target.
+/// Writes the HTML page and the Perfetto trace as the invoking user, each
+/// whole or not at all: a new file renamed over the target, or written
+/// through to a device or FIFO (src/safe_file.rs).
 fn write_files(report: &Report, files: &Files<'_>) -> Result<()> {
+    let owner = safe_file::Owner::from(&crate::job::Invoker::detect());
     let write = |path: &Path, bytes: &[u8]| -> Result<()> {
-        let mut tmp = path.as_os_str().to_owned();
-        tmp.push(".tmp");
-        std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", path.display()))?;
-        std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
+        safe_file::write_output(path, bytes, owner)?;
         eprintln!("trainbpf: wrote {}", path.display());
         Ok(())
     };
@@ -153,11 +152,12 @@ fn write_files(report: &Report, files: &Files<'_>) -> Result<()> {
     Ok(())
 }
 
-/// The end-of-run verdict, judging leaks by `scope`.
-pub fn verdict_with(path: &Path, scope: &Scope) -> Result<String> {
-    let f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+/// The end-of-run verdict, judging leaks by `scope`, from the recorder's
+/// own descriptor: never by reopening the path, which the job may have
+/// made a link or a FIFO meanwhile.
+pub fn verdict_with(recording: &File, scope: &Scope) -> Result<String> {
     let r = build_scoped(
-        BufReader::with_capacity(1 << 16, f),
+        BufReader::with_capacity(1 << 16, safe_file::ReadAt::new(recording, 0)),
         Duration::from_secs(60),
         scope,
     )?;

@@ -75,7 +75,21 @@ pub fn test(lint: bool, cargo_test_args: &[OsString]) -> Result<()> {
 pub fn demo() -> Result<()> {
     require_root("demo", "recording the demo needs root")?;
     let bin = build()?;
-    let rec = target_dir()?.join("demo.rec");
+    // The recorder creates its file as the user who ran sudo, and a
+    // target/ made by `sudo cargo` is root's: the demo gets a directory
+    // of theirs.
+    let dir = target_dir()?.join("demo");
+    fs::create_dir_all(&dir)?;
+    ensure!(
+        fs::symlink_metadata(&dir)?.is_dir(),
+        "{} is not a directory",
+        dir.display()
+    );
+    let id = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u32>().ok());
+    if let (Some(uid), Some(gid)) = (id("SUDO_UID"), id("SUDO_GID")) {
+        std::os::unix::fs::lchown(&dir, Some(uid), Some(gid))?;
+    }
+    let rec = dir.join("demo.rec");
     // A file left by an earlier run must not pass for this run's record.
     match fs::remove_file(&rec) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e.into()),
