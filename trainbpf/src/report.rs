@@ -137,7 +137,7 @@ pub fn run(
 /// whole or not at all: a new file renamed over the target, or written
 /// through to a device or FIFO (src/safe_file.rs).
 fn write_files(report: &Report, files: &Files<'_>) -> Result<()> {
-    let owner = safe_file::Owner::from(&crate::job::Invoker::detect());
+    let owner = safe_file::Owner::from(&crate::job::Invoker::detect()?);
     let write = |path: &Path, bytes: &[u8]| -> Result<()> {
         safe_file::write_output(path, bytes, owner)?;
         eprintln!("trainbpf: wrote {}", path.display());
