@@ -566,6 +566,13 @@ mod tests {
                 pool.push(m);
             }
         }
+        // Fake frame heads over good frames, and mutants of them: the
+        // resynchronisation's worst case, at a size the fuzzer reaches.
+        let heads = fake_frame_heads(8 << 10);
+        check(&heads);
+        for _ in 0..200 {
+            check(&mutate(&heads, &mut rng));
+        }
         // Every prefix of the seed: a recorder killed at any byte.
         for cut in (0..seed.len()).step_by(7) {
             check(&seed[..cut]);
