@@ -6,10 +6,13 @@ use anyhow::{Context as _, Result, bail};
 use clap::{Parser, Subcommand};
 
 use crate::{
-    job,
     loader::{OomProbe, Tunables},
     record, report,
 };
+
+mod values;
+pub use values::parse_duration;
+use values::{MAX_HEARTBEAT_MS, MAX_RELATIVE_SHIFT, parse_max_size, parse_ring_size, parse_size};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -32,23 +35,26 @@ pub enum Command {
         output: PathBuf,
         /// Run the job in a fresh memory cgroup with this limit (e.g. 300M,
         /// 4G), like a container's memory limit.
-        #[arg(long, value_parser = job::parse_size)]
+        #[arg(long, value_parser = parse_size)]
         memory_limit: Option<u64>,
         /// Report a process when its memory moved by at least this much.
-        #[arg(long, default_value = "4M", value_parser = job::parse_size)]
+        #[arg(long, default_value = "4M", value_parser = parse_size)]
         rss_threshold: u64,
-        /// ...or by 1/2^N of its size, whichever is larger (0: off).
-        #[arg(long, default_value_t = 6)]
+        /// ...or by 1/2^N of its size, whichever is larger (0: off; at most 62).
+        #[arg(long, default_value_t = 6,
+              value_parser = clap::value_parser!(u32).range(0..=MAX_RELATIVE_SHIFT))]
         rss_relative_shift: u32,
-        /// Report a smaller change once this many milliseconds have passed.
-        #[arg(long, default_value_t = 5000)]
+        /// Report a smaller change once this many milliseconds have passed
+        /// (at most a day).
+        #[arg(long, default_value_t = 5000,
+              value_parser = clap::value_parser!(u64).range(0..=MAX_HEARTBEAT_MS))]
         heartbeat_ms: u64,
         /// Probe on oom_kill_process: auto (fentry, then kprobe), fentry,
         /// kprobe, or none (the victim tracepoint alone).
         #[arg(long, value_enum, default_value_t = OomProbe::Auto)]
         oom_probe: OomProbe,
         /// Ring buffer size (a power of two, at least one page).
-        #[arg(long, default_value = "4M", value_parser = job::parse_size)]
+        #[arg(long, default_value = "4M", value_parser = parse_ring_size)]
         ring_size: u64,
         /// No status line (elapsed time, top growers, projected time to OOM)
         /// on the terminal while the job runs.
@@ -70,7 +76,8 @@ pub enum Command {
         full_span: std::time::Duration,
         /// Attach to this running process and its descendants, including
         /// those born later; Ctrl-C detaches and leaves it running.
-        #[arg(long, conflicts_with_all = ["cgroup", "all", "memory_limit"])]
+        #[arg(long, conflicts_with_all = ["cgroup", "all", "memory_limit"],
+              value_parser = clap::value_parser!(u32).range(1..))]
         pid: Option<u32>,
         /// Attach to everything in this cgroup directory (a container, a
         /// Slurm or systemd job), e.g. /sys/fs/cgroup/system.slice/x.service.
@@ -135,39 +142,6 @@ pub enum Command {
     },
 }
 
-/// A size, or `0` / `none` for no bound (0).
-fn parse_max_size(s: &str) -> Result<u64, String> {
-    match s.trim() {
-        "0" | "none" | "unlimited" => Ok(0),
-        t => job::parse_size(t),
-    }
-}
-
-/// `60s`, `2m`, `500ms`, `1h`, or plain seconds.
-pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: f64 = num.parse().map_err(|_| format!("invalid duration {s:?}"))?;
-    let secs = match unit {
-        "" | "s" => n,
-        "ms" => n / 1000.0,
-        "m" | "min" => n * 60.0,
-        "h" => n * 3600.0,
-        u => {
-            return Err(format!(
-                "invalid duration unit {u:?} in {s:?} (use ms, s, m or h)"
-            ));
-        }
-    };
-    if secs.is_nan() || secs <= 0.0 {
-        return Err(format!("duration {s:?} must be positive"));
-    }
-    Ok(std::time::Duration::from_secs_f64(secs))
-}
-
 fn leak_options(span: std::time::Duration) -> crate::model::LeakOptions {
     crate::model::LeakOptions {
         min_span_ns: span.as_nanos().min(u64::MAX as u128) as u64,
@@ -194,9 +168,6 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             all,
             cmd,
         } => {
-            if max_size != 0 && max_size < 1 << 20 {
-                bail!("--max-size must be at least 1M (or 0 for no bound), got {max_size}");
-            }
             let target = match (pid, cgroup, all) {
                 (Some(p), _, _) => {
                     if !std::path::Path::new(&format!("/proc/{p}")).exists() {
@@ -216,9 +187,6 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 (_, _, true) => record::Target::All,
                 _ => record::Target::Run(cmd),
             };
-            if !ring_size.is_power_of_two() || ring_size < 4096 || ring_size > u32::MAX as u64 {
-                bail!("--ring-size must be a power of two between 4K and 2G, got {ring_size}");
-            }
             let outcome = record::run(record::RecordOptions {
                 output,
                 memory_limit,

@@ -92,6 +92,73 @@ pub fn fix_checksums(data: &[u8]) -> Vec<u8> {
     out
 }
 
+/// The note that ends [`fake_frame_heads`]'s recording, by its time.
+pub const LAST_NOTE_NS: u64 = 1 << 40;
+
+/// A recording built to be slow to read where the reader's cost is not
+/// linear in the file's size (issue 12, finding 11): a good frame (a note
+/// at time 0), about `size` bytes of fake frame heads in three patterns,
+/// then a good frame (a note at [`LAST_NOTE_NS`]). Every fake head's length
+/// is within the bound, most lie within the file, and every CRC is wrong:
+///
+/// 1. a fake head before each of many good one-note frames (times 1, 2,
+///    ...), each claiming a third of `size`: the frame the reader expects
+///    after a good one, so checked before any resynchronisation;
+/// 2. a run of 20-byte records, each holding a fake head whose payload
+///    starts at the next record and covers half the run: whole records,
+///    so only the CRC can refuse it;
+/// 3. bare fake heads back to back, each claiming a quarter of the run.
+///
+/// It reads as the notes of 0, of pattern 1 and of [`LAST_NOTE_NS`], one
+/// skipped stretch per fake head of pattern 1 and one over patterns 2 and 3.
+pub fn fake_frame_heads(size: usize) -> Vec<u8> {
+    const BAD_CRC: u32 = 0xDEAD_BEEF;
+    let head = |out: &mut Vec<u8>, len: usize| {
+        out.extend_from_slice(FRAME_MAGIC);
+        out.extend_from_slice(&(len.min(MAX_FRAME as usize) as u32).to_le_bytes());
+        out.extend_from_slice(&BAD_CRC.to_le_bytes());
+    };
+    let note = |out: &mut Vec<u8>, ts: u64| {
+        let (kind, bytes) = decode::encode_user(ts, decode::UserBody::Note(format!("n{ts}")));
+        let mut payload = Vec::with_capacity(8 + bytes.len());
+        payload.extend_from_slice(&kind.to_le_bytes());
+        payload.extend_from_slice(&[0, 0]);
+        payload.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+        payload.extend_from_slice(&bytes);
+        frame(out, &payload);
+    };
+    let header = serde_json::to_vec(&seed_header()).expect("plain data");
+    let mut out = Vec::with_capacity(size + header.len() + 256);
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&VERSION.to_le_bytes());
+    out.extend_from_slice(&(header.len() as u32).to_le_bytes());
+    out.extend_from_slice(&header);
+    out.extend_from_slice(&crc32fast::hash(&header).to_le_bytes());
+    note(&mut out, 0);
+    let third = size / 3;
+    let mut ts = 1;
+    let end = out.len() + third;
+    while out.len() < end {
+        head(&mut out, third);
+        note(&mut out, ts);
+        ts += 1;
+    }
+    let end = out.len() + third;
+    let claim = (third / 2).min(MAX_FRAME as usize) / 20 * 20;
+    while out.len() < end {
+        out.extend_from_slice(&decode::KIND_NOTE.to_le_bytes());
+        out.extend_from_slice(&[0, 0]);
+        out.extend_from_slice(&12u32.to_le_bytes());
+        head(&mut out, claim);
+    }
+    let end = out.len() + third;
+    while out.len() < end {
+        head(&mut out, third / 4);
+    }
+    note(&mut out, LAST_NOTE_NS);
+    out
+}
+
 fn frame(out: &mut Vec<u8>, payload: &[u8]) {
     out.extend_from_slice(FRAME_MAGIC);
     out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
@@ -498,6 +565,13 @@ mod tests {
             if i % 50 == 0 && pool.len() < 16 {
                 pool.push(m);
             }
+        }
+        // Fake frame heads over good frames, and mutants of them: the
+        // resynchronisation's worst case, at a size the fuzzer reaches.
+        let heads = fake_frame_heads(8 << 10);
+        check(&heads);
+        for _ in 0..200 {
+            check(&mutate(&heads, &mut rng));
         }
         // Every prefix of the seed: a recorder killed at any byte.
         for cut in (0..seed.len()).step_by(7) {

@@ -18,6 +18,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::decode::{self, Timed};
 
+mod window;
+use window::{READ_CHUNK, Window};
+
 pub const MAGIC: &[u8; 8] = b"TRAINBPF";
 pub const FRAME_MAGIC: &[u8; 4] = b"TBFR";
 pub const VERSION: u32 = 1;
@@ -607,71 +610,6 @@ pub struct Skipped {
 /// Skipped stretches listed one by one; more are only counted.
 pub const MAX_SKIPS: usize = 256;
 
-/// Bytes read from the input at a time.
-const READ_CHUNK: usize = 64 << 10;
-
-/// A read-ahead window over the input. It holds at most one frame plus one
-/// read chunk, so it stays bounded by [`MAX_FRAME`] whatever the input says.
-struct Window<R: Read> {
-    input: R,
-    /// Storage; `buf[start..end]` are the unconsumed bytes.
-    buf: Vec<u8>,
-    start: usize,
-    end: usize,
-    /// File offset of `buf[start]`.
-    offset: u64,
-    eof: bool,
-}
-
-impl<R: Read> Window<R> {
-    fn avail(&self) -> &[u8] {
-        &self.buf[self.start..self.end]
-    }
-
-    /// Reads until `n` bytes are available or the input ends; returns how
-    /// many are available.
-    fn fill(&mut self, n: usize) -> io::Result<usize> {
-        if self.end - self.start >= n || self.eof {
-            return Ok(self.end - self.start);
-        }
-        if self.start > 0 {
-            self.buf.copy_within(self.start..self.end, 0);
-            self.end -= self.start;
-            self.start = 0;
-        }
-        while self.end < n && !self.eof {
-            if self.end == self.buf.len() {
-                // Grow as bytes arrive, not as a length claims: a damaged
-                // length over a short input costs no big allocation.
-                let grow = (self.buf.len() * 2).clamp(READ_CHUNK, n.max(READ_CHUNK));
-                self.buf.resize(grow, 0);
-            }
-            match self.input.read(&mut self.buf[self.end..]) {
-                Ok(0) => self.eof = true,
-                Ok(k) => self.end += k,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(self.end)
-    }
-
-    fn consume(&mut self, n: usize) {
-        let n = n.min(self.end - self.start);
-        self.start += n;
-        self.offset += n as u64;
-        if self.start == self.end {
-            self.start = 0;
-            self.end = 0;
-            // Keep a big frame's (or a damaged length's) peak from staying.
-            if self.buf.len() > 1 << 20 {
-                self.buf.truncate(READ_CHUNK);
-                self.buf.shrink_to_fit();
-            }
-        }
-    }
-}
-
 /// What is at the window's start.
 enum Probe {
     /// A whole frame whose CRC checks out, of this payload length.
@@ -682,7 +620,7 @@ enum Probe {
     Bad { stop: String, skip: String },
 }
 
-/// Streams records out of a recording; memory stays at one frame.
+/// Streams records out of a recording; memory stays within 1.25 frames.
 ///
 /// A frame that fails (bad magic, absurd length, CRC mismatch, cut short)
 /// is not the end: the reader scans forward for the next frame magic whose
@@ -742,14 +680,7 @@ impl<R: Read> Reader<R> {
             serde_json::from_slice(&json).map_err(|e| RecordingError::Header(e.to_string()))?;
         let page_kb = (header.page_size / 1024).max(1);
         Ok(Reader {
-            win: Window {
-                input,
-                buf: Vec::new(),
-                start: 0,
-                end: 0,
-                offset: 16 + len as u64 + 4,
-                eof: false,
-            },
+            win: Window::new(input, 16 + len as u64 + 4),
             header,
             frame: None,
             pos: 0,
@@ -775,10 +706,19 @@ impl<R: Read> Reader<R> {
         &self.skipped
     }
 
+    /// Bytes read, scanned, moved or checksummed so far. It grows linearly
+    /// with the input, whatever the input holds; tests bound it per byte.
+    pub fn work(&self) -> u64 {
+        self.win.work()
+    }
+
     /// Looks at the bytes at the window's start. `resync`: we are scanning
-    /// after damage, so a candidate must also hold whole records (the writer
-    /// never writes an empty frame), which rejects most chance "TBFR"s
-    /// before their CRC is computed.
+    /// after damage, so a candidate's payload must also start with a
+    /// plausible record (the writer never writes an empty frame), which
+    /// rejects most chance "TBFR"s before their CRC is computed. Only the
+    /// first record is looked at: walking them all would cost the claimed
+    /// length again for every candidate, and a frame whose CRC matches is
+    /// read like any other (next_raw counts what does not tile).
     fn probe(&mut self, resync: bool) -> io::Result<Probe> {
         let got = self.win.fill(12)?;
         if got == 0 {
@@ -816,15 +756,16 @@ impl<R: Read> Reader<R> {
                 skip: format!("frame length {len} runs past the end of the file"),
             });
         }
-        let payload = &self.win.avail()[12..12 + len];
-        if resync && !whole_records(payload) {
+        if resync && !first_record_fits(&self.win.avail()[12..12 + len]) {
             let why = "frame checksum mismatch".to_string();
             return Ok(Probe::Bad {
                 stop: why.clone(),
                 skip: why,
             });
         }
-        if crc(payload) != want {
+        // The span's CRC from the window's checkpoints: candidates overlap,
+        // and their bytes must not be checksummed once per candidate.
+        if self.win.crc(12, 12 + len) != want {
             let why = "frame checksum mismatch".to_string();
             return Ok(Probe::Bad {
                 stop: why.clone(),
@@ -844,18 +785,22 @@ impl<R: Read> Reader<R> {
                 self.win.consume(got);
                 return Ok(false);
             }
-            match self
+            let found = self
                 .win
                 .avail()
                 .windows(FRAME_MAGIC.len())
-                .position(|w| w == FRAME_MAGIC)
-            {
+                .position(|w| w == FRAME_MAGIC);
+            match found {
                 Some(i) => {
+                    self.win.examined(i + FRAME_MAGIC.len());
                     self.win.consume(i);
                     return Ok(true);
                 }
                 // Keep the last 3 bytes: a magic may straddle the chunk.
-                None => self.win.consume(got - (FRAME_MAGIC.len() - 1)),
+                None => {
+                    self.win.examined(got);
+                    self.win.consume(got - (FRAME_MAGIC.len() - 1));
+                }
             }
         }
     }
@@ -966,21 +911,13 @@ impl<R: Read> Reader<R> {
     }
 }
 
-/// True when `payload` is one or more records laid end to end with zero
-/// reserved fields, exactly filling it: what the writer produces.
-fn whole_records(payload: &[u8]) -> bool {
-    let mut p = 0;
-    while p < payload.len() {
-        if payload.len() - p < 8 || payload[p + 2..p + 4] != [0, 0] {
-            return false;
-        }
-        let len = u32::from_le_bytes(payload[p + 4..p + 8].try_into().unwrap()) as usize;
-        if len > payload.len() - p - 8 {
-            return false;
-        }
-        p += 8 + len;
-    }
-    p > 0
+/// True when `payload` starts with a record header whose reserved field is
+/// zero and whose length fits in the payload: what every frame the writer
+/// produces does.
+fn first_record_fits(payload: &[u8]) -> bool {
+    payload.len() >= 8
+        && payload[2..4] == [0, 0]
+        && u32::from_le_bytes(payload[4..8].try_into().unwrap()) as usize <= payload.len() - 8
 }
 
 impl<R: Read> Iterator for Reader<R> {

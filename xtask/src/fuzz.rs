@@ -53,7 +53,7 @@ pub fn fuzz(o: &Options) -> Result<()> {
         .arg(&corpus)
         .args(["--", &format!("-max_total_time={}", o.seconds)])
         // No single allocation may reach 64 MiB (the reader holds at most
-        // one 16 MiB frame), and the whole process stays under 2 GiB.
+        // 1.25 frames of 16 MiB), and the whole process stays under 2 GiB.
         .args(["-malloc_limit_mb=64", "-rss_limit_mb=2048", "-timeout=10"])
         .arg(format!("-artifact_prefix={}/", artifacts.display()))
         .arg("-print_final_stats=1")

@@ -243,4 +243,43 @@ pub fn kill_started(procs: &[Started]) {
             unsafe { libc::kill(p.pid as i32, libc::SIGKILL) };
         }
     }
+
+/// Runs `cmd` to completion with its output captured, or kills it (by its
+/// own pid) once `limit` has passed and returns None: a guard against a
+/// hang, not a timing.
+pub fn output_within(cmd: &mut Command, limit: std::time::Duration) -> Option<Output> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting the command");
+    // Drained on threads, so that a full pipe cannot stall the child.
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let out = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        std::io::Read::read_to_end(&mut out, &mut b).map(|_| b)
+    });
+    let err = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        std::io::Read::read_to_end(&mut err, &mut b).map(|_| b)
+    });
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("waiting for the command") {
+            break s;
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    Some(Output {
+        status,
+        stdout: out.join().unwrap().unwrap_or_default(),
+        stderr: err.join().unwrap().unwrap_or_default(),
+    })
 }

@@ -1,0 +1,138 @@
+//! The command line's numeric values. Each is checked against a range when
+//! it is parsed, so that a value past what the program can hold is a usage
+//! error naming the flag (exit 2), never a panic or a silent wrap later.
+
+use std::time::Duration;
+
+use crate::job;
+
+/// No size flag takes more: 1 PiB, past any machine's memory or disk, and
+/// far below where a size in bytes, pages or kB would overflow.
+pub const MAX_SIZE: u64 = 1 << 50;
+
+/// No duration flag takes more: a million hours (114 years). Monotonic
+/// timestamps are clamped to 2^62 ns at decode; a time plus or minus this
+/// still fits in a u64 of nanoseconds.
+pub const MAX_DURATION: Duration = Duration::from_secs(1_000_000 * 3600);
+
+/// `--heartbeat-ms` at most: a day. Recorded in nanoseconds as an i64.
+pub const MAX_HEARTBEAT_MS: u64 = 86_400_000;
+
+/// `--rss-relative-shift` at most: the kernel side shifts a 64-bit count.
+pub const MAX_RELATIVE_SHIFT: i64 = 62;
+
+/// `300M`, `4G`, `1.5T`, or plain bytes; positive and at most [`MAX_SIZE`].
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    // job::parse_size saturates a value past u64 to u64::MAX, which is
+    // past the bound too.
+    let v = job::parse_size(s)?;
+    if v > MAX_SIZE {
+        return Err(format!("size {s:?} is too large (at most 1024T)"));
+    }
+    Ok(v)
+}
+
+/// `--max-size`: a size of at least 1M, or `0` / `none` for no bound (0).
+pub fn parse_max_size(s: &str) -> Result<u64, String> {
+    match s.trim() {
+        "0" | "none" | "unlimited" => Ok(0),
+        t => {
+            let v = parse_size(t)?;
+            if v < 1 << 20 {
+                return Err(format!(
+                    "{s:?} is under 1M (use at least 1M, or 0 for no bound)"
+                ));
+            }
+            Ok(v)
+        }
+    }
+}
+
+/// `--ring-size`: a power of two between 4K and 2G.
+pub fn parse_ring_size(s: &str) -> Result<u64, String> {
+    let v = parse_size(s)?;
+    if !v.is_power_of_two() || !(4096..=1 << 31).contains(&v) {
+        return Err(format!("{s:?} is not a power of two between 4K and 2G"));
+    }
+    Ok(v)
+}
+
+/// `60s`, `2m`, `500ms`, `1h`, or plain seconds; positive and at most
+/// [`MAX_DURATION`].
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num.parse().map_err(|_| format!("invalid duration {s:?}"))?;
+    let secs = match unit {
+        "" | "s" => n,
+        "ms" => n / 1000.0,
+        "m" | "min" => n * 60.0,
+        "h" => n * 3600.0,
+        u => {
+            return Err(format!(
+                "invalid duration unit {u:?} in {s:?} (use ms, s, m or h)"
+            ));
+        }
+    };
+    // A long run of digits parses as infinity: compared here, before
+    // Duration::from_secs_f64, which panics past what it holds.
+    if secs.is_nan() || secs <= 0.0 {
+        return Err(format!("duration {s:?} must be positive"));
+    }
+    if secs > MAX_DURATION.as_secs_f64() {
+        return Err(format!("duration {s:?} is too long (at most 1000000h)"));
+    }
+    let d = Duration::from_secs_f64(secs);
+    if d.is_zero() {
+        return Err(format!("duration {s:?} is under a nanosecond"));
+    }
+    Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_past_the_bound_are_refused() {
+        assert_eq!(parse_size("300M"), Ok(300 << 20));
+        assert_eq!(parse_size("1024T"), Ok(MAX_SIZE));
+        for bad in [
+            "99999999999999999999G",
+            "1025T",
+            &"9".repeat(400),
+            "0",
+            "-1M",
+            "nanM",
+        ] {
+            assert!(parse_size(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_max_size("none"), Ok(0));
+        assert!(parse_max_size("512K").is_err());
+        assert_eq!(parse_ring_size("4M"), Ok(4 << 20));
+        assert!(parse_ring_size("3M").is_err());
+        assert!(parse_ring_size("4T").is_err());
+    }
+
+    #[test]
+    fn durations_past_the_bound_are_refused() {
+        assert_eq!(parse_duration("60s"), Ok(Duration::from_secs(60)));
+        assert_eq!(parse_duration("1000000h"), Ok(MAX_DURATION));
+        for bad in [
+            "99999999999999999999s",
+            "1000001h",
+            &"9".repeat(400),
+            "0",
+            "0.0000000000001s",
+            "-5s",
+            "nan",
+            "inf",
+            "1e9s",
+        ] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+}
