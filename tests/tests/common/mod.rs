@@ -243,6 +243,7 @@ pub fn kill_started(procs: &[Started]) {
             unsafe { libc::kill(p.pid as i32, libc::SIGKILL) };
         }
     }
+}
 
 /// Runs `cmd` to completion with its output captured, or kills it (by its
 /// own pid) once `limit` has passed and returns None: a guard against a
