@@ -8,6 +8,7 @@ pub mod cli;
 pub mod compact;
 pub mod decode;
 pub mod doctor;
+pub mod forward;
 pub mod fuzzing;
 pub mod gpu;
 pub mod job;
@@ -20,6 +21,8 @@ pub mod record;
 pub mod recording;
 pub mod render;
 pub mod report;
+pub mod rings;
+pub mod sampler;
 pub mod status;
 
 /// Writes to stdout; a closed pipe (`trainbpf report | head`) is success.

@@ -786,6 +786,7 @@ fn lost_detail(r: &Report) -> String {
         .filter(|(_, n)| **n > 0)
         .map(|(i, n)| format!("{} {n}", kind_label(i)))
         .collect();
+
     let undecodable = r.lost.undecodable.saturating_add(r.undecodable);
     if undecodable > 0 {
         parts.push(format!("undecodable {undecodable}"));
@@ -795,6 +796,12 @@ fn lost_detail(r: &Report) -> String {
             "memory samples dropped while the disk was full {}",
             r.lost.dropped_disk_full
         ));
+    }
+    // Kills, deaths and signals have a ring of their own: say whether it
+    // held whenever the other lost records.
+    let (main, precious) = r.lost.by_ring();
+    if main > 0 || precious > 0 {
+        parts.push(format!("of kills, deaths and signals {precious}"));
     }
     if parts.is_empty() {
         String::new()
@@ -813,6 +820,8 @@ fn kind_label(i: usize) -> String {
         c::KIND_OOM_VICTIM => "oom victim".into(),
         c::KIND_OOM_KILL => "oom kill".into(),
         c::KIND_PRINTK => "kernel log".into(),
+        c::KIND_SIGNAL => "signal".into(),
+        c::KIND_OOM_ADJ => "oom_score_adj".into(),
         c::KIND_CUDA => "cuda".into(),
         c::KIND_XID => "xid".into(),
         c::KIND_NV_PAGES => "nv pages".into(),
@@ -970,7 +979,7 @@ mod tests {
         assert!(t.contains("killed by signal 9 (SIGKILL)"), "{t}");
         // Losses are always stated, and broken down when there are some.
         assert!(
-            t.contains("lost events: 6 (memory 3, undecodable 3)"),
+            t.contains("lost events: 6 (memory 3, undecodable 3, of kills, deaths and signals 0)"),
             "{t}"
         );
         assert!(!t.contains('\x1b'), "no colour unless asked");
