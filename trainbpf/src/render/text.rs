@@ -801,7 +801,7 @@ fn lost_detail(r: &Report) -> String {
     // held whenever the other lost records.
     let (main, precious) = r.lost.by_ring();
     if main > 0 || precious > 0 {
-        parts.push(format!("of kills, deaths and signals {precious}"));
+        parts.push(format!("kill/death/signal ring {precious}"));
     }
     if parts.is_empty() {
         String::new()
@@ -979,7 +979,7 @@ mod tests {
         assert!(t.contains("killed by signal 9 (SIGKILL)"), "{t}");
         // Losses are always stated, and broken down when there are some.
         assert!(
-            t.contains("lost events: 6 (memory 3, undecodable 3, of kills, deaths and signals 0)"),
+            t.contains("lost events: 6 (memory 3, undecodable 3, kill/death/signal ring 0)"),
             "{t}"
         );
         assert!(!t.contains('\x1b'), "no colour unless asked");
