@@ -317,3 +317,68 @@ fn kills_and_deaths_survive_a_burst_that_loses_memory_records() {
         "{line}"
     );
 }
+
+/// 3 GiB touched, then shared by 16 sleeping children: a round of
+/// smaps_rollup walks 51 GiB of page tables, about a second or two here.
+/// Meanwhile a worker allocates and frees 1 MB a millisecond: a steady few
+/// thousand memory records a second, which a 64 KiB ring holds for a
+/// fraction of a second.
+const SLOW_SMAPS: &str = r#"
+import mmap, os, sys, time
+size = 3 << 30
+m = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+try:
+    m.madvise(23)  # MADV_POPULATE_WRITE (5.14)
+except OSError:
+    for i in range(0, size, 4096):
+        m[i] = 1
+kids = []
+for i in range(16):
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(60)
+        os._exit(0)
+    kids.append(pid)
+until = time.time() + 14
+while time.time() < until:
+    b = bytearray(b"x") * 1_000_000
+    del b
+    time.sleep(0.001)
+for k in kids:
+    os.kill(k, 9)
+    os.waitpid(k, 0)
+"#;
+
+/// Issue 12, the ring is never left undrained: the collector read
+/// smaps_rollup on the thread that drains the ring, and for a large job
+/// that takes seconds, during which the ring filled and records were lost.
+/// The reads now run on a thread of their own.
+#[test]
+fn rings_are_drained_while_smaps_rollup_takes_seconds() {
+    require_root();
+    let _g = serial();
+    let dir = TempDir::new("evidence-smaps");
+    let rec = dir.path("smaps.rec");
+    let out = record(
+        &rec,
+        &[
+            "-q",
+            "--ring-size",
+            "64K",
+            "--rss-threshold",
+            "4K",
+            "--rss-relative-shift",
+            "0",
+        ],
+        &[python(), "-c", SLOW_SMAPS],
+    );
+    assert!(out.status.success(), "the job ran to its end");
+    let r = report_json(&rec);
+    let cost = &r["smaps_cost"];
+    eprintln!("smaps cost: {cost:#}; lost: {:#}", r["lost"]);
+    // The scenario held: a round of smaps_rollup took half a second or
+    // more, long enough to fill a ring that waited for it.
+    assert!(u(&cost["rounds"]) >= 1, "{cost:#}");
+    assert!(u(&cost["total_us"]) >= 500_000, "{cost:#}");
+    assert_eq!(u(&r["lost_events"]), 0, "nothing lost: {:#}", r["lost"]);
+}
