@@ -909,6 +909,53 @@ mod tests {
     }
 
     #[test]
+    fn signal_names_the_terminal_and_reads_the_first_layout() {
+        let mut name = [0u8; common::COMM_LEN];
+        name[..4].copy_from_slice(b"pts3");
+        let e = common::SignalEvent {
+            hdr: common::Header {
+                flags: common::FLAG_IN_JOB | common::FLAG_TTY | common::FLAG_SENDER_KTHREAD,
+                ..hdr(common::KIND_SIGNAL, 42, 5)
+            },
+            target_pid: 42,
+            sig: 2,
+            code: 0x80,
+            result: 0,
+            sender_pid: 55,
+            sender_tgid: 55,
+            sender_uid: 0,
+            _pad: 0,
+            sender_comm: comm("kworker/u8:1"),
+            comm: comm("python3"),
+            tty_name: name,
+            tty_session: 1234,
+            tty_pgrp: 1240,
+        };
+        let b = pod_bytes(&e);
+        let Event::Signal(r) = decode(common::KIND_SIGNAL, &b, 4).unwrap().event else {
+            panic!()
+        };
+        assert!(r.sender_kthread);
+        assert_eq!(
+            r.tty,
+            Some(Terminal {
+                tty: "/dev/pts/3".into(),
+                session: 1234,
+                foreground_pgrp: 1240
+            })
+        );
+        // A recording from before the terminal fields: 88 bytes, no tty.
+        let old = &b[..common::SIGNAL_EVENT_V1_SIZE];
+        let mut old = old.to_vec();
+        old[2..4].copy_from_slice(&common::FLAG_IN_JOB.to_le_bytes());
+        let Event::Signal(r) = decode(common::KIND_SIGNAL, &old, 4).unwrap().event else {
+            panic!()
+        };
+        assert_eq!((r.sig, r.tty, r.sender_kthread), (2, None, false));
+        assert_eq!(tty_path("ttyS0"), "/dev/ttyS0");
+    }
+
+    #[test]
     fn user_records_round_trip() {
         let (kind, bytes) = encode_user(
             5,

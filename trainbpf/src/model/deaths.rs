@@ -269,3 +269,91 @@ pub(super) fn classify(p: &Process, kills: &[Kill], signals: &Signals) -> Option
     };
     Some(d)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decode::Task;
+
+    fn signal(target: u32, sig: u32, code: i32, sender: (u32, &str)) -> SignalRecord {
+        SignalRecord {
+            target: ProcKey {
+                tgid: target,
+                start_ns: 1,
+            },
+            target_pid: target,
+            comm: "job".into(),
+            sig,
+            code,
+            result: 0,
+            sender: Task {
+                pid: sender.0,
+                tgid: sender.0,
+                comm: sender.1.into(),
+            },
+            sender_uid: 0,
+            sender_kthread: false,
+            tty: None,
+        }
+    }
+
+    /// The kernel saw the recorder (800) send the SIGTERM; the recorder's
+    /// own record and the kernel's record of the signal to it name the
+    /// `kill` (812), which had exited before /proc could be read.
+    #[test]
+    fn a_forwarded_signal_names_the_original_sender() {
+        let mut s = Signals::default();
+        s.observe(90, signal(800, 15, 0, (812, "kill")));
+        s.observe_received(
+            100,
+            SignalReceived {
+                sig: 15,
+                sender_pid: 812,
+                sender_uid: 1000,
+                recorder_pid: 800,
+                forwarded_to: Some(900),
+                ..Default::default()
+            },
+        );
+        let fwd = signal(900, 15, 0, (800, "trainbpf"));
+        let who = s.sender(&fwd, 110);
+        assert_eq!((who.pid, who.comm.as_str()), (812, "kill"));
+        assert_eq!((who.uid, who.forwarded_by), (Some(1000), Some(800)));
+        // The same signal from someone else is not the forwarded one.
+        let direct = signal(900, 15, 0, (700, "systemd"));
+        assert_eq!(s.sender(&direct, 110).pid, 700);
+    }
+
+    /// A Ctrl-C comes from a kworker: the terminal is named instead, from
+    /// the kernel's record or, without one, from the recorder's copy.
+    #[test]
+    fn a_ctrl_c_names_the_terminal_not_the_kworker() {
+        let term = Terminal {
+            tty: "/dev/pts/3".into(),
+            session: 1234,
+            foreground_pgrp: 1240,
+        };
+        let mut s = Signals::default();
+        let mut rec = signal(900, 2, SI_KERNEL, (55, "kworker/u8:1"));
+        rec.sender_kthread = true;
+        rec.tty = Some(term.clone());
+        let who = s.sender(&rec, 100);
+        assert_eq!((who.pid, who.terminal.as_ref()), (0, Some(&term)));
+
+        rec.tty = None;
+        s.observe_received(
+            99,
+            SignalReceived {
+                sig: 2,
+                code: SI_KERNEL,
+                recorder_pid: 800,
+                terminal: Some(term.clone()),
+                ..Default::default()
+            },
+        );
+        assert_eq!(s.sender(&rec, 100).terminal, Some(term));
+        // A SIGKILL the kernel sent (not a terminal's) keeps its sender.
+        let kill = signal(900, 9, SI_KERNEL, (55, "kworker/u8:1"));
+        assert_eq!(s.sender(&kill, 100).pid, 55);
+    }
+}
