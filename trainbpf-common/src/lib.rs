@@ -40,6 +40,24 @@ pub const KIND_MAX: u16 = 32;
 pub const FLAG_IN_JOB: u16 = 1 << 0;
 /// `ExecEvent::flags`: the filename did not fit and was cut.
 pub const FLAG_TRUNCATED: u16 = 1 << 1;
+/// `SignalEvent` header flag: the sender (`current`) is a kernel thread, a
+/// messenger (the tty's kworker) rather than the one who asked.
+pub const FLAG_SENDER_KTHREAD: u16 = 1 << 2;
+/// `SignalEvent` header flag: `tty_*` hold the target's controlling terminal.
+pub const FLAG_TTY: u16 = 1 << 3;
+
+/// Which ring buffer a kind travels in. Kills, deaths, signals and the
+/// kernel's OOM log lines are few and are the evidence: they go to their own
+/// ring (`PRECIOUS`), so that a burst of memory records can never push them
+/// out. Everything else shares `EVENTS`.
+pub const fn is_precious(kind: u16) -> bool {
+    matches!(
+        kind,
+        KIND_EXIT | KIND_OOM_VICTIM | KIND_OOM_KILL | KIND_PRINTK | KIND_SIGNAL
+    )
+}
+/// Size of the precious ring: about 18,000 exit records.
+pub const PRECIOUS_RING_BYTES: u32 = 1 << 20;
 
 /// `MemEvent::reason`: memory moved by at least the threshold.
 pub const MEM_REASON_THRESHOLD: u32 = 1;
@@ -216,7 +234,20 @@ pub struct SignalEvent {
     pub _pad: u32,
     pub sender_comm: [u8; COMM_LEN],
     pub comm: [u8; COMM_LEN],
+    // Fields below were added after the first layout (88 bytes); a reader
+    // zero-fills them in a shorter record.
+    /// With `FLAG_TTY`, for a signal the kernel generated (`SI_KERNEL`):
+    /// the target's controlling terminal (`tty->name`, e.g. `pts3`), its
+    /// session and its foreground process group when the signal was sent.
+    /// A Ctrl-C is sent by whichever kworker ran the line discipline, so
+    /// the terminal is the sender worth naming.
+    pub tty_name: [u8; COMM_LEN],
+    pub tty_session: u32,
+    pub tty_pgrp: u32,
 }
+
+/// Size of the first `SignalEvent` layout, still accepted by the reader.
+pub const SIGNAL_EVENT_V1_SIZE: usize = 88;
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -271,6 +302,15 @@ pub struct Config {
     pub bprm_filename: i64,
     /// `kernel_siginfo.si_code` (UAPI layout: 8 on every kernel).
     pub siginfo_code: i64,
+    /// `signal_struct.tty`, `tty_struct.name`, `tty_struct.ctrl.pgrp` and
+    /// `.session` (plain `pgrp`/`session` before 5.13), and the offset of
+    /// `numbers[0].nr` in `struct pid`: a terminal's session and
+    /// foreground group.
+    pub signal_tty: i64,
+    pub tty_name: i64,
+    pub tty_pgrp: i64,
+    pub tty_session: i64,
+    pub pid_nr: i64,
     /// Classic `oom:mark_victim` field offsets (tracefs format file).
     pub tp_mv_pid: i64,
     pub tp_mv_comm: i64,
@@ -295,6 +335,9 @@ pub struct Config {
     pub min_interval_ns: i64,
     /// `record --all`: every process counts as the job's.
     pub all_processes: i64,
+    /// The recorder's own pid: signals sent to it are recorded like the
+    /// job's (it forwards them to the job; -1: none).
+    pub recorder_tgid: i64,
 }
 
 impl Config {
@@ -333,6 +376,11 @@ impl Config {
         oc_memcg: -1,
         bprm_filename: -1,
         siginfo_code: -1,
+        signal_tty: -1,
+        tty_name: -1,
+        tty_pgrp: -1,
+        tty_session: -1,
+        pid_nr: -1,
         tp_mv_pid: -1,
         tp_mv_comm: -1,
         tp_mv_total_vm: -1,
@@ -348,6 +396,7 @@ impl Config {
         heartbeat_ns: 5_000_000_000,
         min_interval_ns: 200_000_000,
         all_processes: 0,
+        recorder_tgid: -1,
     };
 }
 
@@ -531,7 +580,7 @@ const _: () = assert!(core::mem::size_of::<ExitEvent>() == 48);
 const _: () = assert!(core::mem::size_of::<MemEvent>() == 128);
 const _: () = assert!(core::mem::size_of::<OomEvent>() == 168);
 const _: () = assert!(core::mem::size_of::<PrintkEvent>() == 272);
-const _: () = assert!(core::mem::size_of::<SignalEvent>() == 88);
+const _: () = assert!(core::mem::size_of::<SignalEvent>() == 112);
 const _: () = assert!(core::mem::size_of::<AdjEvent>() == 48);
 
 #[cfg(feature = "user")]

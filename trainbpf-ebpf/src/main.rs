@@ -46,6 +46,12 @@ static CONFIG: Config = Config::UNSET;
 #[map]
 pub(crate) static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 22, 0);
 
+/// Kills, deaths, signals and the kernel's OOM log lines
+/// (`trainbpf_common::is_precious`): few, and the evidence, so a burst of
+/// memory records in `EVENTS` can never take their room.
+#[map]
+static PRECIOUS: RingBuf = RingBuf::with_byte_size(PRECIOUS_RING_BYTES, 0);
+
 /// Lost records and full maps, per CPU (one slot).
 #[map]
 static COUNTERS: PerCpuArray<Counters> = PerCpuArray::with_max_entries(1, 0);
@@ -180,6 +186,16 @@ pub(crate) fn lazy() -> u64 {
     }
 }
 
+/// `lazy()` for the precious ring.
+#[inline(always)]
+fn lazy_precious() -> u64 {
+    if PRECIOUS.query(BPF_RB_AVAIL_DATA) > PRECIOUS.query(BPF_RB_RING_SIZE) / 4 {
+        BPF_RB_FORCE_WAKEUP
+    } else {
+        BPF_RB_NO_WAKEUP
+    }
+}
+
 #[inline(always)]
 pub(crate) fn count_lost(kind: u16) {
     if let Some(c) = COUNTERS.get_ptr_mut(0) {
@@ -275,7 +291,7 @@ fn emit_oom_kill(oc: u64, source: u32) -> Result<u32, u32> {
     if chosen == 0 || chosen == u64::MAX {
         return Ok(0);
     }
-    let Some(mut entry) = EVENTS.reserve::<OomEvent>(0) else {
+    let Some(mut entry) = PRECIOUS.reserve::<OomEvent>(0) else {
         count_lost(KIND_OOM_KILL);
         return Ok(0);
     };
@@ -326,7 +342,7 @@ pub fn mark_victim_btf(ctx: BtfTracePointContext) -> u32 {
 fn try_mark_victim_btf(ctx: &BtfTracePointContext) -> Result<u32, u32> {
     let task: u64 = ctx.arg(0);
     let uid: u32 = ctx.arg(1);
-    let Some(mut entry) = EVENTS.reserve::<OomEvent>(0) else {
+    let Some(mut entry) = PRECIOUS.reserve::<OomEvent>(0) else {
         count_lost(KIND_OOM_VICTIM);
         return Ok(0);
     };
@@ -358,7 +374,7 @@ fn tp_field<T: Default>(ctx: &TracePointContext, off: i64) -> T {
 
 fn try_mark_victim_tp(ctx: &TracePointContext) -> Result<u32, u32> {
     let pid: i32 = tp_field(ctx, conf!(tp_mv_pid));
-    let Some(mut entry) = EVENTS.reserve::<OomEvent>(0) else {
+    let Some(mut entry) = PRECIOUS.reserve::<OomEvent>(0) else {
         count_lost(KIND_OOM_VICTIM);
         return Ok(0);
     };
@@ -472,7 +488,7 @@ fn try_printk_console(ctx: &TracePointContext) -> Result<u32, u32> {
     if !PRINTK_PREFIXES.iter().any(|p| has_prefix(&head, skip, p)) {
         return Ok(0);
     }
-    let Some(mut entry) = EVENTS.reserve::<PrintkEvent>(0) else {
+    let Some(mut entry) = PRECIOUS.reserve::<PrintkEvent>(0) else {
         count_lost(KIND_PRINTK);
         return Ok(0);
     };
@@ -488,7 +504,7 @@ fn try_printk_console(ctx: &TracePointContext) -> Result<u32, u32> {
             Err(_) => 0,
         };
     }
-    entry.submit(lazy());
+    entry.submit(lazy_precious());
     Ok(0)
 }
 
@@ -606,7 +622,7 @@ fn try_sched_exit(ctx: &BtfTracePointContext) -> Result<u32, u32> {
         return Ok(0);
     }
     let _ = JOB.remove(&tgid);
-    let Some(mut entry) = EVENTS.reserve::<ExitEvent>(0) else {
+    let Some(mut entry) = PRECIOUS.reserve::<ExitEvent>(0) else {
         count_lost(KIND_EXIT);
         return Ok(0);
     };
@@ -618,7 +634,7 @@ fn try_sched_exit(ctx: &BtfTracePointContext) -> Result<u32, u32> {
         (*ev).group_exit_code = rd(signal, conf!(signal_group_exit_code)).unwrap_or(0);
         (*ev).comm = rd_comm(task);
     }
-    entry.submit(lazy());
+    entry.submit(lazy_precious());
     Ok(0)
 }
 
@@ -633,6 +649,9 @@ pub fn signal_generate(ctx: BtfTracePointContext) -> u32 {
     }
 }
 
+/// `task_struct.flags`: a kernel thread (include/linux/sched.h).
+const PF_KTHREAD: u32 = 0x0020_0000;
+
 /// SIGCHLD, SIGCONT, SIGURG, SIGWINCH: default action is not to terminate.
 const HARMLESS_SIGNALS: u64 = (1 << 17) | (1 << 18) | (1 << 23) | (1 << 28);
 
@@ -645,7 +664,8 @@ fn try_signal_generate(ctx: &BtfTracePointContext) -> Result<u32, u32> {
     let task: u64 = ctx.arg(2);
     let result: i32 = ctx.arg(4);
     let tgid: u32 = rd(task, conf!(task_tgid))?;
-    if !in_job(tgid) {
+    let in_job = in_job(tgid);
+    if !in_job && i64::from(tgid) != conf!(recorder_tgid) {
         return Ok(0);
     }
     // SEND_SIG_NOINFO (0) is a plain kill(2); SEND_SIG_PRIV (1) the kernel.
@@ -654,15 +674,44 @@ fn try_signal_generate(ctx: &BtfTracePointContext) -> Result<u32, u32> {
         1 => 0x80,
         _ => rd(info, conf!(siginfo_code)).unwrap_or(0),
     };
-    let Some(mut entry) = EVENTS.reserve::<SignalEvent>(0) else {
+    let Some(mut entry) = PRECIOUS.reserve::<SignalEvent>(0) else {
         count_lost(KIND_SIGNAL);
         return Ok(0);
     };
     let ev = entry.as_mut_ptr();
     let pid_tgid = bpf_get_current_pid_tgid();
+    let mut flags = if in_job { FLAG_IN_JOB } else { 0 };
+    // SAFETY: helper without preconditions.
+    let current = unsafe { bpf_get_current_task() };
+    let cur_flags: u32 = rd(current, conf!(task_flags)).unwrap_or(0);
+    if cur_flags & PF_KTHREAD != 0 {
+        flags |= FLAG_SENDER_KTHREAD;
+    }
+    // A signal the kernel made up (SEND_SIG_PRIV): a Ctrl-C, a hangup.
+    // The line discipline runs in whichever kworker flushed the input, so
+    // the target's terminal, its session and foreground group at this
+    // moment are what names the sender.
+    let mut tty_name = [0u8; COMM_LEN];
+    let mut tty_session = 0u32;
+    let mut tty_pgrp = 0u32;
+    if info == 1 {
+        let signal: u64 = rd(task, conf!(task_signal)).unwrap_or(0);
+        let tty: u64 = rd(signal, conf!(signal_tty)).unwrap_or(0);
+        if let Ok(name) = rd::<[u8; COMM_LEN]>(tty, conf!(tty_name)) {
+            flags |= FLAG_TTY;
+            tty_name = name;
+            let pgrp: u64 = rd(tty, conf!(tty_pgrp)).unwrap_or(0);
+            let session: u64 = rd(tty, conf!(tty_session)).unwrap_or(0);
+            tty_pgrp = rd(pgrp, conf!(pid_nr)).unwrap_or(0);
+            tty_session = rd(session, conf!(pid_nr)).unwrap_or(0);
+        }
+    }
     // SAFETY: reserved slot.
     unsafe {
-        (*ev).hdr = header(KIND_SIGNAL, FLAG_IN_JOB, tgid, leader_start_ns(task));
+        (*ev).hdr = header(KIND_SIGNAL, flags, tgid, leader_start_ns(task));
+        (*ev).tty_name = tty_name;
+        (*ev).tty_session = tty_session;
+        (*ev).tty_pgrp = tty_pgrp;
         (*ev).target_pid = rd(task, conf!(task_pid)).unwrap_or(0);
         (*ev).sig = sig as u32;
         (*ev).code = code;

@@ -26,6 +26,9 @@ pub const KIND_SHM: u16 = 109;
 pub const KIND_COMPACTED: u16 = 120;
 /// A leak the recorder warned of while the job ran.
 pub const KIND_LEAK_WARNING: u16 = 121;
+/// A signal the recorder itself received, with its real sender, and
+/// whether it went on to the job ([`SignalReceived`]).
+pub const KIND_SIGNAL_RECEIVED: u16 = 124;
 
 /// A process, named so that a recycled pid is a different process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -108,6 +111,58 @@ pub struct SignalRecord {
     pub result: i32,
     pub sender: Task,
     pub sender_uid: u32,
+    /// The sender is a kernel thread: a messenger, such as the kworker that
+    /// ran a terminal's line discipline.
+    #[serde(default)]
+    pub sender_kthread: bool,
+    /// For a signal the kernel generated: the target's controlling terminal
+    /// as the kernel saw it then.
+    #[serde(default)]
+    pub tty: Option<Terminal>,
+}
+
+/// A terminal that generated a signal (a Ctrl-C, a hangup): its device,
+/// session, and the foreground process group the signal went to.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Terminal {
+    /// `/dev/pts/3`, `/dev/tty1`.
+    pub tty: String,
+    pub session: u32,
+    pub foreground_pgrp: u32,
+}
+
+/// `tty->name` as the device's path: `pts3` is `/dev/pts/3`.
+pub fn tty_path(name: &str) -> String {
+    match name.strip_prefix("pts") {
+        Some(n) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => {
+            format!("/dev/pts/{n}")
+        }
+        _ => format!("/dev/{name}"),
+    }
+}
+
+/// A signal the recorder received on its signalfd. A signal it passes on
+/// reaches the job with the recorder as its sender (the kernel's record
+/// says so); this record names who really sent it, from `ssi_pid` and
+/// `ssi_uid`, for the report to join with that kernel record.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SignalReceived {
+    pub sig: i32,
+    /// `ssi_code`: 0 SI_USER (kill), 0x80 SI_KERNEL (a terminal's Ctrl-C).
+    pub code: i32,
+    /// `ssi_pid`/`ssi_uid`; 0 for a signal the kernel generated.
+    pub sender_pid: u32,
+    pub sender_uid: u32,
+    /// Read from /proc when the signal was read; empty when the sender was
+    /// already gone.
+    pub sender_comm: String,
+    pub sender_exe: String,
+    pub recorder_pid: u32,
+    /// The job process it was sent on to; `None` when it was not (a
+    /// terminal's signal reached the job's process group itself).
+    pub forwarded_to: Option<u32>,
+    /// For a signal from the terminal: which, as the recorder saw it.
+    pub terminal: Option<Terminal>,
 }
 
 /// How the job's main process ended, as `wait(2)` said.
@@ -158,6 +213,21 @@ pub struct Lost {
 }
 
 impl Lost {
+    /// Ring-buffer losses of the main ring (memory, lifecycle, GPU) and of
+    /// the precious one (kills, deaths, signals: `common::is_precious`).
+    pub fn by_ring(&self) -> (u64, u64) {
+        self.by_kind
+            .iter()
+            .enumerate()
+            .fold((0u64, 0u64), |(main, precious), (kind, &n)| {
+                if u16::try_from(kind).is_ok_and(common::is_precious) {
+                    (main, precious.saturating_add(n))
+                } else {
+                    (main.saturating_add(n), precious)
+                }
+            })
+    }
+
     pub fn total(&self) -> u64 {
         self.by_kind
             .iter()
@@ -254,6 +324,8 @@ pub enum Event {
     Compacted(Compaction),
     /// The recorder warned of a suspected leak while the job ran.
     LeakWarning(LeakWarning),
+    /// The recorder received a signal (and maybe passed it on).
+    SignalReceived(SignalReceived),
 }
 
 /// A leak `record` warned of while the job ran, as its leak model (the
@@ -522,7 +594,17 @@ pub fn decode(kind: u16, bytes: &[u8], page_kb: u64) -> Result<Timed, DecodeErro
             (e.hdr.ts_ns, ev)
         }
         common::KIND_SIGNAL => {
-            let e: common::SignalEvent = read_pod(kind, bytes)?;
+            // Records of the first, shorter layout read with the terminal
+            // fields zero.
+            let e: common::SignalEvent = if bytes.len() >= common::SIGNAL_EVENT_V1_SIZE
+                && bytes.len() < size_of::<common::SignalEvent>()
+            {
+                let mut full = vec![0u8; size_of::<common::SignalEvent>()];
+                full[..bytes.len()].copy_from_slice(bytes);
+                read_pod(kind, &full)?
+            } else {
+                read_pod(kind, bytes)?
+            };
             let rec = SignalRecord {
                 target: key(&e.hdr),
                 target_pid: e.target_pid,
@@ -536,6 +618,12 @@ pub fn decode(kind: u16, bytes: &[u8], page_kb: u64) -> Result<Timed, DecodeErro
                     comm: cstr(&e.sender_comm),
                 },
                 sender_uid: e.sender_uid,
+                sender_kthread: e.hdr.flags & common::FLAG_SENDER_KTHREAD != 0,
+                tty: (e.hdr.flags & common::FLAG_TTY != 0).then(|| Terminal {
+                    tty: tty_path(&cstr(&e.tty_name)),
+                    session: e.tty_session,
+                    foreground_pgrp: e.tty_pgrp,
+                }),
             };
             (e.hdr.ts_ns, Event::Signal(Box::new(rec)))
         }
@@ -556,7 +644,7 @@ pub fn decode(kind: u16, bytes: &[u8], page_kb: u64) -> Result<Timed, DecodeErro
         gpu::KIND_GPU_ATTACH..=gpu::KIND_GPU_USER_MAX => gpu::decode_user(kind, bytes)?,
         KIND_JOB_START | KIND_JOB_EXIT | KIND_LOST | KIND_CGROUP | KIND_NOTE | KIND_EXE
         | KIND_PRESSURE | KIND_SMAPS | KIND_PROC_INFO | KIND_SHM | KIND_COMPACTED
-        | KIND_LEAK_WARNING => {
+        | KIND_LEAK_WARNING | KIND_SIGNAL_RECEIVED => {
             let w: UserRecord = json(kind, bytes)?;
             let ev = match (kind, w.body) {
                 (KIND_JOB_START, UserBody::JobStart(j)) => Event::JobStart(j),
@@ -571,6 +659,7 @@ pub fn decode(kind: u16, bytes: &[u8], page_kb: u64) -> Result<Timed, DecodeErro
                 (KIND_SHM, UserBody::Shm(o)) => Event::Shm(o),
                 (KIND_COMPACTED, UserBody::Compacted(c)) => Event::Compacted(c),
                 (KIND_LEAK_WARNING, UserBody::LeakWarning(w)) => Event::LeakWarning(w),
+                (KIND_SIGNAL_RECEIVED, UserBody::SignalReceived(r)) => Event::SignalReceived(r),
                 _ => {
                     return Err(DecodeError::Json {
                         kind,
@@ -610,6 +699,7 @@ pub enum UserBody {
     Shm(Vec<crate::procfs::ShmObject>),
     Compacted(Compaction),
     LeakWarning(LeakWarning),
+    SignalReceived(SignalReceived),
 }
 
 impl UserBody {
@@ -627,6 +717,7 @@ impl UserBody {
             UserBody::Shm(_) => KIND_SHM,
             UserBody::Compacted(_) => KIND_COMPACTED,
             UserBody::LeakWarning(_) => KIND_LEAK_WARNING,
+            UserBody::SignalReceived(_) => KIND_SIGNAL_RECEIVED,
         }
     }
 }
@@ -815,6 +906,53 @@ mod tests {
         assert_eq!(r.rss.anon_kb, 8000);
         assert_eq!(r.pgtables_kb, 8);
         assert_eq!(r.oc.unwrap().constraint, 3);
+    }
+
+    #[test]
+    fn signal_names_the_terminal_and_reads_the_first_layout() {
+        let mut name = [0u8; common::COMM_LEN];
+        name[..4].copy_from_slice(b"pts3");
+        let e = common::SignalEvent {
+            hdr: common::Header {
+                flags: common::FLAG_IN_JOB | common::FLAG_TTY | common::FLAG_SENDER_KTHREAD,
+                ..hdr(common::KIND_SIGNAL, 42, 5)
+            },
+            target_pid: 42,
+            sig: 2,
+            code: 0x80,
+            result: 0,
+            sender_pid: 55,
+            sender_tgid: 55,
+            sender_uid: 0,
+            _pad: 0,
+            sender_comm: comm("kworker/u8:1"),
+            comm: comm("python3"),
+            tty_name: name,
+            tty_session: 1234,
+            tty_pgrp: 1240,
+        };
+        let b = pod_bytes(&e);
+        let Event::Signal(r) = decode(common::KIND_SIGNAL, &b, 4).unwrap().event else {
+            panic!()
+        };
+        assert!(r.sender_kthread);
+        assert_eq!(
+            r.tty,
+            Some(Terminal {
+                tty: "/dev/pts/3".into(),
+                session: 1234,
+                foreground_pgrp: 1240
+            })
+        );
+        // A recording from before the terminal fields: 88 bytes, no tty.
+        let old = &b[..common::SIGNAL_EVENT_V1_SIZE];
+        let mut old = old.to_vec();
+        old[2..4].copy_from_slice(&common::FLAG_IN_JOB.to_le_bytes());
+        let Event::Signal(r) = decode(common::KIND_SIGNAL, &old, 4).unwrap().event else {
+            panic!()
+        };
+        assert_eq!((r.sig, r.tty, r.sender_kthread), (2, None, false));
+        assert_eq!(tty_path("ttyS0"), "/dev/ttyS0");
     }
 
     #[test]

@@ -243,6 +243,23 @@ impl KernelBtf {
             // layout puts it at 8 on every architecture trainbpf runs on.
             c.siginfo_code = 8;
         }
+        // A terminal's session and foreground group: optional, a signal is
+        // still recorded without them.
+        c.signal_tty = self.offset("signal_struct", &["tty"]);
+        c.tty_name = self.offset("tty_struct", &["name"]);
+        c.tty_pgrp = self.offset("tty_struct", &["ctrl", "pgrp"]);
+        c.tty_session = self.offset("tty_struct", &["ctrl", "session"]);
+        if c.tty_pgrp < 0 || c.tty_session < 0 {
+            c.tty_pgrp = self.offset("tty_struct", &["pgrp"]);
+            c.tty_session = self.offset("tty_struct", &["session"]);
+        }
+        let numbers = self.offset("pid", &["numbers"]);
+        let nr = self.offset("upid", &["nr"]);
+        c.pid_nr = if numbers < 0 || nr < 0 {
+            -1
+        } else {
+            numbers + nr
+        };
         Ok(())
     }
 
@@ -406,6 +423,16 @@ mod tests {
         );
         assert!(c.memory_cgrp_id >= 0);
         assert!(c.oc_chosen >= 0, "oom_control.chosen");
+        // A Ctrl-C is named by its terminal: every field of that resolves.
+        for (v, what) in [
+            (c.signal_tty, "signal_struct.tty"),
+            (c.tty_name, "tty_struct.name"),
+            (c.tty_pgrp, "tty_struct pgrp"),
+            (c.tty_session, "tty_struct session"),
+            (c.pid_nr, "pid.numbers[0].nr"),
+        ] {
+            assert!(v >= 0, "{what}");
+        }
         assert!(k.tp_first_arg_is("sched_process_fork", "task_struct"));
     }
 }

@@ -69,6 +69,9 @@ pub struct Loaded {
     /// Owns the programs and their links: dropping it detaches everything.
     pub ebpf: Ebpf,
     pub events: RingBuf<MapData>,
+    /// Kills, deaths, signals and OOM log lines, kept apart from the
+    /// memory records so that a burst of those cannot crowd them out.
+    pub precious: RingBuf<MapData>,
     pub counters: PerCpuArray<MapData, Counters>,
     pub job: HashMap<MapData, u32, u32>,
     pub attach: Attach,
@@ -189,7 +192,11 @@ fn btf_facts(t: &Tunables, page_size: u64) -> Result<(Config, bool), LoadError> 
 pub fn load(t: &Tunables, page_size: u64) -> Result<Loaded, LoadError> {
     // Mounted first, here: the child reads tracepoint layouts from it.
     let tracefs = kernel::ensure_tracefs();
-    let (config, mark_victim_has_task) = btf_facts(t, page_size)?;
+    let (mut config, mark_victim_has_task) = btf_facts(t, page_size)?;
+    // Signals sent to the recorder are kept too: it passes them on to the
+    // job, and the kernel's record of who sent them is the evidence. Set
+    // here, not in `config`, which may run in a child.
+    config.recorder_tgid = i64::from(std::process::id());
     // The Xid tracepoint's layout, from tracefs (mounted above).
     let gpu_config = crate::gpu::config();
 
@@ -360,6 +367,8 @@ pub fn load(t: &Tunables, page_size: u64) -> Result<Loaded, LoadError> {
     };
     let events = RingBuf::try_from(take(&mut ebpf, "EVENTS")?)
         .map_err(|e| LoadError::Object(e.to_string()))?;
+    let precious = RingBuf::try_from(take(&mut ebpf, "PRECIOUS")?)
+        .map_err(|e| LoadError::Object(e.to_string()))?;
     let counters = PerCpuArray::try_from(take(&mut ebpf, "COUNTERS")?)
         .map_err(|e| LoadError::Object(e.to_string()))?;
     let job =
@@ -367,6 +376,7 @@ pub fn load(t: &Tunables, page_size: u64) -> Result<Loaded, LoadError> {
     Ok(Loaded {
         ebpf,
         events,
+        precious,
         counters,
         job,
         attach,

@@ -735,6 +735,7 @@ impl Builder {
             Event::Oom(rec) => self.on_oom(ts, *rec),
             Event::Signal(rec) => self.signals.observe(ts, *rec),
             Event::Exe(x) => self.signals.observe_exe(x),
+            Event::SignalReceived(x) => self.signals.observe_received(ts, x),
             Event::OomAdj {
                 proc,
                 in_job,

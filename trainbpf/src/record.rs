@@ -14,7 +14,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use aya::maps::{MapData, RingBuf};
+use aya::maps::MapData;
 use nix::sys::{
     signal::{SigSet, SigmaskHow, Signal},
     signalfd::{SfdFlags, SignalFd},
@@ -345,7 +345,8 @@ struct Collector {
     /// an attached job, which the recorder cannot wait for).
     root: u32,
     root_exit: Option<ExitStatus>,
-    shm: crate::procfs::ShmTracker,
+    /// Reads smaps_rollup and shared memory off the draining thread.
+    sampler: crate::sampler::Sampler,
     last_procfs: Instant,
     procfs_every: Duration,
     /// The terminal's status line (src/status.rs).
@@ -453,13 +454,8 @@ impl Collector {
         }
     }
 
-    fn drain(&mut self, ring: &mut RingBuf<MapData>) -> usize {
-        let mut n = 0;
-        while let Some(item) = ring.next() {
-            self.on_record(&item);
-            n += 1;
-        }
-        n
+    fn drain(&mut self, rings: &mut crate::rings::Rings) -> usize {
+        rings.drain(|bytes| self.on_record(bytes))
     }
 
     /// Sums the per-CPU loss counters; writes a record when they moved.
@@ -494,32 +490,33 @@ impl Collector {
 
     /// Every few seconds: USS/PSS of the job's processes (the kernel walks
     /// their page tables for it, so what it cost is recorded too) and the
-    /// shared-memory objects, each once.
+    /// shared-memory objects, each once. The reads run on the sampler's
+    /// thread: a big job's take seconds, and the rings must not wait.
     fn poll_procfs(&mut self) {
+        if let Some(done) = self.sampler.poll() {
+            // smaps_rollup walks page tables: about 50 ms per resident GiB.
+            // Keep it to 1% of a core by sampling less often as the job
+            // grows.
+            self.procfs_every = PROCFS_EVERY.max(done.cost * 100);
+            if !done.procs.is_empty() {
+                let cost_us = done.cost.as_micros() as u64;
+                self.user(UserBody::Smaps(decode::SmapsSample {
+                    procs: done.procs,
+                    cost_us,
+                }));
+            }
+            if !done.shm.is_empty() {
+                self.user(UserBody::Shm(done.shm));
+            }
+        }
         if self.last_procfs.elapsed() < self.procfs_every {
             return;
         }
-        self.last_procfs = Instant::now();
         // Forget processes that are gone without an exit record (lost).
         self.job.retain(|&t| crate::procfs::alive(t));
-        let started = Instant::now();
-        let procs: Vec<_> = self
-            .job
-            .iter()
-            .take(MAX_SMAPS_PER_ROUND)
-            .filter_map(|&t| crate::procfs::smaps(t))
-            .collect();
-        let cost = started.elapsed();
-        let cost_us = cost.as_micros() as u64;
-        // smaps_rollup walks page tables: about 50 ms per resident GiB. Keep
-        // it to 1% of a core by sampling less often as the job grows.
-        self.procfs_every = PROCFS_EVERY.max(cost * 100);
-        if !procs.is_empty() {
-            self.user(UserBody::Smaps(decode::SmapsSample { procs, cost_us }));
-        }
-        let objs = self.shm.sample(&self.job);
-        if !objs.is_empty() {
-            self.user(UserBody::Shm(objs));
+        let pids = self.job.iter().take(MAX_SMAPS_PER_ROUND).copied().collect();
+        if self.sampler.request(pids) {
+            self.last_procfs = Instant::now();
         }
     }
 
@@ -655,6 +652,7 @@ async fn collect(
     let Loaded {
         mut ebpf,
         events,
+        precious,
         counters,
         mut job,
         attach,
@@ -682,17 +680,15 @@ async fn collect(
         job: Default::default(),
         root: 0,
         root_exit: None,
-        shm: Default::default(),
+        sampler: crate::sampler::Sampler::start(),
         status,
         last_procfs: Instant::now(),
         procfs_every: PROCFS_EVERY,
     };
-    // SAFETY: both fds are owned by the values moved in, and stay open until
+    let mut rings =
+        crate::rings::Rings::new(events, precious).map_err(io_err("polling the ring buffers"))?;
+    // SAFETY: the fd is owned by the value moved in, and stays open until
     // the AsyncFd (and its registration) is dropped.
-    let mut ring =
-        unsafe { AsyncFd::register_with_interest(events, tokio::io::Interest::READABLE) }
-            .map_err(|e| io_err("polling the ring buffer")(e.into()))?;
-    // SAFETY: as above.
     let sigfd = unsafe { AsyncFd::register_with_interest(sigfd, tokio::io::Interest::READABLE) }
         .map_err(|e| io_err("polling the signalfd")(e.into()))?;
 
@@ -807,17 +803,16 @@ async fn collect(
     let mut stopping = false;
     let status = loop {
         tokio::select! {
-            guard = ring.readable_mut() => {
-                let mut guard = guard.map_err(io_err("ring buffer"))?;
-                c.drain(guard.get_inner_mut());
-                guard.clear_ready();
+            r = rings.readable() => {
+                r.map_err(io_err("ring buffer"))?;
+                c.drain(&mut rings);
                 if c.writer.pending() > FLUSH_BYTES {
                     c.flush()?;
                     last_flush = Instant::now();
                 }
             }
             _ = tick.tick() => {
-                c.drain(ring.get_mut());
+                c.drain(&mut rings);
                 c.poll_lost(&counters);
                 reap_orphans(Some(pid));
                 if attached_done(&target, &c.job) {
@@ -848,9 +843,16 @@ async fn collect(
                 let mut guard = guard.map_err(io_err("signalfd"))?;
                 let mut detach = false;
                 while let Ok(Some(info)) = guard.get_inner().read_signal() {
-                    if child.is_some() {
-                        forward_signal(pid, &info);
-                    } else {
+                    // Who really sent it is written first: the kernel's
+                    // record of the kill passed on names the recorder.
+                    let fwd = child.is_some() && crate::forward::should_forward(&info);
+                    c.user(UserBody::SignalReceived(crate::forward::received(
+                        &info,
+                        fwd.then_some(pid),
+                    )));
+                    if fwd {
+                        crate::forward::forward(pid, &info);
+                    } else if child.is_none() {
                         detach = true;
                     }
                     stopping = true;
@@ -877,7 +879,7 @@ async fn collect(
     // process's exit by a little: keep reading briefly.
     let until = Instant::now() + Duration::from_millis(300);
     while Instant::now() < until {
-        c.drain(ring.get_mut());
+        c.drain(&mut rings);
         reap_orphans(None);
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -901,7 +903,7 @@ async fn collect(
         'orphans: loop {
             tokio::select! {
                 _ = tick.tick() => {
-                    c.drain(ring.get_mut());
+                    c.drain(&mut rings);
                     c.poll_lost(&counters);
                     reap_orphans(None);
                     c.job.retain(|&t| crate::procfs::alive(t));
@@ -920,8 +922,12 @@ async fn collect(
                 }
                 guard = sigfd.readable() => {
                     let mut guard = guard.map_err(io_err("signalfd"))?;
-                    let stop = matches!(guard.get_inner().read_signal(), Ok(Some(_)));
+                    let info = guard.get_inner().read_signal();
                     guard.clear_ready();
+                    let stop = matches!(info, Ok(Some(_)));
+                    if let Ok(Some(info)) = info {
+                        c.user(UserBody::SignalReceived(crate::forward::received(&info, None)));
+                    }
                     if stop {
                         eprintln!("trainbpf: stopped waiting; {} job processes run on", c.job.len());
                         break 'orphans;
@@ -929,9 +935,9 @@ async fn collect(
                 }
             }
         }
-        c.drain(ring.get_mut());
+        c.drain(&mut rings);
     }
-    c.drain(ring.get_mut());
+    c.drain(&mut rings);
     c.poll_lost(&counters);
     for (kind, bytes) in gpu.finish(mono_ns()) {
         c.writer.record(kind, &bytes);
@@ -980,19 +986,6 @@ fn reap_orphans(keep: Option<u32>) {
             return;
         }
         let _ = waitpid(pid, Some(WaitPidFlag::WNOHANG));
-    }
-}
-
-/// A signal a process sent us (kill, systemd stop) goes on to the job. One
-/// the terminal generated (Ctrl-C: si_code SI_KERNEL) reached the job's
-/// process group already; sending it again would interrupt twice.
-fn forward_signal(pid: u32, info: &nix::libc::signalfd_siginfo) {
-    const SI_KERNEL: i32 = 0x80;
-    if info.ssi_code == SI_KERNEL {
-        return;
-    }
-    if let Ok(sig) = Signal::try_from(info.ssi_signo as i32) {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig);
     }
 }
 

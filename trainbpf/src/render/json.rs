@@ -115,6 +115,10 @@ pub fn render(r: &Report) -> Value {
             "by_kind": r.lost.by_kind.iter().enumerate()
                 .map(|(i, n)| (kind_name(i), json!(n)))
                 .collect::<serde_json::Map<_, _>>(),
+            "by_ring": {
+                "main": r.lost.by_ring().0,
+                "precious": r.lost.by_ring().1,
+            },
             "undecodable": r.lost.undecodable.saturating_add(r.undecodable),
             "proc_map_full": r.lost.proc_map_full,
             "job_map_full": r.lost.job_map_full,
@@ -304,6 +308,12 @@ fn death(r: &Report, d: &Death) -> Value {
             "comm": s.comm,
             "exe": s.exe,
             "uid": s.uid,
+            "terminal": s.terminal.as_ref().map(|t| json!({
+                "tty": t.tty,
+                "session": t.session,
+                "foreground_group": t.foreground_pgrp,
+            })),
+            "forwarded_by": s.forwarded_by,
         })),
         "memcg": d.memcg,
         "memcg_limit_kb": d.memcg_limit_kb,
@@ -342,6 +352,8 @@ fn kind_name(i: usize) -> String {
         c::KIND_OOM_VICTIM => "oom_victim",
         c::KIND_OOM_KILL => "oom_kill",
         c::KIND_PRINTK => "printk",
+        c::KIND_SIGNAL => "signal",
+        c::KIND_OOM_ADJ => "oom_adj",
         c::KIND_CUDA => "cuda",
         c::KIND_XID => "xid",
         c::KIND_NV_PAGES => "nv_pages",

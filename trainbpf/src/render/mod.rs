@@ -104,6 +104,7 @@ pub fn death_phrase(d: &Death) -> String {
     // come from processes and are escaped as the text report's are.
     use crate::term::escape as esc;
     let from = || match &d.sender {
+        Some(s) if s.terminal.is_some() => terminal_phrase(s),
         Some(s) => {
             let mut who = esc(&s.comm).into_owned();
             if let Some(exe) = &s.exe {
@@ -115,7 +116,7 @@ pub fn death_phrase(d: &Death) -> String {
             if s.pid == d.pid {
                 " from itself".to_string()
             } else {
-                format!(" from pid {} ({who})", s.pid)
+                format!(" from pid {} ({who}){}", s.pid, forwarded_phrase(s))
             }
         }
         None => " (sender not seen)".to_string(),
@@ -139,6 +140,25 @@ pub fn death_phrase(d: &Death) -> String {
         }
         Cause::Signal => format!("killed by {}{}", sig(d.signal.unwrap_or(0)), from()),
         Cause::Crash => format!("crashed with {}{}", sig(d.signal.unwrap_or(0)), from()),
+    }
+}
+
+/// " from terminal /dev/pts/3 (session 1234, foreground group 1240)".
+fn terminal_phrase(s: &crate::model::Sender) -> String {
+    match &s.terminal {
+        Some(t) => format!(
+            " from terminal {} (session {}, foreground group {})",
+            t.tty, t.session, t.foreground_pgrp
+        ),
+        None => String::new(),
+    }
+}
+
+/// ", forwarded by trainbpf (pid 800)" for a signal the recorder passed on.
+fn forwarded_phrase(s: &crate::model::Sender) -> String {
+    match s.forwarded_by {
+        Some(by) => format!(", forwarded by trainbpf (pid {by})"),
+        None => String::new(),
     }
 }
 

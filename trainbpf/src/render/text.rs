@@ -813,6 +813,7 @@ fn lost_detail(r: &Report) -> String {
         .filter(|(_, n)| **n > 0)
         .map(|(i, n)| format!("{} {n}", kind_label(i)))
         .collect();
+
     let undecodable = r.lost.undecodable.saturating_add(r.undecodable);
     if undecodable > 0 {
         parts.push(format!("undecodable {undecodable}"));
@@ -822,6 +823,12 @@ fn lost_detail(r: &Report) -> String {
             "memory samples dropped while the disk was full {}",
             r.lost.dropped_disk_full
         ));
+    }
+    // Kills, deaths and signals have a ring of their own: say whether it
+    // held whenever the other lost records.
+    let (main, precious) = r.lost.by_ring();
+    if main > 0 || precious > 0 {
+        parts.push(format!("kill/death/signal ring {precious}"));
     }
     if parts.is_empty() {
         String::new()
@@ -840,6 +847,8 @@ fn kind_label(i: usize) -> String {
         c::KIND_OOM_VICTIM => "oom victim".into(),
         c::KIND_OOM_KILL => "oom kill".into(),
         c::KIND_PRINTK => "kernel log".into(),
+        c::KIND_SIGNAL => "signal".into(),
+        c::KIND_OOM_ADJ => "oom_score_adj".into(),
         c::KIND_CUDA => "cuda".into(),
         c::KIND_XID => "xid".into(),
         c::KIND_NV_PAGES => "nv pages".into(),
@@ -997,7 +1006,7 @@ mod tests {
         assert!(t.contains("killed by signal 9 (SIGKILL)"), "{t}");
         // Losses are always stated, and broken down when there are some.
         assert!(
-            t.contains("lost events: 6 (memory 3, undecodable 3)"),
+            t.contains("lost events: 6 (memory 3, undecodable 3, kill/death/signal ring 0)"),
             "{t}"
         );
         assert!(!t.contains('\x1b'), "no colour unless asked");

@@ -1,0 +1,127 @@
+//! USS/PSS (`smaps_rollup`) and shared-memory sampling, on a thread of its
+//! own. The kernel walks a process's page tables to answer `smaps_rollup`:
+//! for a job with tens of GiB mapped that takes seconds, and on the thread
+//! that drains the ring buffers those seconds were records lost. The
+//! collector asks for a round and picks the answer up on a later tick; one
+//! round at a time, so nothing queues up behind a slow one.
+
+use std::{
+    collections::HashSet,
+    sync::mpsc::{self, Receiver, SyncSender, TryRecvError},
+    thread,
+    time::{Duration, Instant},
+};
+
+use crate::procfs::{ShmObject, ShmTracker, Smaps};
+
+/// One round's answer.
+pub struct Sampled {
+    pub procs: Vec<Smaps>,
+    /// Wall time the `smaps_rollup` reads took.
+    pub cost: Duration,
+    pub shm: Vec<ShmObject>,
+}
+
+pub struct Sampler {
+    /// `None` once the thread could not be started or is gone.
+    tx: Option<SyncSender<Vec<u32>>>,
+    rx: Receiver<Sampled>,
+    busy: bool,
+}
+
+impl Sampler {
+    pub fn start() -> Sampler {
+        let (tx, req_rx) = mpsc::sync_channel::<Vec<u32>>(1);
+        let (res_tx, rx) = mpsc::sync_channel::<Sampled>(1);
+        let spawned = thread::Builder::new()
+            .name("trainbpf-procfs".into())
+            .spawn(move || {
+                let mut shm = ShmTracker::default();
+                // Ends when the collector drops its sender.
+                while let Ok(pids) = req_rx.recv() {
+                    if res_tx.send(sample(&pids, &mut shm)).is_err() {
+                        return;
+                    }
+                }
+            });
+        Sampler {
+            tx: spawned.ok().map(|_| tx),
+            rx,
+            busy: false,
+        }
+    }
+
+    /// Asks for a round over `pids`, unless one is still running. Returns
+    /// whether it was asked.
+    pub fn request(&mut self, pids: Vec<u32>) -> bool {
+        if self.busy {
+            return false;
+        }
+        let Some(tx) = &self.tx else { return false };
+        match tx.try_send(pids) {
+            Ok(()) => {
+                self.busy = true;
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// The finished round, if there is one; never waits.
+    pub fn poll(&mut self) -> Option<Sampled> {
+        match self.rx.try_recv() {
+            Ok(s) => {
+                self.busy = false;
+                Some(s)
+            }
+            Err(TryRecvError::Empty) => None,
+            Err(TryRecvError::Disconnected) => {
+                self.tx = None;
+                self.busy = false;
+                None
+            }
+        }
+    }
+}
+
+fn sample(pids: &[u32], shm: &mut ShmTracker) -> Sampled {
+    let started = Instant::now();
+    let procs = pids
+        .iter()
+        .filter_map(|&t| crate::procfs::smaps(t))
+        .collect();
+    let cost = started.elapsed();
+    let job: HashSet<u32> = pids.iter().copied().collect();
+    Sampled {
+        procs,
+        cost,
+        shm: shm.sample(&job),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The round runs on the sampler's thread: asking never waits for it,
+    /// and a second ask while one runs is refused rather than queued.
+    #[test]
+    fn rounds_run_off_the_callers_thread_one_at_a_time() {
+        let mut s = Sampler::start();
+        let me = std::process::id();
+        assert!(s.request(vec![me]));
+        assert!(!s.request(vec![me]), "one round at a time");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let got = loop {
+            if let Some(r) = s.poll() {
+                break r;
+            }
+            assert!(Instant::now() < deadline, "the round never came back");
+            thread::sleep(Duration::from_millis(5));
+        };
+        assert_eq!(got.procs.len(), 1);
+        assert_eq!(got.procs[0].tgid, me);
+        assert!(got.procs[0].rss_kb > 0);
+        assert!(s.request(vec![me]), "free again once answered");
+    }
+}
