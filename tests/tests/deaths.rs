@@ -7,17 +7,6 @@ use std::process::{Command, Stdio};
 
 use common::*;
 
-fn deaths(r: &serde_json::Value) -> &Vec<serde_json::Value> {
-    r["deaths"].as_array().expect("deaths array")
-}
-
-fn death_of(r: &serde_json::Value, pid: u64) -> &serde_json::Value {
-    deaths(r)
-        .iter()
-        .find(|d| u(&d["pid"]) == pid)
-        .unwrap_or_else(|| panic!("no death for pid {pid}: {:#}", r["deaths"]))
-}
-
 #[test]
 fn kill_from_another_process_names_the_sender_not_oom() {
     require_root();

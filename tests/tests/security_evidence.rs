@@ -14,17 +14,6 @@ use std::{
 
 use common::*;
 
-fn deaths(r: &serde_json::Value) -> &Vec<serde_json::Value> {
-    r["deaths"].as_array().expect("deaths array")
-}
-
-fn death_of(r: &serde_json::Value, pid: u64) -> &serde_json::Value {
-    deaths(r)
-        .iter()
-        .find(|d| u(&d["pid"]) == pid)
-        .unwrap_or_else(|| panic!("no death for pid {pid}: {:#}", r["deaths"]))
-}
-
 /// Waits for a file holding a pid, written by the job.
 fn read_pid(path: &Path) -> u64 {
     let deadline = Instant::now() + Duration::from_secs(30);

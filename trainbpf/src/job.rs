@@ -139,16 +139,7 @@ pub fn memory_hierarchy() -> Option<(PathBuf, bool)> {
 pub fn memcg_of_pid(pid: u32) -> Option<(PathBuf, String, bool)> {
     let (root, v2) = memory_hierarchy()?;
     let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
-    let rel = text.lines().find_map(|l| {
-        let mut f = l.splitn(3, ':');
-        let (_, ctl, path) = (f.next()?, f.next()?, f.next()?);
-        let ours = if v2 {
-            ctl.is_empty()
-        } else {
-            ctl.split(',').any(|c| c == "memory")
-        };
-        ours.then(|| path.to_string())
-    })?;
+    let rel = cgroup::memcg_line(&text, v2)?;
     memcg_dir(&root, &rel, v2)
 }
 

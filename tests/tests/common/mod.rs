@@ -185,6 +185,18 @@ pub fn kills(report: &Value) -> &Vec<Value> {
     report["kills"].as_array().expect("kills array")
 }
 
+pub fn deaths(report: &Value) -> &Vec<Value> {
+    report["deaths"].as_array().expect("deaths array")
+}
+
+/// The death of `pid` in the report; panics with every death when missing.
+pub fn death_of(report: &Value, pid: u64) -> &Value {
+    deaths(report)
+        .iter()
+        .find(|d| u(&d["pid"]) == pid)
+        .unwrap_or_else(|| panic!("no death for pid {pid}: {:#}", report["deaths"]))
+}
+
 pub fn u(v: &Value) -> u64 {
     v.as_u64()
         .unwrap_or_else(|| panic!("not an unsigned integer: {v}"))

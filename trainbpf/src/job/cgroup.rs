@@ -220,7 +220,7 @@ fn procs_of(dir: &Path) -> Vec<u32> {
 
 /// The memory cgroup path in a /proc/PID/cgroup text: the v2 line
 /// (`0::/path`) or the v1 line whose controllers include memory.
-fn memcg_line(text: &str, v2: bool) -> Option<String> {
+pub(super) fn memcg_line(text: &str, v2: bool) -> Option<String> {
     text.lines().find_map(|l| {
         let mut f = l.splitn(3, ':');
         let (_, ctl, path) = (f.next()?, f.next()?, f.next()?);
