@@ -709,7 +709,7 @@ async fn collect(
     };
     let (pid, argv, pending) = match &target {
         Target::Run(argv) => {
-            let pending = job::spawn(argv, &invoker, job_adj)?;
+            let pending = job::spawn(argv, job_adj)?;
             seed(&mut job, pending.pid)?;
             (pending.pid, argv.clone(), Some(pending))
         }
