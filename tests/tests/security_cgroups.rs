@@ -457,15 +457,25 @@ fn without_cap_sys_resource_doctor_and_record_say_the_recorder_is_unprotected() 
     assert!(noted, "the recording does not say: {:#}", r["recording"]);
 
     // The trampoline, at the recorder's -1000 (500 where this root can't
-    // lower it), told to restore a value the kernel refuses.
+    // lower it), told to restore a value the kernel refuses. It runs only
+    // as a recorder's child (security_review.rs, finding A): the job of a
+    // recorder becomes it, reading its go byte from a file.
     let mark = dir.path("job-adj");
-    let out = Command::new("/bin/sh")
+    let go = dir.path("go");
+    fs::write(&go, "g").unwrap();
+    let out = Command::new(bin())
+        .args(["record", "-q", "-o"])
+        .arg(dir.path("trampoline.rec"))
         .args([
+            "--",
+            "/bin/sh",
             "-c",
-            r#"{ echo -1000 > /proc/self/oom_score_adj; } 2>/dev/null || echo 500 > /proc/self/oom_score_adj && echo g | "$0" __exec 0 0 0 5000 -- /bin/sh -c 'cat /proc/self/oom_score_adj > "$0"' "$1""#,
+            r#"{ echo -1000 > /proc/self/oom_score_adj; } 2>/dev/null || echo 500 > /proc/self/oom_score_adj && exec "$0" __exec 0 5000 -- /bin/sh -c 'cat /proc/self/oom_score_adj > "$0"' "$1" < "$2""#,
         ])
         .arg(bin())
         .arg(&mark)
+        .arg(&go)
+        .stdin(Stdio::null())
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -476,5 +486,8 @@ fn without_cap_sys_resource_doctor_and_record_say_the_recorder_is_unprotected() 
         fs::read_to_string(&mark).unwrap_or_default().trim()
     );
     assert!(!out.status.success());
-    assert!(stderr.contains("oom_score_adj"), "{stderr}");
+    assert!(
+        stderr.contains("cannot give the job its oom_score_adj 5000 back"),
+        "{stderr}"
+    );
 }

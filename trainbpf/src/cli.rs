@@ -175,15 +175,9 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                     }
                     record::Target::Pid(p)
                 }
-                (_, Some(dir), _) => {
-                    if !dir.join("cgroup.procs").exists() {
-                        bail!(
-                            "--cgroup {}: not a cgroup directory (no cgroup.procs)",
-                            dir.display()
-                        );
-                    }
-                    record::Target::Cgroup(dir)
-                }
+                // Checked in record: a real cgroup, and the invoker's own
+                // processes in it (src/attach.rs).
+                (_, Some(dir), _) => record::Target::Cgroup(dir),
                 (_, _, true) => record::Target::All,
                 _ => record::Target::Run(cmd),
             };

@@ -9,22 +9,19 @@
 //! command's own exec is the first thing recorded.
 
 mod cgroup;
+mod trampoline;
 
 use std::{
     ffi::{OsStr, OsString},
-    fs,
-    io::{self, Read},
-    os::{
-        fd::{AsRawFd, FromRawFd, OwnedFd},
-        unix::process::CommandExt,
-    },
+    fs, io,
+    os::fd::{AsRawFd, OwnedFd},
     path::{Path, PathBuf},
-    process::Command,
 };
 
-use nix::unistd::{Gid, Uid, User};
+use nix::unistd::{Gid, Uid};
 
 pub use cgroup::MemCgroup;
+pub use trampoline::exec_trampoline;
 
 #[derive(Debug, thiserror::Error)]
 pub enum JobError {
@@ -65,6 +62,12 @@ pub enum JobError {
         "left {dir} in place: it holds processes that are not the job's ({pids:?}); they were not signalled"
     )]
     Foreign { dir: String, pids: Vec<u32> },
+    /// cgroup v1: the recorder's cgroup does not charge its children's
+    /// memory to itself, so a cgroup below it would escape its limits.
+    #[error(
+        "{file} is not 1: on cgroup v1 a cgroup below the recorder's would not be charged to it, so --memory-limit would take the job out of the limits around the recorder (a container, a Slurm job); leave out --memory-limit, or set memory.use_hierarchy to 1 there"
+    )]
+    NoHierarchy { file: String },
     /// `SUDO_UID`/`SUDO_GID` are not a pair of numbers.
     #[error(
         "{0}; sudo sets both SUDO_UID and SUDO_GID: unset both to run the job as yourself, or set both to run it as that user"
@@ -207,41 +210,45 @@ impl Pending {
     }
 }
 
-/// Starts the trampoline for `argv` as a child of the recorder.
-pub fn spawn(
-    argv: &[OsString],
-    invoker: &Invoker,
-    oom_score_adj: i32,
-) -> Result<Pending, JobError> {
-    let (rd, wr) =
-        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| io_err("pipe")(e.into()))?;
-    // The read end must survive exec into the trampoline.
-    nix::fcntl::fcntl(
-        &rd,
-        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
-    )
-    .map_err(|e| io_err("fcntl")(e.into()))?;
-    let exe = std::env::current_exe().map_err(io_err("locating trainbpf's own executable"))?;
-    let mut cmd = tokio::process::Command::new(exe);
+/// The go pipe, both ends close-on-exec in the recorder.
+fn go_pipe() -> Result<(OwnedFd, OwnedFd), JobError> {
+    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| io_err("pipe")(e.into()))
+}
+
+/// Starts the trampoline for `argv` as a child of the recorder; it runs
+/// the command as the invoker, whom it finds as the recorder did
+/// (`Invoker::detect`), from the environment it inherits.
+pub fn spawn(argv: &[OsString], oom_score_adj: i32) -> Result<Pending, JobError> {
+    let (rd, wr) = go_pipe()?;
+    let go_fd = rd.as_raw_fd();
+    // /proc/self/exe in the child is the recorder's own image, even if the
+    // file at its path was replaced: the trampoline checks that it runs the
+    // same file as its parent.
+    let mut cmd = tokio::process::Command::new("/proc/self/exe");
     cmd.arg("__exec")
-        .arg(rd.as_raw_fd().to_string())
-        .arg(invoker.uid.to_string())
-        .arg(invoker.gid.to_string())
+        .arg(go_fd.to_string())
         .arg(oom_score_adj.to_string())
         .arg("--")
         .args(argv);
     // The recorder blocks SIGINT/SIGTERM to read them from a signalfd; the
-    // job must start with the default mask.
-    // SAFETY: only async-signal-safe calls (sigprocmask) between fork and exec.
+    // job must start with the default mask. The read end of the pipe loses
+    // close-on-exec here, in the child only: in the recorder it stays
+    // close-on-exec, so no helper another thread starts meanwhile gets it.
+    // SAFETY: only async-signal-safe calls (sigprocmask, fcntl) between
+    // fork and exec.
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
             let set = nix::sys::signal::SigSet::all();
             nix::sys::signal::sigprocmask(
                 nix::sys::signal::SigmaskHow::SIG_UNBLOCK,
                 Some(&set),
                 None,
             )
-            .map_err(io::Error::from)
+            .map_err(io::Error::from)?;
+            if libc::fcntl(go_fd, libc::F_SETFD, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
         });
     }
     let child = cmd.spawn().map_err(io_err("starting the job"))?;
@@ -250,102 +257,6 @@ pub fn spawn(
         .id()
         .ok_or_else(|| io_err("job pid")(io::Error::other("exited early")))?;
     Ok(Pending { child, pid, go: wr })
-}
-
-/// The trampoline's side, run as `trainbpf __exec FD UID GID ADJ -- CMD…`.
-/// Returns only on failure, with the exit code to use (127: not found,
-/// 126: not executable, 1: anything else), after printing why.
-pub fn exec_trampoline(args: &[OsString]) -> i32 {
-    let fail = |msg: String, code: i32| {
-        eprintln!("trainbpf: {msg}");
-        code
-    };
-    if args.len() < 6 || args[4] != "--" {
-        return fail("__exec is internal to trainbpf record".into(), 2);
-    }
-    let num = |s: &OsStr| s.to_str().and_then(|s| s.parse::<i64>().ok());
-    let (Some(fd), Some(uid), Some(gid), Some(adj)) =
-        (num(&args[0]), num(&args[1]), num(&args[2]), num(&args[3]))
-    else {
-        return fail("__exec: bad arguments".into(), 2);
-    };
-    // SAFETY: the recorder passed this fd number, open across exec for us.
-    let mut go = unsafe { fs::File::from_raw_fd(fd as i32) };
-    let mut b = [0u8; 1];
-    if !matches!(go.read(&mut b), Ok(1)) {
-        return fail(
-            "the recorder went away before the job could start".into(),
-            1,
-        );
-    }
-    drop(go);
-    // Undo the recorder's own OOM protection: the job must be killable as
-    // it would be without trainbpf, never left at the recorder's -1000.
-    if let Err(e) = restore_oom_score_adj(adj) {
-        return fail(
-            format!("cannot give the job its oom_score_adj {adj} back ({e}); not starting it"),
-            1,
-        );
-    }
-    let (uid, gid) = (uid as u32, gid as u32);
-    let cmd_argv = &args[5..];
-    let mut cmd = Command::new(&cmd_argv[0]);
-    cmd.args(&cmd_argv[1..]);
-    if Uid::effective().as_raw() != uid
-        && let Err(e) = drop_privileges(uid, gid, &mut cmd)
-    {
-        return fail(format!("cannot run the job as uid {uid}: {e}"), 1);
-    }
-    let err = cmd.exec();
-    let name = crate::term::escape(&cmd_argv[0].to_string_lossy()).into_owned();
-    match err.kind() {
-        io::ErrorKind::NotFound => fail(format!("{name}: command not found"), 127),
-        io::ErrorKind::PermissionDenied => fail(format!("{name}: permission denied"), 126),
-        _ => fail(format!("{name}: {err}"), 126),
-    }
-}
-
-/// Writes `adj` to our own oom_score_adj and reads it back.
-fn restore_oom_score_adj(adj: i64) -> io::Result<()> {
-    const PATH: &str = "/proc/self/oom_score_adj";
-    fs::write(PATH, adj.to_string())?;
-    let now = fs::read_to_string(PATH)?;
-    if now.trim() != adj.to_string() {
-        return Err(io::Error::other(format!(
-            "it reads {} after writing",
-            now.trim()
-        )));
-    }
-    Ok(())
-}
-
-/// setgroups/setgid/setuid to the invoking user, with their HOME, USER and
-/// LOGNAME, the way `sudo -u` would; the rest of the environment stays.
-/// A uid without a passwd entry gets HOME=/ (as systemd gives such users),
-/// never root's, and USER and LOGNAME set to the number.
-fn drop_privileges(uid: u32, gid: u32, cmd: &mut Command) -> Result<(), String> {
-    let user = User::from_uid(Uid::from_raw(uid)).map_err(|e| e.to_string())?;
-    let groups = match &user {
-        Some(u) => {
-            let name = std::ffi::CString::new(u.name.clone()).map_err(|e| e.to_string())?;
-            nix::unistd::getgrouplist(&name, Gid::from_raw(gid)).map_err(|e| e.to_string())?
-        }
-        None => vec![Gid::from_raw(gid)],
-    };
-    nix::unistd::setgroups(&groups).map_err(|e| format!("setgroups: {e}"))?;
-    nix::unistd::setgid(Gid::from_raw(gid)).map_err(|e| format!("setgid: {e}"))?;
-    nix::unistd::setuid(Uid::from_raw(uid)).map_err(|e| format!("setuid: {e}"))?;
-    match user {
-        Some(u) => cmd
-            .env("HOME", &u.dir)
-            .env("USER", &u.name)
-            .env("LOGNAME", &u.name),
-        None => cmd
-            .env("HOME", "/")
-            .env("USER", uid.to_string())
-            .env("LOGNAME", uid.to_string()),
-    };
-    Ok(())
 }
 
 /// Parses sizes like `300M`, `1.5G`, `512MiB`, `1048576` (bytes).
@@ -399,6 +310,17 @@ mod tests {
         assert!(e.contains("not a numeric id"), "{e}");
         assert!(inv(s("1000"), s("")).is_err());
         assert_eq!(inv(None, None).unwrap().uid, Uid::current().as_raw());
+    }
+
+    #[test]
+    fn the_go_pipe_is_close_on_exec_in_the_recorder() {
+        // Only the forked child clears it (spawn's pre_exec): a helper
+        // another thread of the recorder starts never inherits either end.
+        let (rd, wr) = go_pipe().unwrap();
+        for fd in [&rd, &wr] {
+            let flags = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETFD).unwrap();
+            assert_ne!(flags & libc::FD_CLOEXEC, 0);
+        }
     }
 
     #[test]

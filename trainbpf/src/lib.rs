@@ -4,6 +4,7 @@
 //! ([`record`]) → [`recording`] → [`decode`] → [`model`] → [`render`].
 //! [`kernel`] and [`loader`] hold what is specific to the running kernel.
 
+pub mod attach;
 pub mod cli;
 pub mod compact;
 pub mod decode;

@@ -7,7 +7,6 @@ use std::{
     collections::{HashMap, HashSet},
     fs,
     os::unix::fs::MetadataExt,
-    path::Path,
 };
 
 use serde::{Deserialize, Serialize};
@@ -313,27 +312,6 @@ pub fn ppid(pid: u32) -> Option<u32> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let rest = &stat[stat.rfind(')')? + 1..];
     rest.split_whitespace().nth(1)?.parse().ok()
-}
-
-/// Every process in a cgroup directory and the cgroups below it.
-pub fn cgroup_procs(dir: &Path) -> Vec<u32> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        if let Ok(t) = fs::read_to_string(d.join("cgroup.procs")) {
-            out.extend(t.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
-        }
-        if let Ok(rd) = fs::read_dir(&d) {
-            stack.extend(
-                rd.flatten()
-                    .filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false))
-                    .map(|e| e.path()),
-            );
-        }
-    }
-    out.sort_unstable();
-    out.dedup();
-    out
 }
 
 /// Whether the process still runs: it exists and is not a zombie waiting

@@ -72,6 +72,9 @@ pub enum RecordError {
     /// The recording could not be created safely (src/safe_file.rs).
     #[error(transparent)]
     File(#[from] safe_file::FileError),
+    /// `--pid`, `--cgroup` or `--all` reaches what the invoker may not see.
+    #[error(transparent)]
+    Attach(#[from] crate::attach::AttachError),
     /// The recording file could not be written.
     #[error("{what}: {source}")]
     Io {
@@ -202,12 +205,32 @@ fn open_output(path: &Path, invoker: &Invoker) -> Result<(File, Place), RecordEr
     Ok((created.file, created.place))
 }
 
-pub fn run(opts: RecordOptions) -> Result<Outcome, RecordError> {
+pub fn run(mut opts: RecordOptions) -> Result<Outcome, RecordError> {
     let invoker = Invoker::detect()?;
     let euid = nix::unistd::Uid::effective().as_raw();
     if let Some(missing) = missing_capabilities(effective_caps(), &invoker, euid) {
         return Err(RecordError::Privileges { missing });
     }
+    // Before anything is loaded or written: an attach the invoker may not
+    // make leaves no recording behind.
+    let watcher = crate::attach::Watcher::new(&invoker);
+    let cgroup_dir = match &opts.target {
+        Target::All => {
+            watcher.all()?;
+            None
+        }
+        Target::Pid(p) => {
+            watcher.pid(*p)?;
+            None
+        }
+        Target::Cgroup(dir) => {
+            let cg = crate::attach::CgroupDir::open(dir)?;
+            watcher.cgroup(&cg)?;
+            opts.target = Target::Cgroup(cg.path.clone());
+            Some(cg)
+        }
+        Target::Run(_) => None,
+    };
     // Read SIGINT/SIGTERM from a signalfd so that we see who sent them;
     // blocked first of all, so that a Ctrl-C while the probes load is read
     // later rather than killing the recorder half set up.
@@ -298,6 +321,10 @@ pub fn run(opts: RecordOptions) -> Result<Outcome, RecordError> {
         loaded,
         writer,
         opts.target,
+        Attached {
+            watcher,
+            cgroup: cgroup_dir,
+        },
         invoker,
         job_adj,
         cgroup.as_ref(),
@@ -642,6 +669,7 @@ async fn collect(
     loaded: Loaded,
     writer: Writer<File>,
     target: Target,
+    attached: Attached,
     invoker: Invoker,
     job_adj: i32,
     cgroup: Option<&MemCgroup>,
@@ -709,7 +737,7 @@ async fn collect(
     };
     let (pid, argv, pending) = match &target {
         Target::Run(argv) => {
-            let pending = job::spawn(argv, &invoker, job_adj)?;
+            let pending = job::spawn(argv, job_adj)?;
             seed(&mut job, pending.pid)?;
             (pending.pid, argv.clone(), Some(pending))
         }
@@ -717,6 +745,9 @@ async fn collect(
             // The process and every descendant alive now; the kernel adds
             // those born from here on.
             for t in crate::procfs::descendants(*p) {
+                if !attached.watcher.may_watch(t) {
+                    continue;
+                }
                 seed(&mut job, t)?;
                 c.job.insert(t);
                 if let Some(info) = crate::procfs::proc_info(t) {
@@ -728,8 +759,8 @@ async fn collect(
                 .unwrap_or_default();
             (*p, argv, None)
         }
-        Target::Cgroup(dir) => {
-            for t in crate::procfs::cgroup_procs(dir) {
+        Target::Cgroup(_) => {
+            for t in attached.procs() {
                 seed(&mut job, t)?;
                 c.job.insert(t);
             }
@@ -822,11 +853,9 @@ async fn collect(
                     // Processes moved into the cgroup later (docker exec, a
                     // new unit process) join the job here; their children
                     // join in the kernel, at fork.
-                    if let Target::Cgroup(dir) = &target {
-                        for t in crate::procfs::cgroup_procs(dir) {
-                            if c.job.insert(t) {
-                                seed(&mut job, t)?;
-                            }
+                    for t in attached.procs() {
+                        if c.job.insert(t) {
+                            seed(&mut job, t)?;
                         }
                     }
                     c.poll_pressure();
@@ -958,6 +987,26 @@ async fn wait_child(
     match child {
         Some(c) => c.wait().await,
         None => std::future::pending().await,
+    }
+}
+
+/// What an attached recorder may watch, and the `--cgroup` it reads.
+struct Attached {
+    watcher: crate::attach::Watcher,
+    cgroup: Option<crate::attach::CgroupDir>,
+}
+
+impl Attached {
+    /// The processes in the `--cgroup` now that the invoker may watch;
+    /// none without one.
+    fn procs(&self) -> Vec<u32> {
+        let Some(cg) = &self.cgroup else {
+            return Vec::new();
+        };
+        cg.procs()
+            .into_iter()
+            .filter(|&t| self.watcher.may_watch(t))
+            .collect()
     }
 }
 

@@ -52,6 +52,14 @@ impl MemCgroup {
     /// v2, whichever holds the memory controller) and sets its limit.
     pub fn create(limit_bytes: u64) -> Result<MemCgroup, JobError> {
         let own = own_memcg()?;
+        if !own.v2 {
+            let file = own.dir.join("memory.use_hierarchy");
+            if !charges_parent(fs::read_to_string(&file).ok().as_deref()) {
+                return Err(JobError::NoHierarchy {
+                    file: file.display().to_string(),
+                });
+            }
+        }
         remove_stale(&own.dir);
         let enabled_in = if own.v2 {
             delegate_memory(&own.dir)?
@@ -208,6 +216,14 @@ impl Drop for MemCgroup {
     fn drop(&mut self) {
         let _ = self.remove();
     }
+}
+
+/// cgroup v1: whether a child's memory is charged to its parent too, from
+/// the parent's `memory.use_hierarchy`. Kernels since 5.x fix it at 1 (no
+/// file at all in some); older ones allow 0, which would leave the job
+/// outside every limit above its own.
+fn charges_parent(use_hierarchy: Option<&str>) -> bool {
+    use_hierarchy.is_none_or(|t| t.trim() == "1")
 }
 
 fn procs_of(dir: &Path) -> Vec<u32> {
@@ -431,6 +447,14 @@ mod tests {
         let t = "12:pids:/\n4:cpu,memory:/slurm/job1\n0::/user.slice\n";
         assert_eq!(memcg_line(t, false).as_deref(), Some("/slurm/job1"));
         assert_eq!(memcg_line(t, true).as_deref(), Some("/user.slice"));
+    }
+
+    #[test]
+    fn v1_nests_only_with_use_hierarchy() {
+        assert!(charges_parent(Some("1\n")));
+        assert!(charges_parent(None));
+        assert!(!charges_parent(Some("0\n")));
+        assert!(!charges_parent(Some("")));
     }
 
     #[test]
