@@ -80,8 +80,12 @@ pub(super) fn rename_at(
 ) -> io::Result<()> {
     let (f, t) = (cstr(from)?, cstr(to)?);
     let d = dir.as_raw_fd();
-    // SAFETY: valid fds and C strings.
-    check(unsafe { libc::renameat2(d, f.as_ptr(), d, t.as_ptr(), flags) }).map(drop)
+    // The raw system call, not libc's wrapper: the static musl build that
+    // the VM runner boots has no renameat2 wrapper (the call is in every
+    // kernel since 3.15).
+    // SAFETY: valid fds and C strings, the arguments renameat2(2) takes.
+    let r = unsafe { libc::syscall(libc::SYS_renameat2, d, f.as_ptr(), d, t.as_ptr(), flags) };
+    check(r as libc::c_int).map(drop)
 }
 
 /// Renames `from` to `to` unless `to` exists (`EEXIST` then). A file
