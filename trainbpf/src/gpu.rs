@@ -374,8 +374,7 @@ impl GpuProbes {
                     let Ok(file) = Pinned::mapped(pid, m.range, m.dev, m.ino) else {
                         continue;
                     };
-                    if let Some(a) = self.attach_library(ebpf, &file, &m.name, "maps", Some(pid))
-                    {
+                    if let Some(a) = self.attach_library(ebpf, &file, &m.name, "maps", Some(pid)) {
                         // The path is the job's to choose, escapes and all.
                         eprintln!(
                             "trainbpf: GPU: probed {} (mapped by pid {pid}): {} calls{}",

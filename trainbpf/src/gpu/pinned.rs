@@ -48,10 +48,7 @@ impl Pinned {
     /// The file mapped at `range` (`start-end`, as in maps) of `pid`, which
     /// the maps line said is `dev`/`ino`.
     pub fn mapped(pid: u32, range: (u64, u64), dev: u64, ino: u64) -> Result<Pinned, String> {
-        let p = PathBuf::from(format!(
-            "/proc/{pid}/map_files/{:x}-{:x}",
-            range.0, range.1
-        ));
+        let p = PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", range.0, range.1));
         let pinned = Self::open_path(&p)?;
         if (pinned.dev, pinned.ino) != (dev, ino) {
             return Err(format!(
