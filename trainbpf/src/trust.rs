@@ -154,7 +154,7 @@ fn acl_writer_in(acl: &[u8]) -> Option<String> {
     const ACL_MASK: u16 = 0x10;
     const WRITE: u16 = 0x02;
     // Version 2 header, then (tag u16, perm u16, id u32) entries.
-    if acl.len() < 4 || (acl.len() - 4) % 8 != 0 || acl[..4] != 2u32.to_le_bytes() {
+    if acl.len() < 4 || !(acl.len() - 4).is_multiple_of(8) || acl[..4] != 2u32.to_le_bytes() {
         return Some("users named in an ACL of an unknown format".into());
     }
     let entries: Vec<(u16, u16, u32)> = acl[4..]

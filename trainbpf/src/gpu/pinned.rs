@@ -28,7 +28,7 @@ use std::{
 use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
 
 /// `statfs.f_type` of FUSE.
-const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
+const FUSE_SUPER_MAGIC: u64 = 0x6573_5546;
 /// Bigger than any driver library (libcuda is about 100 MiB): a file past
 /// this is not read into memory.
 const MAX_LIBRARY: u64 = 1 << 30;
@@ -84,7 +84,8 @@ impl Pinned {
         if st.st_mode & libc::S_IFMT != libc::S_IFREG {
             return Err("not a regular file".into());
         }
-        if fs.f_type as i64 == FUSE_SUPER_MAGIC {
+        // Signed on glibc, unsigned on musl.
+        if fs.f_type as u64 == FUSE_SUPER_MAGIC {
             return Err("on a FUSE file system, which a user's process may serve".into());
         }
         Ok(Pinned {
