@@ -17,7 +17,7 @@
 
 use std::{
     fs::File,
-    io::{self, Read as _},
+    io,
     os::{
         fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
         unix::{ffi::OsStrExt as _, fs::MetadataExt as _},
@@ -29,9 +29,6 @@ use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
 
 /// `statfs.f_type` of FUSE.
 const FUSE_SUPER_MAGIC: u64 = 0x6573_5546;
-/// Bigger than any driver library (libcuda is about 100 MiB): a file past
-/// this is not read into memory.
-const MAX_LIBRARY: u64 = 1 << 30;
 
 pub(super) struct Pinned {
     fd: OwnedFd,
@@ -103,28 +100,25 @@ impl Pinned {
     /// The file offset of each of `symbols` the file exports (`None` for
     /// one it does not), read through the descriptor.
     pub fn offsets(&self, symbols: &[&str]) -> Result<Vec<Option<u64>>, String> {
-        let mut f = File::open(self.proc_path()).map_err(|e| e.to_string())?;
+        let f = File::open(self.proc_path()).map_err(|e| e.to_string())?;
         let m = f.metadata().map_err(|e| e.to_string())?;
         if (m.dev(), m.ino()) != (self.dev, self.ino) {
             return Err("the descriptor reopened another file".into());
         }
-        if m.len() > MAX_LIBRARY {
-            return Err(format!("{} bytes: too big for a library", m.len()));
-        }
-        let mut data = Vec::with_capacity(m.len() as usize);
-        // Read, not mapped: a file truncated meanwhile ends short, where a
-        // mapping would kill the recorder with SIGBUS.
-        f.by_ref()
-            .take(MAX_LIBRARY)
-            .read_to_end(&mut data)
-            .map_err(|e| e.to_string())?;
-        elf_offsets(&data, symbols)
+        // Read, not mapped (a file truncated meanwhile ends short, where a
+        // mapping would kill the recorder with SIGBUS), and only the parts
+        // the symbol tables need: a job's file may be big and sparse.
+        let cache = object::ReadCache::new(f);
+        elf_offsets(&cache, symbols)
     }
 }
 
 /// Symbols' file offsets in an ELF image, as aya computes them: the
 /// dynamic symbols first, then the others; defined ones only.
-fn elf_offsets(data: &[u8], symbols: &[&str]) -> Result<Vec<Option<u64>>, String> {
+fn elf_offsets<'a, R: object::ReadRef<'a>>(
+    data: R,
+    symbols: &[&str],
+) -> Result<Vec<Option<u64>>, String> {
     let obj = object::File::parse(data).map_err(|e| format!("not an ELF library: {e}"))?;
     let translate = matches!(
         obj.kind(),
@@ -163,6 +157,6 @@ mod tests {
         assert_eq!(offs[1], None);
         assert!(Pinned::open(Path::new("/dev/null")).is_err());
         assert!(Pinned::open(Path::new("/")).is_err());
-        assert!(elf_offsets(b"not an elf", &["x"]).is_err());
+        assert!(elf_offsets(&b"not an elf"[..], &["x"]).is_err());
     }
 }
