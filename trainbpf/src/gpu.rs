@@ -39,7 +39,7 @@ use aya::{
 use nvml_wrapper::{Nvml, enums::device::UsedGpuMemory};
 use trainbpf_common::{GpuConfig, GpuCounters};
 
-use self::pinned::Pinned;
+use self::{maps::mapped_libcuda, pinned::Pinned};
 use crate::{
     decode::gpu::{
         GpuAttach, GpuLost, GpuSource, GpuUserBody, NvmlDevice, NvmlProcess, NvmlSample,
@@ -48,6 +48,7 @@ use crate::{
     kernel,
 };
 
+mod maps;
 mod pinned;
 
 /// Extra `libcuda.so` paths, `:`-separated: a driver outside the usual
@@ -521,67 +522,8 @@ fn candidates() -> Vec<(PathBuf, &'static str)> {
     out
 }
 
-fn is_libcuda(name: &OsStr) -> bool {
+pub(super) fn is_libcuda(name: &OsStr) -> bool {
     name.to_string_lossy().starts_with("libcuda.so")
-}
-
-/// A `libcuda.so*` mapping of a job process.
-struct Mapped {
-    /// The name maps shows: the job's to choose, shown only.
-    name: PathBuf,
-    range: (u64, u64),
-    dev: u64,
-    ino: u64,
-}
-
-/// `libcuda.so*` files a process maps, one entry per file.
-fn mapped_libcuda(pid: u32) -> Vec<Mapped> {
-    let Ok(maps) = fs::read_to_string(format!("/proc/{pid}/maps")) else {
-        return Vec::new();
-    };
-    let mut out: Vec<Mapped> = Vec::new();
-    for line in maps.lines() {
-        let Some(m) = parse_maps_line(line) else {
-            continue;
-        };
-        if is_libcuda(m.name.file_name().unwrap_or_default())
-            && !out.iter().any(|o| (o.dev, o.ino) == (m.dev, m.ino))
-        {
-            out.push(m);
-        }
-    }
-    out
-}
-
-/// `start-end perms offset major:minor inode   /path`; `None` for an
-/// anonymous mapping or a line that is not one.
-fn parse_maps_line(line: &str) -> Option<Mapped> {
-    let mut rest = line;
-    let mut field = || {
-        let t = rest.trim_start();
-        let end = t.find(' ').unwrap_or(t.len());
-        let (f, r) = t.split_at(end);
-        rest = r;
-        f
-    };
-    let (range, _perms, _offset, dev, ino) = (field(), field(), field(), field(), field());
-    // The name is the rest of the line, blanks and " (deleted)" included.
-    let name = rest.trim_start();
-    if !name.starts_with('/') {
-        return None;
-    }
-    let (start, end) = range.split_once('-')?;
-    let (major, minor) = dev.split_once(':')?;
-    let hex = |s: &str| u64::from_str_radix(s, 16).ok();
-    Some(Mapped {
-        name: PathBuf::from(name),
-        range: (hex(start)?, hex(end)?),
-        dev: libc::makedev(
-            u32::from_str_radix(major, 16).ok()?,
-            u32::from_str_radix(minor, 16).ok()?,
-        ),
-        ino: ino.parse().ok()?,
-    })
 }
 
 fn attach_xid(ebpf: &mut Ebpf, printk: bool) -> (bool, String) {
@@ -695,20 +637,6 @@ mod tests {
         let progs: HashSet<&str> = CUDA_SYMBOLS.iter().map(|(_, p)| *p).collect();
         assert_eq!(progs.len(), 20);
         assert!(CUDA_SYMBOLS.iter().all(|(s, _)| s.starts_with("cu")));
-    }
-
-    #[test]
-    fn maps_lines() {
-        let m = parse_maps_line(
-            "7f1c2a000000-7f1c2a021000 r-xp 00001000 fd:01 2621519    /tmp/a b/libcuda.so.1 (deleted)",
-        )
-        .unwrap();
-        assert_eq!(m.range, (0x7f1c2a000000, 0x7f1c2a021000));
-        assert_eq!(m.dev, libc::makedev(0xfd, 1));
-        assert_eq!(m.ino, 2621519);
-        assert_eq!(m.name, Path::new("/tmp/a b/libcuda.so.1 (deleted)"));
-        assert!(parse_maps_line("7ffd1000-7ffd2000 rw-p 00000000 00:00 0    [stack]").is_none());
-        assert!(parse_maps_line("7ffd1000-7ffd2000 rw-p 00000000 00:00 0").is_none());
     }
 
     #[test]
