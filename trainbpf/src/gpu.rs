@@ -15,23 +15,31 @@
 //!
 //! Everything tried and not used is recorded with the reason
 //! ([`GpuSource`], [`GpuAttach`]), once.
+//!
+//! Each file is held by a descriptor from the moment it is found, and a
+//! job's library is reached through `/proc/PID/map_files`, never through a
+//! path the job controls ([`pinned`]): root's breakpoints go on the inode
+//! the job maps, not on whatever a link names by the time of the attach.
 
 use std::{
     collections::HashSet,
     ffi::OsStr,
     fs,
-    os::unix::fs::MetadataExt,
     path::{Path, PathBuf},
 };
 
 use aya::{
     Ebpf,
     maps::{HashMap as BpfHashMap, MapData, PerCpuArray},
-    programs::{KProbe, ProgramError, TracePoint, UProbe, uprobe::UProbeScope},
+    programs::{
+        KProbe, ProgramError, TracePoint, UProbe,
+        uprobe::{UProbeAttachLocation, UProbeScope},
+    },
 };
 use nvml_wrapper::{Nvml, enums::device::UsedGpuMemory};
 use trainbpf_common::{GpuConfig, GpuCounters};
 
+use self::{maps::mapped_libcuda, pinned::Pinned};
 use crate::{
     decode::gpu::{
         GpuAttach, GpuLost, GpuSource, GpuUserBody, NvmlDevice, NvmlProcess, NvmlSample,
@@ -39,6 +47,9 @@ use crate::{
     },
     kernel,
 };
+
+mod maps;
+mod pinned;
 
 /// Extra `libcuda.so` paths, `:`-separated: a driver outside the usual
 /// places, or a stand-in library in tests.
@@ -180,7 +191,11 @@ impl GpuProbes {
         }
         if g.loaded {
             for (path, found_by) in candidates() {
-                if let Some(a) = g.attach_library(ebpf, &path, found_by, None) {
+                // Links followed once, here: the descriptor holds the file.
+                let Ok(file) = Pinned::open(&path) else {
+                    continue;
+                };
+                if let Some(a) = g.attach_library(ebpf, &file, &path, found_by, None) {
                     rec(&mut out, now, GpuUserBody::GpuAttach(a));
                 }
             }
@@ -277,33 +292,44 @@ impl GpuProbes {
         )
     }
 
-    /// Probes one library file, unless that file (by device and inode) was
-    /// tried before. `None` when it was.
+    /// Probes one library file, held by `file`, unless that file (by
+    /// device and inode) was tried before. `None` when it was. `path` is
+    /// only shown.
     fn attach_library(
         &mut self,
         ebpf: &mut Ebpf,
+        file: &Pinned,
         path: &Path,
         found_by: &str,
         pid: Option<u32>,
     ) -> Option<GpuAttach> {
-        let meta = fs::metadata(path).ok()?;
-        if !meta.is_file() || !self.tried.insert((meta.dev(), meta.ino())) {
+        if !self.tried.insert((file.dev, file.ino)) {
             return None;
         }
         let mut a = GpuAttach {
             path: path.display().to_string(),
-            dev: meta.dev(),
-            ino: meta.ino(),
+            dev: file.dev,
+            ino: file.ino,
             found_by: found_by.into(),
             pid,
             ..GpuAttach::default()
         };
+        let names: Vec<&str> = CUDA_SYMBOLS.iter().map(|(s, _)| *s).collect();
         let mut errors = Vec::new();
-        for (symbol, prog) in CUDA_SYMBOLS {
-            match attach_pair(ebpf, prog, symbol, path) {
-                Ok(()) => a.attached.push(symbol.into()),
-                Err(Missing::Symbol) => a.missing.push(symbol.into()),
-                Err(Missing::Other(e)) => errors.push(format!("{symbol}: {e}")),
+        match file.offsets(&names) {
+            Err(e) => errors.push(e),
+            Ok(offsets) => {
+                let target = file.proc_path();
+                for ((symbol, prog), offset) in CUDA_SYMBOLS.into_iter().zip(offsets) {
+                    let Some(offset) = offset else {
+                        a.missing.push(symbol.into());
+                        continue;
+                    };
+                    match attach_pair(ebpf, prog, offset, &target) {
+                        Ok(()) => a.attached.push(symbol.into()),
+                        Err(e) => errors.push(format!("{symbol}: {e}")),
+                    }
+                }
             }
         }
         if a.attached.is_empty() {
@@ -340,8 +366,16 @@ impl GpuProbes {
             self.scan_from = start + MAX_SCAN;
             for i in 0..n.min(MAX_SCAN) {
                 let pid = pids[(start + i) % n];
-                for path in mapped_libcuda(pid) {
-                    if let Some(a) = self.attach_library(ebpf, &path, "maps", Some(pid)) {
+                for m in mapped_libcuda(pid) {
+                    if self.tried.contains(&(m.dev, m.ino)) {
+                        continue;
+                    }
+                    // The file mapped, not what its path names now; one
+                    // that cannot be pinned is tried again next scan.
+                    let Ok(file) = Pinned::mapped(pid, m.range, m.dev, m.ino) else {
+                        continue;
+                    };
+                    if let Some(a) = self.attach_library(ebpf, &file, &m.name, "maps", Some(pid)) {
                         // The path is the job's to choose, escapes and all.
                         eprintln!(
                             "trainbpf: GPU: probed {} (mapped by pid {pid}): {} calls{}",
@@ -423,40 +457,32 @@ fn load_uprobes(ebpf: &mut Ebpf) -> Result<(), String> {
     Ok(())
 }
 
-enum Missing {
-    Symbol,
-    Other(String),
-}
-
-/// Attaches the return probe, then the entry probe: an entry without its
-/// return would fill the pairing map with calls that never complete.
-fn attach_pair(ebpf: &mut Ebpf, prog: &str, symbol: &str, path: &Path) -> Result<(), Missing> {
-    let classify = |e: ProgramError| match &e {
-        ProgramError::UProbeError(aya::programs::uprobe::UProbeError::SymbolError { .. }) => {
-            Missing::Symbol
-        }
-        _ => Missing::Other(why(&e)),
-    };
+/// Attaches the return probe, then the entry probe, at `offset` in the file
+/// `target` (a descriptor's `/proc/self/fd/N`, which aya passes to the
+/// kernel as it is): an entry without its return would fill the pairing
+/// map with calls that never complete.
+fn attach_pair(ebpf: &mut Ebpf, prog: &str, offset: u64, target: &Path) -> Result<(), String> {
+    let at = || UProbeAttachLocation::AbsoluteOffset(offset);
     let ret_name = format!("{prog}_ret");
     let ret: &mut UProbe = uprobe_mut(ebpf, &ret_name)?;
     let ret_link = ret
-        .attach(symbol, path, UProbeScope::AllProcesses)
-        .map_err(classify)?;
+        .attach(at(), target, UProbeScope::AllProcesses)
+        .map_err(|e| why(&e))?;
     let entry: &mut UProbe = uprobe_mut(ebpf, prog)?;
-    if let Err(e) = entry.attach(symbol, path, UProbeScope::AllProcesses) {
+    if let Err(e) = entry.attach(at(), target, UProbeScope::AllProcesses) {
         if let Ok(ret) = uprobe_mut(ebpf, &ret_name) {
             let _ = ret.detach(ret_link);
         }
-        return Err(classify(e));
+        return Err(why(&e));
     }
     Ok(())
 }
 
-fn uprobe_mut<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut UProbe, Missing> {
+fn uprobe_mut<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut UProbe, String> {
     ebpf.program_mut(name)
-        .ok_or_else(|| Missing::Other(format!("program {name} missing from the object")))?
+        .ok_or_else(|| format!("program {name} missing from the object"))?
         .try_into()
-        .map_err(|e: ProgramError| Missing::Other(why(&e)))
+        .map_err(|e: ProgramError| why(&e))
 }
 
 /// `TRAINBPF_LIBCUDA` first, then `ldconfig -p`, then the usual directories.
@@ -496,32 +522,8 @@ fn candidates() -> Vec<(PathBuf, &'static str)> {
     out
 }
 
-fn is_libcuda(name: &OsStr) -> bool {
+pub(super) fn is_libcuda(name: &OsStr) -> bool {
     name.to_string_lossy().starts_with("libcuda.so")
-}
-
-/// `libcuda.so*` files a process maps, as paths that reach them from here
-/// (through `/proc/PID/root`, so a container's library is found too).
-fn mapped_libcuda(pid: u32) -> Vec<PathBuf> {
-    let Ok(maps) = fs::read_to_string(format!("/proc/{pid}/maps")) else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for line in maps.lines() {
-        // address perms offset dev inode path
-        let Some(path) = line.split_whitespace().nth(5) else {
-            continue;
-        };
-        let p = Path::new(path);
-        if !path.starts_with('/') || !is_libcuda(p.file_name().unwrap_or_default()) {
-            continue;
-        }
-        let reach = PathBuf::from(format!("/proc/{pid}/root{path}"));
-        if !out.contains(&reach) {
-            out.push(reach);
-        }
-    }
-    out
 }
 
 fn attach_xid(ebpf: &mut Ebpf, printk: bool) -> (bool, String) {

@@ -6,7 +6,7 @@ use std::{
     time::Duration,
 };
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 
 use crate::{
     model::{self, ModelOptions, Report},
@@ -14,8 +14,15 @@ use crate::{
     render, safe_file,
 };
 
+/// The recording, opened as the user who ran `sudo` (issue 12 review,
+/// finding B): root's rights must not read another user's 0600 recording.
+fn open_input(path: &Path) -> Result<File> {
+    let owner = safe_file::Owner::from(&crate::job::Invoker::detect()?);
+    Ok(safe_file::open_input(path, owner)?)
+}
+
 fn open(path: &Path) -> Result<Reader<BufReader<File>>> {
-    let f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let f = open_input(path)?;
     Ok(Reader::new(BufReader::with_capacity(1 << 16, f))?)
 }
 
@@ -46,7 +53,7 @@ pub fn events(path: &Path) -> Result<String> {
 /// Reads the whole recording through the model; memory stays bounded by
 /// the model's window, not the file's length.
 pub fn build(path: &Path, window: Duration) -> Result<Report> {
-    let f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let f = open_input(path)?;
     build_from(BufReader::with_capacity(1 << 16, f), window)
 }
 
@@ -113,7 +120,7 @@ pub fn run(
     scope: &Scope,
     leaks: bool,
 ) -> Result<String> {
-    let f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let f = open_input(path)?;
     let report = build_scoped(BufReader::with_capacity(1 << 16, f), window, scope)?;
     write_files(&report, files)?;
     if json {

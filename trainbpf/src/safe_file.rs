@@ -79,6 +79,15 @@ pub enum FileError {
         "{path} belongs to uid {uid}, not to uid {owner} who runs trainbpf: it is not moved aside; remove it or choose another path"
     )]
     Foreign { path: String, uid: u32, owner: u32 },
+    #[error(
+        "{path} is {what} that belongs to uid {uid}: a report is written through only to a device or FIFO of uid {owner}, who runs trainbpf, or of root; choose another path"
+    )]
+    ForeignNode {
+        path: String,
+        what: &'static str,
+        uid: u32,
+        owner: u32,
+    },
     #[error("another trainbpf record is writing {path}; choose another -o")]
     Busy { path: String },
     /// The OS error is in the message, not a source: it is said once.
@@ -498,6 +507,12 @@ pub fn write_output(path: &Path, bytes: &[u8], owner: Owner) -> Result<(), FileE
                 what: kind_of(&st),
             }),
             Some(st) if !is_regular(&st) => {
+                // Another user's FIFO in a sticky /tmp would receive the
+                // report (no O_CREAT, so fs.protected_fifos does not apply):
+                // only the user's own nodes and root's (/dev/null, a tty)
+                // are written through. Checked before the open, which a
+                // device or a FIFO's reader notices, and again after it.
+                foreign_node(&shown, &st, owner)?;
                 // No O_CREAT, no O_TRUNC: whatever is there is written to,
                 // as a shell's `>` would, and stays what it is.
                 let flags = libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_NOCTTY;
@@ -510,6 +525,7 @@ pub fn write_output(path: &Path, bytes: &[u8], owner: Owner) -> Result<(), FileE
                         err: io::Error::other("it was replaced by a regular file meanwhile"),
                     });
                 }
+                foreign_node(&shown, &now, owner)?;
                 f.write_all(bytes)
                     .and_then(|()| f.flush())
                     .map_err(io_err(format!("writing {shown}")))
@@ -529,6 +545,30 @@ pub fn write_output(path: &Path, bytes: &[u8], owner: Owner) -> Result<(), FileE
             }
         }
     })
+}
+
+fn foreign_node(shown: &str, st: &libc::stat, owner: Owner) -> Result<(), FileError> {
+    if st.st_uid == owner.uid || st.st_uid == 0 {
+        return Ok(());
+    }
+    Err(FileError::ForeignNode {
+        path: shown.to_string(),
+        what: kind_of(st),
+        uid: st.st_uid,
+        owner: owner.uid,
+    })
+}
+
+/// Opens a file to read (`report`'s recording) with `owner`'s credentials:
+/// the kernel applies their own permissions, so `sudo trainbpf report`
+/// reads only what the user who ran it could read.
+pub fn open_input(path: &Path, owner: Owner) -> Result<File, FileError> {
+    let what = if switches_to(owner) {
+        format!("opening {} as uid {}", path.display(), owner.uid)
+    } else {
+        format!("opening {}", path.display())
+    };
+    as_owner(owner, || File::open(path).map_err(io_err(what)))
 }
 
 /// Reads a file from `pos` on with `pread`: the writer's offset, which

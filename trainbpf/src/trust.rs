@@ -110,6 +110,9 @@ fn owned_by_root(path: &Path, m: &fs::Metadata) -> Result<(), Untrusted> {
     } else {
         None
     };
+    // An ACL's named entries are not in the mode (whose group bits are
+    // then the ACL's mask): group root's 0775 may also let Bob write.
+    let who = who.or_else(|| (!sticky_dir).then(|| acl_writer(path)).flatten());
     match who {
         Some(who) => Err(Untrusted::Writable {
             path: path.to_path_buf(),
@@ -117,6 +120,67 @@ fn owned_by_root(path: &Path, m: &fs::Metadata) -> Result<(), Untrusted> {
         }),
         None => Ok(()),
     }
+}
+
+/// Who other than root may write `path` through a named entry of its
+/// POSIX ACL (`system.posix_acl_access`), taking the mask into account.
+/// An ACL that cannot be read or parsed counts as a writer: root does not
+/// guess.
+fn acl_writer(path: &Path) -> Option<String> {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).ok()?;
+    let mut buf = [0u8; 4096];
+    // SAFETY: valid C strings and buffer; lgetxattr follows no link.
+    let n = unsafe {
+        libc::lgetxattr(
+            c.as_ptr(),
+            c"system.posix_acl_access".as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    if n < 0 {
+        let e = io::Error::last_os_error().raw_os_error();
+        return match e {
+            Some(libc::ENODATA) | Some(libc::EOPNOTSUPP) => None,
+            _ => Some("users named in an ACL that could not be read".into()),
+        };
+    }
+    acl_writer_in(&buf[..n as usize])
+}
+
+fn acl_writer_in(acl: &[u8]) -> Option<String> {
+    const ACL_USER: u16 = 0x02;
+    const ACL_GROUP: u16 = 0x08;
+    const ACL_MASK: u16 = 0x10;
+    const WRITE: u16 = 0x02;
+    // Version 2 header, then (tag u16, perm u16, id u32) entries.
+    if acl.len() < 4 || !(acl.len() - 4).is_multiple_of(8) || acl[..4] != 2u32.to_le_bytes() {
+        return Some("users named in an ACL of an unknown format".into());
+    }
+    let entries: Vec<(u16, u16, u32)> = acl[4..]
+        .chunks_exact(8)
+        .map(|e| {
+            (
+                u16::from_le_bytes([e[0], e[1]]),
+                u16::from_le_bytes([e[2], e[3]]),
+                u32::from_le_bytes([e[4], e[5], e[6], e[7]]),
+            )
+        })
+        .collect();
+    let mask = entries
+        .iter()
+        .find(|e| e.0 == ACL_MASK)
+        .map_or(0xffff, |e| e.1);
+    entries.iter().find_map(|&(tag, perm, id)| {
+        if perm & mask & WRITE == 0 || id == 0 {
+            return None;
+        }
+        match tag {
+            ACL_USER => Some(format!("uid {id} (through its ACL)")),
+            ACL_GROUP => Some(format!("gid {id} (through its ACL)")),
+            _ => None,
+        }
+    })
 }
 
 /// A helper program by name, from [`BIN_DIRS`] only: the first there that
@@ -289,6 +353,57 @@ mod tests {
         ));
         assert!(program("sh").is_some());
         assert!(program("no-such-helper-anywhere").is_none());
+    }
+
+    #[test]
+    fn acl_entries_that_grant_write() {
+        const U: u32 = u32::MAX;
+        let acl = |entries: &[(u16, u16, u32)]| {
+            let mut v = 2u32.to_le_bytes().to_vec();
+            for &(t, p, id) in entries {
+                v.extend(t.to_le_bytes());
+                v.extend(p.to_le_bytes());
+                v.extend(id.to_le_bytes());
+            }
+            v
+        };
+        let base = [(0x01, 7, U), (0x04, 5, U), (0x20, 5, U)];
+        assert_eq!(acl_writer_in(&acl(&base)), None);
+        let bob = [
+            (0x01, 7, U),
+            (0x02, 7, 1000),
+            (0x04, 5, U),
+            (0x10, 7, U),
+            (0x20, 5, U),
+        ];
+        assert_eq!(
+            acl_writer_in(&acl(&bob)).as_deref(),
+            Some("uid 1000 (through its ACL)")
+        );
+        // The mask takes write away; a root entry is root.
+        let masked = [
+            (0x01, 7, U),
+            (0x02, 7, 1000),
+            (0x04, 5, U),
+            (0x10, 5, U),
+            (0x20, 5, U),
+        ];
+        assert_eq!(acl_writer_in(&acl(&masked)), None);
+        let group = [
+            (0x01, 7, U),
+            (0x04, 5, U),
+            (0x08, 6, 0),
+            (0x08, 2, 50),
+            (0x10, 7, U),
+        ];
+        assert_eq!(
+            acl_writer_in(&acl(&group)).as_deref(),
+            Some("gid 50 (through its ACL)")
+        );
+        assert!(
+            acl_writer_in(b"\x01\x00\x00\x00").is_some(),
+            "unknown format"
+        );
     }
 
     #[test]
