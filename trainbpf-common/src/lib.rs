@@ -338,6 +338,10 @@ pub struct Config {
     /// The recorder's own pid: signals sent to it are recorded like the
     /// job's (it forwards them to the job; -1: none).
     pub recorder_tgid: i64,
+    /// Entries of the per-process map, and how many of them only the job's
+    /// processes may take.
+    pub procs_max: i64,
+    pub procs_job_reserve: i64,
 }
 
 impl Config {
@@ -397,6 +401,8 @@ impl Config {
         min_interval_ns: 200_000_000,
         all_processes: 0,
         recorder_tgid: -1,
+        procs_max: 32768,
+        procs_job_reserve: 8192,
     };
 }
 
@@ -407,13 +413,17 @@ impl Config {
 pub struct Counters {
     /// Ring-buffer reserves that failed, by record kind.
     pub lost: [u64; KIND_MAX as usize],
-    /// Processes not tracked because the per-process map was full.
+    /// Job processes not tracked because the per-process map was full: lost
+    /// events.
     pub proc_map_full: u64,
     /// Time tasks spent stalled, and how often, by `STALL_*`.
     pub stall_ns: [u64; 4],
     pub stall_count: [u64; 4],
     /// Job members not added because the job map was full.
     pub job_map_full: u64,
+    /// Processes outside the job not tracked because the per-process map
+    /// had no room left outside the job's reserve.
+    pub other_map_full: u64,
 }
 
 // ------------------------------------------------------------------ GPU

@@ -21,7 +21,7 @@
 
 use core::{
     intrinsics::{AtomicOrdering, atomic_xadd},
-    ptr::{addr_of, addr_of_mut},
+    ptr::addr_of_mut,
 };
 
 use aya_ebpf::{
@@ -40,7 +40,7 @@ use trainbpf_common::*;
 mod gpu;
 
 #[unsafe(no_mangle)]
-static CONFIG: Config = Config::UNSET;
+pub(crate) static CONFIG: Config = Config::UNSET;
 
 /// Records for userspace. Its size is set by the loader.
 #[map]
@@ -54,40 +54,12 @@ static PRECIOUS: RingBuf = RingBuf::with_byte_size(PRECIOUS_RING_BYTES, 0);
 
 /// Lost records and full maps, per CPU (one slot).
 #[map]
-static COUNTERS: PerCpuArray<Counters> = PerCpuArray::with_max_entries(1, 0);
+pub(crate) static COUNTERS: PerCpuArray<Counters> = PerCpuArray::with_max_entries(1, 0);
 
 /// Processes of the recorded job: tgid → 1. Userspace seeds the root; fork
 /// adds children here, in the kernel, before the child can run.
 #[map]
 static JOB: HashMap<u32, u32> = HashMap::with_max_entries(65536, 0);
-
-/// Per-process memory state, for every process on the machine that
-/// allocates memory; removed when the process exits. Not an LRU map: an LRU
-/// map may evict a busy entry before it is full (its free lists are per
-/// CPU), and a re-created entry restarts the process's page counts, which
-/// would read as memory freed. A full map is counted (`proc_map_full`).
-#[map]
-static PROCS: HashMap<u32, ProcState> = HashMap::with_max_entries(32768, 0);
-
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct ProcState {
-    /// Last values seen, pages, kernel order.
-    cur: [i64; NR_MM_COUNTERS],
-    /// Values in the last record sent.
-    reported: [i64; NR_MM_COUNTERS],
-    last_emit_ns: u64,
-    start_ns: u64,
-    stall_ns: u64,
-    /// Pages allocated and freed in this process's context (mm_page_alloc,
-    /// mm_page_free), and the net at the last record.
-    alloc_pages: u64,
-    freed_pages: u64,
-    reported_net: i64,
-    /// `alloc_pages + freed_pages` when its RSS was last read: the pages
-    /// since, from every CPU, decide when to read it again.
-    checked_pages: u64,
-}
 
 /// When each task (by pid) entered a reclaim or compaction stall.
 #[map]
@@ -97,20 +69,24 @@ static STALL_START: HashMap<u32, u64> = HashMap::with_max_entries(8192, 0);
 /// build-time placeholder in: the loader rewrites the value before load.
 macro_rules! conf {
     ($f:ident) => {
-        read_conf(addr_of!(CONFIG.$f))
+        $crate::read_conf(core::ptr::addr_of!($crate::CONFIG.$f))
     };
 }
 
 #[inline(always)]
-fn read_conf(p: *const i64) -> i64 {
+pub(crate) fn read_conf(p: *const i64) -> i64 {
     // SAFETY: `p` points into CONFIG, which lives for the program's life.
     unsafe { core::ptr::read_volatile(p) }
 }
 
+/// Per-process state: keys that survive pid reuse, room kept for the job.
+mod procs;
+use procs::{ProcKey, ProcState};
+
 /// Reads a `T` at `base + off` from kernel memory. An unknown offset (-1) or
 /// a NULL base is an error rather than a read of address -1.
 #[inline(always)]
-fn rd<T>(base: u64, off: i64) -> Result<T, u32> {
+pub(crate) fn rd<T>(base: u64, off: i64) -> Result<T, u32> {
     if off < 0 || base == 0 {
         return Err(0);
     }
@@ -134,7 +110,7 @@ fn read_counter(mm: u64, member: usize) -> i64 {
 }
 
 #[inline(always)]
-fn read_counters(mm: u64) -> [i64; NR_MM_COUNTERS] {
+pub(crate) fn read_counters(mm: u64) -> [i64; NR_MM_COUNTERS] {
     [
         read_counter(mm, MM_FILEPAGES),
         read_counter(mm, MM_ANONPAGES),
@@ -202,14 +178,6 @@ pub(crate) fn count_lost(kind: u16) {
         let i = (kind as usize) & (KIND_MAX as usize - 1);
         // SAFETY: per-CPU slot, this CPU only; programs don't nest here.
         unsafe { (*c).lost[i] += 1 };
-    }
-}
-
-#[inline(always)]
-fn count_proc_map_full() {
-    if let Some(c) = COUNTERS.get_ptr_mut(0) {
-        // SAFETY: as in count_lost.
-        unsafe { (*c).proc_map_full += 1 };
     }
 }
 
@@ -528,12 +496,9 @@ fn try_sched_fork(ctx: &BtfTracePointContext) -> Result<u32, u32> {
     if child_pid != child_tgid {
         return Ok(0); // a new thread, not a new process
     }
-    // A new process's pid was free a moment ago: any state under it is
-    // left over from a process that died (its pages counted after its exit
-    // record) and must not be inherited, or the child starts with the dead
-    // one's counts (seen: a copy-on-write child short by a quarter).
-    let _ = PROCS.remove(&child_tgid);
-    drop_pages_of(child_tgid);
+    // A new process's pid may have been a dead one's a moment ago: its
+    // state is keyed by its start time too (`procs`), so it starts from
+    // nothing.
     let parent_tgid: u32 = rd(parent, conf!(task_tgid))?;
     if !in_job(parent_tgid) {
         return Ok(0);
@@ -616,8 +581,13 @@ fn try_sched_exit(ctx: &BtfTracePointContext) -> Result<u32, u32> {
         return Ok(0);
     }
     let tgid: u32 = rd(task, conf!(task_tgid))?;
-    let _ = PROCS.remove(&tgid);
-    drop_pages_of(tgid);
+    let key = ProcKey {
+        tgid,
+        _pad: 0,
+        start_ns: leader_start_ns(task),
+    };
+    drop_pages_of(&key);
+    procs::forget(&key);
     if !in_job(tgid) {
         return Ok(0);
     }
@@ -762,33 +732,8 @@ fn try_oom_adj_update(ctx: &BtfTracePointContext) -> Result<u32, u32> {
 /// The state of the current process, created on first sight.
 #[inline(always)]
 fn proc_state(tgid: u32, task: u64, mm: u64, now: u64) -> Option<*mut ProcState> {
-    if let Some(st) = PROCS.get_ptr_mut(&tgid) {
-        return Some(st);
-    }
-    // An exiting process's entry went at its exit record; one made now
-    // would outlive it.
-    let flags: u32 = rd(task, conf!(task_flags)).unwrap_or(0);
-    if flags & PF_EXITING != 0 {
-        return None;
-    }
-    let init = ProcState {
-        cur: read_counters(mm),
-        // Nothing reported yet: the first change sends the whole footprint,
-        // so userspace learns every process's size once.
-        reported: [0; NR_MM_COUNTERS],
-        last_emit_ns: now,
-        start_ns: leader_start_ns(task),
-        stall_ns: 0,
-        alloc_pages: 0,
-        freed_pages: 0,
-        reported_net: 0,
-        checked_pages: 0,
-    };
-    if PROCS.insert(&tgid, &init, 0).is_err() {
-        count_proc_map_full();
-        return None;
-    }
-    PROCS.get_ptr_mut(&tgid)
+    let pid = bpf_get_current_pid_tgid() as u32;
+    procs::get_or_create(&procs::key_of(task, tgid, pid), task, mm, now)
 }
 
 #[inline(always)]
@@ -940,7 +885,7 @@ fn maybe_emit(st: *mut ProcState, task: u64, mm: u64, tgid: u32, now: u64) {
             MEM_REASON_HEARTBEAT
         };
         // This CPU's pages not yet in the entry belong in the record.
-        fold_pages_of(tgid);
+        fold_pages_of(tgid, (*st).start_ns);
         let net = (*st).alloc_pages as i64 - (*st).freed_pages as i64;
         let Some(mut entry) = EVENTS.reserve::<MemEvent>(0) else {
             count_lost(KIND_MEM);
@@ -997,9 +942,11 @@ struct PageCache {
     /// of the same process may still be alive and allocating.
     owner_pid: u32,
     _pad: u32,
-    /// The owner's `ProcState::start_ns`: a pid reused since the pages were
-    /// counted names another process, which must not receive them.
+    /// The owner's `ProcState::start_ns`: with the tgid, its `PROCS` key.
     start_ns: u64,
+    /// `procs::epoch()` when the slot was filled: a process has exited
+    /// since when it moved, and the tgid may name another process now.
+    epoch: u64,
     alloc: u64,
     freed: u64,
 }
@@ -1035,13 +982,16 @@ fn fold_pages(c: *mut PageCache) -> Option<*mut ProcState> {
         let (alloc, freed) = ((*c).alloc, (*c).freed);
         (*c).alloc = 0;
         (*c).freed = 0;
-        let st = match PROCS.get_ptr_mut(&(*c).tgid) {
-            // The same process still: its entry, made before the slot was.
-            Some(st) if (*st).start_ns == (*c).start_ns => st,
-            // It exited (its pages after its exit record are not wanted), or
-            // its pid names another process now. The slot empties, so the
-            // next page asks afresh whose it is.
-            _ => {
+        let key = ProcKey {
+            tgid: (*c).tgid,
+            _pad: 0,
+            start_ns: (*c).start_ns,
+        };
+        let st = match procs::get(&key) {
+            Some(st) => st,
+            // It exited (its pages after its exit record are not wanted).
+            // The slot empties, so the next page asks afresh whose it is.
+            None => {
                 (*c).tgid = NO_TGID;
                 (*c).valid = 0;
                 return None;
@@ -1067,23 +1017,22 @@ fn fold_pages(c: *mut PageCache) -> Option<*mut ProcState> {
 /// adds this CPU's held pages when they are `tgid`'s, so that the record
 /// carries them. Other CPUs' pages follow at their next batch.
 #[inline(always)]
-fn fold_pages_of(tgid: u32) {
+fn fold_pages_of(tgid: u32, start_ns: u64) {
     if let Some(c) = PAGE_CACHE.get_ptr_mut(0) {
         // SAFETY: this CPU's slot, as in fold_pages.
-        if unsafe { (*c).tgid } == tgid {
+        if unsafe { (*c).tgid == tgid && (*c).start_ns == start_ns } {
             fold_pages(c);
         }
     }
 }
 
-/// Empties this CPU's slot when it holds `tgid`'s pages: at an exit, or at
-/// a fork that hands a dead process's pid to a new one.
+/// Empties this CPU's slot when it holds the process's pages: at its exit.
 #[inline(always)]
-fn drop_pages_of(tgid: u32) {
+fn drop_pages_of(key: &ProcKey) {
     if let Some(c) = PAGE_CACHE.get_ptr_mut(0) {
         // SAFETY: this CPU's slot, as in fold_pages.
         unsafe {
-            if (*c).tgid == tgid {
+            if (*c).tgid == key.tgid && (*c).start_ns == key.start_ns {
                 (*c).tgid = NO_TGID;
                 (*c).valid = 0;
                 (*c).alloc = 0;
@@ -1115,12 +1064,18 @@ fn account_pages(order: u32, freed: bool, page_table: bool) -> u32 {
         return 0;
     };
     let pages = 1u64 << (order & 15);
+    let epoch = procs::epoch();
     // SAFETY: this CPU's slot, as in fold_pages.
     unsafe {
-        if (*c).tgid == tgid && ((*c).valid != 0 || (*c).owner_pid == pid) {
+        if (*c).tgid == tgid
+            && (*c).epoch == epoch
+            && ((*c).valid != 0 || (*c).owner_pid == pid)
+        {
             // The common case: the same process allocates again (or the
             // same thread that counts nothing: a kernel thread, or one
-            // exiting, whose thousands of frees cost a compare each).
+            // exiting, whose thousands of frees cost a compare each). No
+            // process exited since the slot was filled, so the tgid still
+            // names the same process.
             if (*c).valid == 0 {
                 return 0;
             }
@@ -1140,19 +1095,36 @@ fn account_pages(order: u32, freed: bool, page_table: bool) -> u32 {
             return 0;
         }
         // Another process (or another thread of one whose slot counts
-        // nothing): the previous owner's pages go to its entry (its
-        // threshold is tested at its own next batch, where its task is at
-        // hand), and the slot starts over for this one.
+        // nothing, or a process exited somewhere since): the previous
+        // owner's pages go to its entry (its threshold is tested at its own
+        // next batch, where its task is at hand), and the slot starts over
+        // for this one.
         fold_pages(c);
         (*c).tgid = NO_TGID;
         (*c).valid = 0;
+        (*c).epoch = epoch;
     }
     // SAFETY: helper without preconditions.
     let task = unsafe { bpf_get_current_task() };
+    let mm: u64 = rd(task, conf!(task_mm)).unwrap_or(0);
+    // A kernel thread (no process to track), or an exiting one (its entry
+    // is on its way out, and a new one would outlive it): the slot
+    // remembers the thread (not the process: another thread of it may
+    // still live), so its next pages cost a compare.
+    let flags: u32 = rd(task, conf!(task_flags)).unwrap_or(0);
+    if mm == 0 || flags & PF_EXITING != 0 {
+        // SAFETY: this CPU's slot.
+        unsafe {
+            (*c).tgid = tgid;
+            (*c).owner_pid = pid;
+        };
+        return 0;
+    }
+    let key = procs::key_of(task, tgid, pid);
     // Whether to read its RSS now: a new entry, or a batch's worth of
     // pages piled up since the last read.
-    let mut look = false;
-    let st = match PROCS.get_ptr_mut(&tgid) {
+    let look;
+    let st = match procs::get(&key) {
         Some(st) => {
             // Back on this CPU after another process had it: its pages
             // were folded in at the switch, without a look at its RSS (its
@@ -1171,33 +1143,16 @@ fn account_pages(order: u32, freed: bool, page_table: bool) -> u32 {
         // so its state may not exist yet: make it here, or those pages go
         // uncounted.
         None => {
-            let mm: u64 = rd(task, conf!(task_mm)).unwrap_or(0);
-            if mm == 0 {
-                // A kernel thread: no process to track. The slot remembers
-                // it, so its next pages cost a compare.
-                // SAFETY: this CPU's slot.
-                unsafe {
-                    (*c).tgid = tgid;
-                    (*c).owner_pid = pid;
-                };
-                return 0;
-            }
-            // Nor an exiting one: its entry was just removed at exit, and a
-            // new one would outlive it. The slot remembers the thread (not
-            // the process: another thread of it may still live), so the
-            // rest of its frees cost a compare.
-            let flags: u32 = rd(task, conf!(task_flags)).unwrap_or(0);
-            if flags & PF_EXITING != 0 {
-                // SAFETY: this CPU's slot.
-                unsafe {
-                    (*c).tgid = tgid;
-                    (*c).owner_pid = pid;
-                };
-                return 0;
-            }
             // SAFETY: helper without preconditions.
             let now = unsafe { bpf_ktime_get_ns() };
-            let Some(st) = proc_state(tgid, task, mm, now) else {
+            let Some(st) = procs::get_or_create(&key, task, mm, now) else {
+                // No room (counted): the thread's next pages on this CPU
+                // cost a compare, not another failed insert each.
+                // SAFETY: this CPU's slot.
+                unsafe {
+                    (*c).tgid = tgid;
+                    (*c).owner_pid = pid;
+                };
                 return 0;
             };
             look = true;
@@ -1208,7 +1163,7 @@ fn account_pages(order: u32, freed: bool, page_table: bool) -> u32 {
     unsafe {
         (*c).tgid = tgid;
         (*c).valid = 1;
-        (*c).start_ns = (*st).start_ns;
+        (*c).start_ns = key.start_ns;
         if freed {
             (*c).freed = pages;
         } else {
@@ -1255,7 +1210,7 @@ fn check_growth(st: *mut ProcState, tgid: u32) {
 
 /// `PF_EXITING` in `task_struct::flags` (include/linux/sched.h), stable
 /// since 2.6.
-const PF_EXITING: u32 = 0x0000_0004;
+pub(crate) const PF_EXITING: u32 = 0x0000_0004;
 
 /// `__GFP_MOVABLE` and `__GFP_ZERO` (include/linux/gfp_types.h): 0x08 and
 /// 0x100 on every kernel with tp_btf (5.5+); 6.8's enum of flag bits kept
@@ -1325,7 +1280,9 @@ fn stall_end(kind: usize) -> u32 {
         }
     }
     let tgid = (pid_tgid >> 32) as u32;
-    if let Some(st) = PROCS.get_ptr_mut(&tgid) {
+    // SAFETY: helper without preconditions.
+    let task = unsafe { bpf_get_current_task() };
+    if let Some(st) = procs::get(&procs::key_of(task, tgid, pid)) {
         // SAFETY: aligned u64 inside a live map value.
         unsafe {
             atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(addr_of_mut!((*st).stall_ns), d)

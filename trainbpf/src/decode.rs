@@ -204,8 +204,14 @@ pub struct Lost {
     pub by_kind: Vec<u64>,
     /// Records the collector could not decode.
     pub undecodable: u64,
+    /// Job processes whose memory went uncounted (the per-process map was
+    /// full), and job members the job map had no room for: lost events.
     pub proc_map_full: u64,
     pub job_map_full: u64,
+    /// Processes outside the job the per-process map had no room for
+    /// (outside the job's reserve): not the job's loss.
+    #[serde(default)]
+    pub other_map_full: u64,
     /// Samples (memory, pressure) the recorder dropped because the disk was
     /// full and its in-memory backlog reached its bound.
     #[serde(default)]
@@ -233,6 +239,8 @@ impl Lost {
             .iter()
             .fold(self.undecodable, |a, &b| a.saturating_add(b))
             .saturating_add(self.dropped_disk_full)
+            .saturating_add(self.proc_map_full)
+            .saturating_add(self.job_map_full)
     }
 }
 
@@ -978,5 +986,17 @@ mod tests {
             decode(KIND_LOST, &bytes, 4),
             Err(DecodeError::Json { .. })
         ));
+    }
+
+    #[test]
+    fn a_full_map_of_the_jobs_is_a_lost_event_and_one_outside_it_is_not() {
+        let lost = Lost {
+            by_kind: vec![0, 1],
+            proc_map_full: 2,
+            job_map_full: 3,
+            other_map_full: 100,
+            ..Default::default()
+        };
+        assert_eq!(lost.total(), 6);
     }
 }

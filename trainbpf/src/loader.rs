@@ -41,11 +41,18 @@ pub enum LoadError {
     Attach { probe: String, reason: String },
 }
 
+/// Entries of the per-process map by default: every process on a busy
+/// machine, a quarter held for the job.
+pub const DEFAULT_PROC_MAP_ENTRIES: u32 = 32768;
+
 pub struct Tunables {
     pub rss_threshold_bytes: u64,
     pub rss_relative_shift: u32,
     pub heartbeat_ms: u64,
     pub ring_bytes: u32,
+    /// Entries of the per-process map (`PROCS`); a quarter is held for the
+    /// job's processes.
+    pub proc_map_entries: u32,
     pub oom_probe: OomProbe,
     /// `--all`: every process on the machine is the job's.
     pub all_processes: bool,
@@ -125,6 +132,8 @@ fn config(kbtf: &KernelBtf, t: &Tunables, page_size: u64) -> Result<Config, Load
     config.rss_relative_shift = t.rss_relative_shift as i64;
     config.heartbeat_ns = (t.heartbeat_ms * 1_000_000) as i64;
     config.all_processes = i64::from(t.all_processes);
+    config.procs_max = i64::from(t.proc_map_entries);
+    config.procs_job_reserve = i64::from(t.proc_map_entries / 4);
     Ok(config)
 }
 
@@ -200,7 +209,12 @@ pub fn load(t: &Tunables, page_size: u64) -> Result<Loaded, LoadError> {
     // The Xid tracepoint's layout, from tracefs (mounted above).
     let gpu_config = crate::gpu::config();
 
-    let (mut ebpf, btf) = load_object(&config, Some(&gpu_config), Some(t.ring_bytes))
+    let (mut ebpf, btf) = load_object(
+        &config,
+        Some(&gpu_config),
+        Some(t.ring_bytes),
+        Some(t.proc_map_entries),
+    )
         .map_err(|e| LoadError::Object(e.to_string()))?;
 
     let mut attach = Attach::default();
@@ -392,6 +406,7 @@ fn load_object(
     config: &Config,
     gpu_config: Option<&trainbpf_common::GpuConfig>,
     ring_bytes: Option<u32>,
+    proc_map_entries: Option<u32>,
 ) -> Result<(Ebpf, Btf), aya::EbpfError> {
     let mut loader = EbpfLoader::new();
     loader.btf(None);
@@ -403,6 +418,9 @@ fn load_object(
     }
     if let Some(r) = ring_bytes {
         loader.map_max_entries("EVENTS", r);
+    }
+    if let Some(n) = proc_map_entries {
+        loader.map_max_entries("PROCS", n);
     }
     let ebpf = loader.load(OBJECT)?;
     drop(loader);
@@ -567,6 +585,7 @@ pub fn probe_features() -> Features {
         rss_relative_shift: 6,
         heartbeat_ms: 5000,
         ring_bytes: 0,
+        proc_map_entries: DEFAULT_PROC_MAP_ENTRIES,
         oom_probe: OomProbe::Auto,
         all_processes: false,
     };

@@ -476,6 +476,7 @@ impl Collector {
             }
             lost.proc_map_full += c.proc_map_full;
             lost.job_map_full += c.job_map_full;
+            lost.other_map_full += c.other_map_full;
             for i in 0..3 {
                 stall.0[i] += c.stall_ns[i];
                 stall.1[i] += c.stall_count[i];

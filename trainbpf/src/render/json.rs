@@ -122,6 +122,7 @@ pub fn render(r: &Report) -> Value {
             "undecodable": r.lost.undecodable.saturating_add(r.undecodable),
             "proc_map_full": r.lost.proc_map_full,
             "job_map_full": r.lost.job_map_full,
+            "other_map_full": r.lost.other_map_full,
             "dropped_disk_full": r.lost.dropped_disk_full,
         },
     })

@@ -357,6 +357,7 @@ pub(crate) mod fixture {
                 undecodable: 1,
                 proc_map_full: 0,
                 job_map_full: 0,
+                other_map_full: 0,
                 dropped_disk_full: 0,
             },
             series: Default::default(),

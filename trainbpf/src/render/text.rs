@@ -204,19 +204,26 @@ pub fn render(r: &Report, o: &TextOptions) -> String {
             lost_line
         }
     );
-    for (what, count) in [
-        ("process", r.lost.proc_map_full),
-        ("job", r.lost.job_map_full),
+    for (count, what) in [
+        (
+            r.lost.proc_map_full,
+            "the kernel's process map was full: job processes went untracked",
+        ),
+        (
+            r.lost.job_map_full,
+            "the kernel's job map was full: job processes were not seen as the job's",
+        ),
     ] {
         if count > 0 {
-            let _ = writeln!(
-                out,
-                "{}",
-                p.yellow(&format!(
-                    "the {what} map was full {count} times: some processes went untracked"
-                ))
-            );
+            let _ = writeln!(out, "{}", p.yellow(&format!("{what} ({count} times)")));
         }
+    }
+    if r.lost.other_map_full > 0 {
+        let _ = writeln!(
+            out,
+            "the kernel's process map had no room for {} processes outside the job",
+            r.lost.other_map_full
+        );
     }
     if r.skipped.count > 0 {
         let mut line = format!(
@@ -823,6 +830,12 @@ fn lost_detail(r: &Report) -> String {
             "memory samples dropped while the disk was full {}",
             r.lost.dropped_disk_full
         ));
+    }
+    if r.lost.proc_map_full > 0 {
+        parts.push(format!("process map full {}", r.lost.proc_map_full));
+    }
+    if r.lost.job_map_full > 0 {
+        parts.push(format!("job map full {}", r.lost.job_map_full));
     }
     // Kills, deaths and signals have a ring of their own: say whether it
     // held whenever the other lost records.
