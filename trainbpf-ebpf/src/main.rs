@@ -58,7 +58,6 @@ pub(crate) static COUNTERS: PerCpuArray<Counters> = PerCpuArray::with_max_entrie
 #[map]
 static JOB: HashMap<u32, u32> = HashMap::with_max_entries(65536, 0);
 
-
 /// Reads one CONFIG field. Volatile, so that the compiler doesn't fold the
 /// build-time placeholder in: the loader rewrites the value before load.
 macro_rules! conf {
@@ -847,7 +846,8 @@ pub(crate) fn maybe_emit(st: *mut ProcState, task: u64, mm: u64, tgid: u32, now:
     unsafe {
         let cur = (*st).cur;
         let rep = (*st).reported;
-        let net = (*st).alloc_pages as i64 - (*st).freed_pages as i64;
+        let cache = (*st).cache_added_pages as i64 - (*st).cache_removed_pages as i64;
+        let net = (*st).alloc_pages as i64 - (*st).freed_pages as i64 - cache;
         // RSS and net allocations usually move together (a fault allocates
         // the page it maps): take the larger move, not the sum, or steady
         // growth would send twice the records.
@@ -856,11 +856,16 @@ pub(crate) fn maybe_emit(st: *mut ProcState, task: u64, mm: u64, tgid: u32, now:
             + abs(cur[2] - rep[2])
             + abs(cur[3] - rep[3]);
         let net_moved = abs(net - (*st).reported_net);
-        let moved = if rss_moved > net_moved {
+        // A reader's page cache moves neither: it is shown too.
+        let cache_moved = abs(cache - (*st).reported_cache);
+        let mut moved = if rss_moved > net_moved {
             rss_moved
         } else {
             net_moved
         };
+        if cache_moved > moved {
+            moved = cache_moved;
+        }
         if moved == 0 {
             return;
         }
@@ -888,7 +893,8 @@ pub(crate) fn maybe_emit(st: *mut ProcState, task: u64, mm: u64, tgid: u32, now:
         };
         // This CPU's pages not yet in the entry belong in the record.
         pages::fold_pages_of(tgid, (*st).start_ns);
-        let net = (*st).alloc_pages as i64 - (*st).freed_pages as i64;
+        let cache = (*st).cache_added_pages as i64 - (*st).cache_removed_pages as i64;
+        let net = (*st).alloc_pages as i64 - (*st).freed_pages as i64 - cache;
         let Some(mut entry) = EVENTS.reserve::<MemEvent>(0) else {
             count_lost(KIND_MEM);
             return;
@@ -914,10 +920,13 @@ pub(crate) fn maybe_emit(st: *mut ProcState, task: u64, mm: u64, tgid: u32, now:
         (*ev).stall_ns = (*st).stall_ns;
         (*ev).alloc_pages = (*st).alloc_pages;
         (*ev).freed_pages = (*st).freed_pages;
+        (*ev).cache_added_pages = (*st).cache_added_pages;
+        (*ev).cache_removed_pages = (*st).cache_removed_pages;
         entry.submit(lazy());
         (*st).cur = fresh;
         (*st).reported = fresh;
         (*st).reported_net = net;
+        (*st).reported_cache = cache;
         (*st).last_emit_ns = now;
     }
 }

@@ -2,22 +2,26 @@
 //! (`mm_page_alloc`, `mm_page_free`), batched per CPU, and the reads of its
 //! RSS counters at the end of each batch.
 
+use core::ffi::c_void;
 use core::{
     intrinsics::{AtomicOrdering, atomic_xadd},
-    ptr::addr_of_mut,
+    ptr::{addr_of, addr_of_mut},
 };
 
 use aya_ebpf::{
+    EbpfContext,
     helpers::{bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns},
     macros::{btf_tracepoint, map},
     maps::PerCpuArray,
     programs::BtfTracePointContext,
 };
 
+use trainbpf_common::Counters;
+
 use crate::{
-    PF_EXITING, maybe_emit,
+    COUNTERS, PF_EXITING, maybe_emit,
     procs::{self, ProcKey, ProcState},
-    rd, read_counters,
+    rd, read_counters, stalls,
 };
 
 /// Pages allocated and freed by one process on this CPU since they were last
@@ -29,26 +33,49 @@ use crate::{
 #[map]
 static PAGE_CACHE: PerCpuArray<PageCache> = PerCpuArray::with_max_entries(1, 0);
 
+/// What a slot does with its thread's pages.
+/// Nothing: a kernel thread's (no mm, no process), an exiting thread's
+/// (freeing its memory on the way out, page by page), a thread inside a
+/// fork (the child's page tables and kernel stack, allocated in the
+/// parent's context) or inside reclaim or compaction outside the job.
+const MODE_NONE: u32 = 0;
+/// Counted as the process's (`PROCS`).
+const MODE_COUNT: u32 = 1;
+/// A job thread inside reclaim or compaction: what it frees there is other
+/// processes' memory (or cache), counted in `Counters::reclaim_freed_pages`.
+const MODE_RECLAIM: u32 = 2;
+/// A job thread inside a fork: what it allocates there is the child's,
+/// counted in `Counters::fork_pages`.
+const MODE_FORK: u32 = 3;
+
 #[repr(C)]
 #[derive(Clone, Copy)]
 struct PageCache {
     tgid: u32,
-    /// 1 while the pages belong to a process with a `PROCS` entry: the
-    /// process and its group leader's start time below. 0 for a slot that
-    /// counts nothing: a kernel thread's (no mm, no process), or an exiting
-    /// thread's (freeing its memory on the way out, page by page).
-    valid: u32,
-    /// The thread a slot that counts nothing was made for: another thread
-    /// of the same process may still be alive and allocating.
-    owner_pid: u32,
+    /// `MODE_*`.
+    mode: u32,
+    /// The thread the slot was filled for.
+    pid: u32,
     _pad: u32,
-    /// The owner's `ProcState::start_ns`: with the tgid, its `PROCS` key.
+    /// The process's `ProcState::start_ns`: with the tgid, its `PROCS` key.
     start_ns: u64,
-    /// `procs::epoch()` when the slot was filled: a process has exited
-    /// since when it moved, and the tgid may name another process now.
+    /// `procs::epoch()` when the slot was filled: a process has exited, or
+    /// a thread entered or left a fork, reclaim or compaction since, when
+    /// it moved.
     epoch: u64,
+    /// The thread's kernel stack: a page event whose frame is not on it
+    /// runs in an interrupt (or softirq), on behalf of nobody in
+    /// particular. `stack_size` is `u64::MAX` where the stack is unknown.
+    stack_lo: u64,
+    stack_size: u64,
     alloc: u64,
     freed: u64,
+    /// Pages added to and removed from the page cache (`mm_filemap_*`).
+    cache_added: u64,
+    cache_removed: u64,
+    /// Where the current program's context lies: stored and read back,
+    /// the verifier's way to make a pointer a number.
+    sp: u64,
 }
 
 /// Pages (allocated plus freed) a CPU holds for a process before adding them
@@ -60,15 +87,26 @@ const PAGE_BATCH: u64 = 256;
 /// With a page table among them, the batch ends at this many pages: a
 /// process that maps what it did not allocate (a cached file, shared
 /// memory) allocates little else, and its RSS is read every 16 MiB it maps.
-/// Not at each page table: a fork allocates the child's page tables in the
-/// parent's context, 512 a GiB it holds, and the parent's RSS does not move.
 const PAGE_TABLE_BATCH: u64 = 8;
 
 /// A tgid no process has (pids stop at 2^22): an empty slot.
 const NO_TGID: u32 = u32::MAX;
 
+/// What happened to the pages: `account`'s `what`.
+pub(crate) const ALLOC: u32 = 0;
+pub(crate) const FREE: u32 = 1;
+pub(crate) const CACHE_ADD: u32 = 2;
+pub(crate) const CACHE_DEL: u32 = 3;
+
+#[inline(always)]
+fn counters_add(f: impl FnOnce(*mut Counters)) {
+    if let Some(c) = COUNTERS.get_ptr_mut(0) {
+        f(c);
+    }
+}
+
 /// Adds a CPU's held pages to their process's entry, if that entry is still
-/// the same process. Returns the entry when it was.
+/// there. Returns the entry when it was.
 #[inline(always)]
 fn fold_pages(c: *mut PageCache) -> Option<*mut ProcState> {
     // SAFETY: `c` is this CPU's slot: other CPUs have their own, and the
@@ -76,12 +114,15 @@ fn fold_pages(c: *mut PageCache) -> Option<*mut ProcState> {
     // nests inside this one may lose its pages to the outer one's store:
     // rare, and a page or two.
     unsafe {
-        if (*c).valid == 0 {
+        if (*c).mode != MODE_COUNT {
             return None;
         }
         let (alloc, freed) = ((*c).alloc, (*c).freed);
+        let (added, removed) = ((*c).cache_added, (*c).cache_removed);
         (*c).alloc = 0;
         (*c).freed = 0;
+        (*c).cache_added = 0;
+        (*c).cache_removed = 0;
         let key = ProcKey {
             tgid: (*c).tgid,
             _pad: 0,
@@ -93,29 +134,27 @@ fn fold_pages(c: *mut PageCache) -> Option<*mut ProcState> {
             // The slot empties, so the next page asks afresh whose it is.
             None => {
                 (*c).tgid = NO_TGID;
-                (*c).valid = 0;
+                (*c).mode = MODE_NONE;
                 return None;
             }
         };
-        if alloc != 0 {
-            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
-                addr_of_mut!((*st).alloc_pages),
-                alloc,
-            );
-        }
-        if freed != 0 {
-            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
-                addr_of_mut!((*st).freed_pages),
-                freed,
-            );
+        for (field, v) in [
+            (addr_of_mut!((*st).alloc_pages), alloc),
+            (addr_of_mut!((*st).freed_pages), freed),
+            (addr_of_mut!((*st).cache_added_pages), added),
+            (addr_of_mut!((*st).cache_removed_pages), removed),
+        ] {
+            if v != 0 {
+                atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(field, v);
+            }
         }
         Some(st)
     }
 }
 
-/// Before a record, an exit or a fork reads or drops a process's page counts:
-/// adds this CPU's held pages when they are `tgid`'s, so that the record
-/// carries them. Other CPUs' pages follow at their next batch.
+/// Before a record reads a process's page counts: adds this CPU's held
+/// pages when they are the process's, so that the record carries them.
+/// Other CPUs' pages follow at their next batch.
 #[inline(always)]
 pub(crate) fn fold_pages_of(tgid: u32, start_ns: u64) {
     if let Some(c) = PAGE_CACHE.get_ptr_mut(0) {
@@ -134,19 +173,53 @@ pub(crate) fn drop_pages_of(key: &ProcKey) {
         unsafe {
             if (*c).tgid == key.tgid && (*c).start_ns == key.start_ns {
                 (*c).tgid = NO_TGID;
-                (*c).valid = 0;
+                (*c).mode = MODE_NONE;
                 (*c).alloc = 0;
                 (*c).freed = 0;
+                (*c).cache_added = 0;
+                (*c).cache_removed = 0;
             }
         }
     }
 }
 
-/// Pages allocated or freed in the current process's context. A
-/// copy-on-write break allocates a page without moving any RSS counter (a
-/// shared page is swapped for a private one), so only this sees what a
-/// forked worker really adds; a fork allocates nothing for the child's
-/// inherited pages, so it does not count as the child's growth.
+/// Adds pages to a slot that counts them.
+#[inline(always)]
+fn add(c: *mut PageCache, what: u32, pages: u64) {
+    // SAFETY: this CPU's slot.
+    unsafe {
+        match what {
+            ALLOC => (*c).alloc += pages,
+            FREE => (*c).freed += pages,
+            CACHE_ADD => (*c).cache_added += pages,
+            _ => (*c).cache_removed += pages,
+        }
+    }
+}
+
+/// Pages of a thread that are not its process's: counted apart.
+#[inline(always)]
+fn add_elsewhere(mode: u32, what: u32, pages: u64) {
+    if mode == MODE_RECLAIM && what == FREE {
+        // SAFETY: per-CPU slot, this CPU only.
+        counters_add(|k| unsafe { (*k).reclaim_freed_pages += pages });
+    } else if mode == MODE_FORK && what == ALLOC {
+        // SAFETY: as above.
+        counters_add(|k| unsafe { (*k).fork_pages += pages });
+    }
+}
+
+/// Pages allocated, freed, or added to or removed from the page cache in
+/// the current process's context (`sp`: where the program's context lies,
+/// on the stack it runs on). A copy-on-write break allocates a page without
+/// moving any RSS counter (a shared page is swapped for a private one), so
+/// only this sees what a forked worker really adds; a fork allocates
+/// nothing for the child's inherited pages, so it does not count as the
+/// child's growth.
+///
+/// Not the task's, so not counted as its: pages in an interrupt (the frame
+/// is not on the task's stack), in a fork (the child's), in reclaim or
+/// compaction (other processes' memory freed, pages migrated).
 ///
 /// It is also where the process's RSS counters are read: at the end of each
 /// batch of its pages, which ends sooner with a page table in it (one per
@@ -156,34 +229,37 @@ pub(crate) fn drop_pages_of(key: &ProcKey) {
 /// fault beside this one, and three programs per fault cost a fork storm
 /// over 5%; it is kept for kernels where these two tracepoints are missing.
 #[inline(always)]
-fn account_pages(order: u32, freed: bool, page_table: bool) -> u32 {
+pub(crate) fn account(what: u32, pages: u64, page_table: bool, ctx: *mut c_void) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
     let pid = pid_tgid as u32;
     let Some(c) = PAGE_CACHE.get_ptr_mut(0) else {
         return 0;
     };
-    let pages = 1u64 << (order & 15);
+    // SAFETY: this CPU's slot. Arithmetic on the context pointer itself
+    // is refused; a number read back from a map is not.
+    let sp = unsafe {
+        core::ptr::write_volatile(addr_of_mut!((*c).sp), ctx as u64);
+        core::ptr::read_volatile(addr_of!((*c).sp))
+    };
     let epoch = procs::epoch();
     // SAFETY: this CPU's slot, as in fold_pages.
     unsafe {
-        if (*c).tgid == tgid
+        if (*c).pid == pid
+            && (*c).tgid == tgid
             && (*c).epoch == epoch
-            && ((*c).valid != 0 || (*c).owner_pid == pid)
+            && sp.wrapping_sub((*c).stack_lo) < (*c).stack_size
         {
-            // The common case: the same process allocates again (or the
-            // same thread that counts nothing: a kernel thread, or one
-            // exiting, whose thousands of frees cost a compare each). No
-            // process exited since the slot was filled, so the tgid still
-            // names the same process.
-            if (*c).valid == 0 {
+            // The common case: the same thread, on its own stack, again;
+            // no process exited and no thread entered or left a fork,
+            // reclaim or compaction since the slot was filled, so the tgid
+            // still names the same process and the mode still holds.
+            let mode = (*c).mode;
+            if mode != MODE_COUNT {
+                add_elsewhere(mode, what, pages);
                 return 0;
             }
-            if freed {
-                (*c).freed += pages;
-            } else {
-                (*c).alloc += pages;
-            }
+            add(c, what, pages);
             let held = (*c).alloc + (*c).freed;
             if held < PAGE_BATCH && !(page_table && held >= PAGE_TABLE_BATCH) {
                 return 0;
@@ -194,30 +270,62 @@ fn account_pages(order: u32, freed: bool, page_table: bool) -> u32 {
             check_growth(st, tgid);
             return 0;
         }
-        // Another process (or another thread of one whose slot counts
-        // nothing, or a process exited somewhere since): the previous
-        // owner's pages go to its entry (its threshold is tested at its own
-        // next batch, where its task is at hand), and the slot starts over
-        // for this one.
-        fold_pages(c);
-        (*c).tgid = NO_TGID;
-        (*c).valid = 0;
-        (*c).epoch = epoch;
     }
     // SAFETY: helper without preconditions.
     let task = unsafe { bpf_get_current_task() };
+    let stack: u64 = rd(task, conf!(task_stack)).unwrap_or(0);
+    let size = conf!(thread_size);
+    let (stack_lo, stack_size) = if stack != 0 && size > 0 {
+        (stack, size as u64)
+    } else {
+        (0, u64::MAX)
+    };
+    if sp.wrapping_sub(stack_lo) >= stack_size {
+        // An interrupt or softirq (RCU callbacks freeing slabs, network
+        // buffers): whoever it interrupted did not ask for it. The slot
+        // stays the interrupted thread's.
+        // SAFETY: per-CPU slot, this CPU only.
+        counters_add(|k| unsafe { (*k).irq_pages += pages });
+        return 0;
+    }
+    // Another thread, or something changed since: the previous owner's
+    // pages go to its entry (its threshold is tested at its own next
+    // batch, where its task is at hand), and the slot starts over.
+    fold_pages(c);
+    // SAFETY: this CPU's slot.
+    unsafe {
+        (*c).tgid = tgid;
+        (*c).mode = MODE_NONE;
+        (*c).pid = pid;
+        (*c).epoch = epoch;
+        (*c).stack_lo = stack_lo;
+        (*c).stack_size = stack_size;
+        (*c).alloc = 0;
+        (*c).freed = 0;
+        (*c).cache_added = 0;
+        (*c).cache_removed = 0;
+    }
     let mm: u64 = rd(task, conf!(task_mm)).unwrap_or(0);
     // A kernel thread (no process to track), or an exiting one (its entry
-    // is on its way out, and a new one would outlive it): the slot
-    // remembers the thread (not the process: another thread of it may
-    // still live), so its next pages cost a compare.
+    // is on its way out, and a new one would outlive it): the slot counts
+    // nothing for this thread, so its next pages cost a compare.
     let flags: u32 = rd(task, conf!(task_flags)).unwrap_or(0);
     if mm == 0 || flags & PF_EXITING != 0 {
-        // SAFETY: this CPU's slot.
-        unsafe {
-            (*c).tgid = tgid;
-            (*c).owner_pid = pid;
-        };
+        return 0;
+    }
+    // Inside a fork, reclaim or compaction: not its own pages.
+    let inside = stalls::inside(pid);
+    if inside != 0 {
+        if crate::in_job(tgid) {
+            let mode = if inside & stalls::IN_STALL != 0 {
+                MODE_RECLAIM
+            } else {
+                MODE_FORK
+            };
+            // SAFETY: this CPU's slot.
+            unsafe { (*c).mode = mode };
+            add_elsewhere(mode, what, pages);
+        }
         return 0;
     }
     let key = procs::key_of(task, tgid, pid);
@@ -226,7 +334,7 @@ fn account_pages(order: u32, freed: bool, page_table: bool) -> u32 {
     let look;
     let st = match procs::get(&key) {
         Some(st) => {
-            // Back on this CPU after another process had it: its pages
+            // Back on this CPU after another thread had it: its pages
             // were folded in at the switch, without a look at its RSS (its
             // task was not at hand). Processes that take turns on a CPU
             // (workers, a main process) may never fill a batch in one
@@ -245,31 +353,21 @@ fn account_pages(order: u32, freed: bool, page_table: bool) -> u32 {
         None => {
             // SAFETY: helper without preconditions.
             let now = unsafe { bpf_ktime_get_ns() };
+            // No room (counted): the slot counts nothing for the thread,
+            // so its next pages cost a compare, not a failed insert each.
             let Some(st) = procs::get_or_create(&key, task, mm, now) else {
-                // No room (counted): the thread's next pages on this CPU
-                // cost a compare, not another failed insert each.
-                // SAFETY: this CPU's slot.
-                unsafe {
-                    (*c).tgid = tgid;
-                    (*c).owner_pid = pid;
-                };
                 return 0;
             };
             look = true;
             st
         }
     };
-    // SAFETY: this CPU's slot; `st` points into a live map value.
+    // SAFETY: this CPU's slot.
     unsafe {
-        (*c).tgid = tgid;
-        (*c).valid = 1;
+        (*c).mode = MODE_COUNT;
         (*c).start_ns = key.start_ns;
-        if freed {
-            (*c).freed = pages;
-        } else {
-            (*c).alloc = pages;
-        }
     }
+    add(c, what, pages);
     // A new process is looked at on its first page, so that it sends its
     // whole footprint once: a forked worker that only reads what it
     // inherited may never fill a batch, yet its RSS (the parent's, shared)
@@ -308,7 +406,6 @@ fn check_growth(st: *mut ProcState, tgid: u32) {
     maybe_emit(st, task, mm, tgid, now);
 }
 
-
 /// `__GFP_MOVABLE` and `__GFP_ZERO` (include/linux/gfp_types.h): 0x08 and
 /// 0x100 on every kernel with tp_btf (5.5+); 6.8's enum of flag bits kept
 /// both where they were.
@@ -328,12 +425,45 @@ pub fn page_alloc(ctx: BtfTracePointContext) -> u32 {
     // (GFP_PGTABLE_USER), the one allocation that mapping memory the
     // process did not allocate still makes.
     let page_table = order == 0 && gfp & (GFP_MOVABLE | GFP_ZERO) == GFP_ZERO;
-    account_pages(order, false, page_table)
+    account(ALLOC, 1u64 << (order & 15), page_table, ctx.as_ptr())
 }
 
 /// `mm_page_free(struct page *page, unsigned int order)`.
 #[btf_tracepoint(function = "mm_page_free")]
 pub fn page_free(ctx: BtfTracePointContext) -> u32 {
-    account_pages(ctx.arg::<u32>(1), true, false)
+    let order: u32 = ctx.arg(1);
+    account(FREE, 1u64 << (order & 15), false, ctx.as_ptr())
 }
 
+/// Pages in a folio: `1 << folio_order()`, the order in the second page's
+/// flags when the first is a head page (include/linux/mm.h).
+#[inline(always)]
+fn folio_pages(folio: u64) -> u64 {
+    let flags: u64 = rd(folio, conf!(folio_flags)).unwrap_or(0);
+    let head = conf!(pg_head);
+    if !(0..64).contains(&head) || flags & (1u64 << head) == 0 {
+        return 1;
+    }
+    let f1: u64 = rd(folio, conf!(folio_flags_1)).unwrap_or(0);
+    1u64 << (f1 & 15)
+}
+
+/// `mm_filemap_add_to_page_cache(struct folio *folio)`: in the context of
+/// whoever brought the file's pages in (a read, a fault on a mapped file,
+/// readahead, a write). Page cache is not the process's growth: the
+/// kernel gives it back under pressure without a kill. Shmem pages do not
+/// pass here: they are the process's, like anonymous memory.
+#[btf_tracepoint(function = "mm_filemap_add_to_page_cache")]
+pub fn cache_add(ctx: BtfTracePointContext) -> u32 {
+    let folio: u64 = ctx.arg(0);
+    account(CACHE_ADD, folio_pages(folio), false, ctx.as_ptr())
+}
+
+/// `mm_filemap_delete_from_page_cache(struct folio *folio)`: a truncate, an
+/// unlink, an invalidation in this process's context (reclaim's own are
+/// left out with the rest of what reclaim frees).
+#[btf_tracepoint(function = "mm_filemap_delete_from_page_cache")]
+pub fn cache_del(ctx: BtfTracePointContext) -> u32 {
+    let folio: u64 = ctx.arg(0);
+    account(CACHE_DEL, folio_pages(folio), false, ctx.as_ptr())
+}

@@ -17,7 +17,10 @@
 //!   no room is counted: the job's in `proc_map_full` (a lost event), the
 //!   others' in `other_map_full`.
 
-use core::intrinsics::{AtomicOrdering, atomic_xadd};
+use core::{
+    intrinsics::{AtomicOrdering, atomic_xadd},
+    ptr::{addr_of, addr_of_mut},
+};
 
 use aya_ebpf::{
     macros::map,
@@ -51,6 +54,12 @@ pub(crate) struct ProcState {
     pub alloc_pages: u64,
     pub freed_pages: u64,
     pub reported_net: i64,
+    /// Pages added to and removed from the page cache in its context: not
+    /// its growth (`alloc - freed - (added - removed)` is).
+    pub cache_added_pages: u64,
+    pub cache_removed_pages: u64,
+    /// The page cache's net at the last record.
+    pub reported_cache: i64,
     /// `alloc_pages + freed_pages` when its RSS was last read: the pages
     /// since, from every CPU, decide when to read it again.
     pub checked_pages: u64,
@@ -63,12 +72,22 @@ pub(crate) struct ProcState {
 #[map]
 static PROCS: HashMap<ProcKey, ProcState> = HashMap::with_max_entries(32768, 0);
 
-/// `[EPOCH, ENTRIES]`: process exits so far, and entries in `PROCS`. An
-/// array's lookup the verifier inlines: one load on the per-page path.
+/// Machine-wide counts. An array's lookup the verifier inlines: one load
+/// on the per-page path.
 #[map]
-static STATE: Array<u64> = Array::with_max_entries(2, 0);
-const EPOCH: u32 = 0;
-const ENTRIES: u32 = 1;
+static STATE: Array<Global> = Array::with_max_entries(1, 0);
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct Global {
+    /// Process exits, and entries to and exits from forks, reclaim and
+    /// compaction, so far.
+    pub epoch: u64,
+    /// Entries in `PROCS`.
+    pub entries: u64,
+    /// Threads inside a fork, reclaim or compaction now (`stalls::INSIDE`).
+    pub inside: u64,
+}
 
 /// The key each CPU's last exit left in `PROCS`, removed at its next exit.
 #[map]
@@ -82,19 +101,54 @@ const EEXIST: i32 = 17;
 /// value is checked against `PROCS` again before it takes another page.
 #[inline(always)]
 pub(crate) fn epoch() -> u64 {
-    match STATE.get(EPOCH) {
+    match STATE.get_ptr(0) {
         // SAFETY: a plain load of an aligned u64 in a live array value.
-        Some(v) => unsafe { core::ptr::read_volatile(v) },
+        Some(g) => unsafe { core::ptr::read_volatile(addr_of!((*g).epoch)) },
+        None => 0,
+    }
+}
+
+/// Threads inside a fork, reclaim or compaction now.
+#[inline(always)]
+pub(crate) fn inside() -> u64 {
+    match STATE.get_ptr(0) {
+        // SAFETY: as in epoch().
+        Some(g) => unsafe { core::ptr::read_volatile(addr_of!((*g).inside)) },
         None => 0,
     }
 }
 
 #[inline(always)]
-fn state_add(i: u32, v: u64) {
-    if let Some(p) = STATE.get_ptr_mut(i) {
-        // SAFETY: aligned u64 inside a live array value.
-        unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(p, v) };
+fn entries() -> u64 {
+    match STATE.get_ptr(0) {
+        // SAFETY: as in epoch().
+        Some(g) => unsafe { core::ptr::read_volatile(addr_of!((*g).entries)) },
+        None => 0,
     }
+}
+
+/// Adds `v` (wrapping: `u64::MAX` is -1) to one of `Global`'s counts.
+#[inline(always)]
+pub(crate) fn state_add(f: fn(*mut Global) -> *mut u64, v: u64) {
+    if let Some(g) = STATE.get_ptr_mut(0) {
+        // SAFETY: aligned u64 inside a live array value.
+        unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(f(g), v) };
+    }
+}
+
+pub(crate) fn epoch_of(g: *mut Global) -> *mut u64 {
+    // SAFETY: a field address, no access.
+    unsafe { addr_of_mut!((*g).epoch) }
+}
+
+pub(crate) fn inside_of(g: *mut Global) -> *mut u64 {
+    // SAFETY: as above.
+    unsafe { addr_of_mut!((*g).inside) }
+}
+
+fn entries_of(g: *mut Global) -> *mut u64 {
+    // SAFETY: as above.
+    unsafe { addr_of_mut!((*g).entries) }
 }
 
 /// The group leader's start time, with one read fewer for the leader itself.
@@ -145,11 +199,7 @@ pub(crate) fn get_or_create(key: &ProcKey, task: u64, mm: u64, now: u64) -> Opti
     }
     let job = in_job(key.tgid);
     if !job {
-        let entries = match STATE.get(ENTRIES) {
-            // SAFETY: as in epoch().
-            Some(v) => unsafe { core::ptr::read_volatile(v) },
-            None => 0,
-        };
+        let entries = entries();
         let room = conf!(procs_max) - conf!(procs_job_reserve);
         if entries as i64 >= room {
             count_full(false);
@@ -167,10 +217,13 @@ pub(crate) fn get_or_create(key: &ProcKey, task: u64, mm: u64, now: u64) -> Opti
         alloc_pages: 0,
         freed_pages: 0,
         reported_net: 0,
+        cache_added_pages: 0,
+        cache_removed_pages: 0,
+        reported_cache: 0,
         checked_pages: 0,
     };
     match PROCS.insert(key, &init, BPF_NOEXIST) {
-        Ok(()) => state_add(ENTRIES, 1),
+        Ok(()) => state_add(entries_of, 1),
         // Another thread of the process made it first: add to that one.
         Err(e) if e == -EEXIST => {}
         Err(_) => {
@@ -191,10 +244,10 @@ pub(crate) fn forget(key: &ProcKey) {
         unsafe {
             let old = *p;
             if old.tgid != 0 && PROCS.remove(&old).is_ok() {
-                state_add(ENTRIES, u64::MAX); // -1
+                state_add(entries_of, u64::MAX); // -1
             }
             *p = *key;
         }
     }
-    state_add(EPOCH, 1);
+    state_add(epoch_of, 1);
 }

@@ -38,6 +38,9 @@ pub fn render(r: &Report) -> Value {
                 "signals": a.signals,
                 "oom_score_adj": a.oom_score_adj,
                 "stalls": a.stalls,
+                "pages": a.pages,
+                "page_cache": a.page_cache,
+                "forks": a.forks,
             },
             "fallbacks": h.fallbacks.iter()
                 .map(|f| json!({"probe": f.probe, "reason": f.reason}))
@@ -290,6 +293,7 @@ fn process(r: &Report, p: &Process) -> Value {
         "oom_score_adj": p.oom_score_adj,
         "honest_kb": p.honest_kb,
         "honest_peak_kb": p.honest_peak_kb,
+        "page_cache_kb": p.page_cache_kb,
         "uss_kb": p.uss_kb,
         "pss_kb": p.pss_kb,
     })

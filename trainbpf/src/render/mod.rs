@@ -342,6 +342,7 @@ pub(crate) mod fixture {
                 oom_score_adj: None,
                 honest_kb: None,
                 honest_peak_kb: None,
+                page_cache_kb: None,
                 uss_kb: None,
                 pss_kb: None,
             }],

@@ -484,13 +484,13 @@ fn job_memory_section(out: &mut String, r: &Report, p: &Paint) {
         out,
         "{}",
         p.bold(
-            "What the job's processes added (allocated minus freed in their own context, at most):"
+            "What the job's processes added (allocated minus freed in their own context, at most; page cache apart):"
         )
     );
     let _ = writeln!(
         out,
-        "  {:>7}  {:<16}  {:>11}  {:>11}  {:>10}  {:>10}",
-        "PID", "COMM", "ADDED", "PEAK RSS", "USS", "PSS"
+        "  {:>7}  {:<16}  {:>11}  {:>11}  {:>10}  {:>10}  {:>11}",
+        "PID", "COMM", "ADDED", "PEAK RSS", "USS", "PSS", "PAGE CACHE"
     );
     let mut procs: Vec<_> = r.processes.iter().collect();
     procs.sort_by_key(|x| std::cmp::Reverse(x.honest_peak_kb.unwrap_or(0)));
@@ -498,13 +498,14 @@ fn job_memory_section(out: &mut String, r: &Report, p: &Paint) {
     for x in procs.iter().take(12) {
         let _ = writeln!(
             out,
-            "  {:>7}  {:<16}  {:>11}  {:>11}  {:>10}  {:>10}",
+            "  {:>7}  {:<16}  {:>11}  {:>11}  {:>10}  {:>10}  {:>11}",
             x.pid,
             esc(&x.comm),
             x.honest_peak_kb.map_or_else(dash, signed_kb),
             human_kb(x.peak_rss_kb),
             x.uss_kb.map_or_else(dash, human_kb),
-            x.pss_kb.map_or_else(dash, human_kb)
+            x.pss_kb.map_or_else(dash, human_kb),
+            x.page_cache_kb.map_or_else(dash, signed_kb)
         );
     }
     if procs.len() > 12 {
