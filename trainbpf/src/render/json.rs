@@ -207,6 +207,7 @@ fn kill(r: &Report, k: &Kill) -> Value {
             "psi_some_stall_ms": p.psi_some_stall_ms,
             "stall_ms": {"direct_reclaim": p.stall_ms[0], "memcg_reclaim": p.stall_ms[1], "compaction": p.stall_ms[2]},
             "stalls": {"direct_reclaim": p.stalls[0], "memcg_reclaim": p.stalls[1], "compaction": p.stalls[2]},
+            "reclaim_freed_kb": p.reclaim_freed_kb,
         })),
         "window_s": secs(k.window_ns),
         "groups": k.groups.iter().map(|g| json!({

@@ -643,6 +643,13 @@ fn pressure_section(out: &mut String, pr: &crate::model::PressureBefore) {
         "; reclaim/compaction stalls {} ms (direct {}, memcg {}, compaction {})",
         stall, pr.stall_ms[0], pr.stall_ms[1], pr.stall_ms[2]
     );
+    if pr.reclaim_freed_kb > 0 {
+        let _ = write!(
+            s,
+            "; the job's own reclaim freed {} (others' memory and cache, not charged to the job's processes)",
+            human_kb(pr.reclaim_freed_kb)
+        );
+    }
     match (pr.psi_some_avg10, pr.psi_some_stall_ms) {
         (Some(a), Some(ms)) => {
             let _ = write!(s, "; PSI some avg10 {a:.2}%, {ms} ms stalled");
