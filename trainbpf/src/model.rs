@@ -2520,4 +2520,43 @@ mod tests {
         assert_eq!(r.processes[0].pid, 700, "sorted by birth");
         assert_eq!(r.duration_ns(), s(19.0));
     }
+
+    #[test]
+    fn added_is_capped_at_what_the_process_maps_and_page_cache_is_apart() {
+        let mut header = RecordingHeader::default();
+        header.attach.pages = Some("tp_btf:mm_page_alloc,mm_page_free".into());
+        header.attach.page_cache = Some("tp_btf:mm_filemap_add_to_page_cache".into());
+        let k = key(700, s(0.5));
+        let sample = |secs, anon_kb, alloc_kb, cache_kb| {
+            let mut t = mem(secs, k, "sh", anon_kb, true);
+            if let Event::Mem {
+                alloc_kb: a,
+                cache_kb: c,
+                ..
+            } = &mut t.event
+            {
+                *a = alloc_kb;
+                *c = cache_kb;
+            }
+            t
+        };
+        // A shell that forked thousands of commands: its copies of pages it
+        // wrote while a child still shared them, freed by the children.
+        let evs = vec![
+            sample(1.0, 3 * MIB, 40 * MIB, 0),
+            sample(2.0, 3 * MIB, 60 * MIB, 1024 * MIB as i64),
+        ];
+        let r = build(&header, evs.into_iter(), &ModelOptions::default());
+        let p = r.processes.iter().find(|p| p.pid == 700).unwrap();
+        assert_eq!(p.honest_kb, Some(3 * MIB as i64));
+        assert_eq!(p.honest_peak_kb, Some(3 * MIB as i64));
+        assert_eq!(p.page_cache_kb, Some(1024 * MIB as i64));
+        // Without the page-cache probes (an older recording): as it was.
+        header.attach.page_cache = None;
+        let evs = vec![sample(1.0, 3 * MIB, 40 * MIB, 0)];
+        let r = build(&header, evs.into_iter(), &ModelOptions::default());
+        let p = r.processes.iter().find(|p| p.pid == 700).unwrap();
+        assert_eq!(p.honest_kb, Some(40 * MIB as i64));
+        assert_eq!(p.page_cache_kb, None);
+    }
 }
