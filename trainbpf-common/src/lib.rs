@@ -165,7 +165,16 @@ pub struct MemEvent {
     /// (mm_page_alloc / mm_page_free): its honest growth is the difference.
     pub alloc_pages: u64,
     pub freed_pages: u64,
+    // Fields below were added after the second layout (128 bytes).
+    /// Pages added to and removed from the page cache in this process's
+    /// context so far (`mm_filemap_*`): part of `alloc_pages` and
+    /// `freed_pages`, but not the process's growth.
+    pub cache_added_pages: u64,
+    pub cache_removed_pages: u64,
 }
+
+/// Size of the second `MemEvent` layout, still accepted by the reader.
+pub const MEM_EVENT_V2_SIZE: usize = 128;
 
 /// Size of the first `MemEvent` layout, still accepted by the reader.
 pub const MEM_EVENT_V1_SIZE: usize = 88;
@@ -338,6 +347,20 @@ pub struct Config {
     /// The recorder's own pid: signals sent to it are recorded like the
     /// job's (it forwards them to the job; -1: none).
     pub recorder_tgid: i64,
+    /// Entries of the per-process map, and how many of them only the job's
+    /// processes may take.
+    pub procs_max: i64,
+    pub procs_job_reserve: i64,
+    /// `task_struct.stack` and the kernel stack's size (THREAD_SIZE): a
+    /// page event whose frame is not on the current task's stack runs in
+    /// an interrupt.
+    pub task_stack: i64,
+    pub thread_size: i64,
+    /// `folio.flags`, `folio._flags_1` (the order of a large folio in its
+    /// low byte) and the bit number of `PG_head`.
+    pub folio_flags: i64,
+    pub folio_flags_1: i64,
+    pub pg_head: i64,
 }
 
 impl Config {
@@ -397,6 +420,13 @@ impl Config {
         min_interval_ns: 200_000_000,
         all_processes: 0,
         recorder_tgid: -1,
+        procs_max: 32768,
+        procs_job_reserve: 8192,
+        task_stack: -1,
+        thread_size: -1,
+        folio_flags: -1,
+        folio_flags_1: -1,
+        pg_head: -1,
     };
 }
 
@@ -407,13 +437,24 @@ impl Config {
 pub struct Counters {
     /// Ring-buffer reserves that failed, by record kind.
     pub lost: [u64; KIND_MAX as usize],
-    /// Processes not tracked because the per-process map was full.
+    /// Job processes not tracked because the per-process map was full: lost
+    /// events.
     pub proc_map_full: u64,
     /// Time tasks spent stalled, and how often, by `STALL_*`.
     pub stall_ns: [u64; 4],
     pub stall_count: [u64; 4],
     /// Job members not added because the job map was full.
     pub job_map_full: u64,
+    /// Processes outside the job not tracked because the per-process map
+    /// had no room left outside the job's reserve.
+    pub other_map_full: u64,
+    /// Pages job threads freed inside reclaim or compaction: other
+    /// processes' memory and cache, not charged to the thread.
+    pub reclaim_freed_pages: u64,
+    /// Pages job threads allocated inside a fork: the child's.
+    pub fork_pages: u64,
+    /// Pages allocated or freed in interrupt context: nobody's.
+    pub irq_pages: u64,
 }
 
 // ------------------------------------------------------------------ GPU
@@ -577,7 +618,7 @@ const _: () = assert!(core::mem::size_of::<Header>() == 24);
 const _: () = assert!(core::mem::size_of::<ForkEvent>() == 56);
 const _: () = assert!(core::mem::size_of::<ExecEvent>() == 168);
 const _: () = assert!(core::mem::size_of::<ExitEvent>() == 48);
-const _: () = assert!(core::mem::size_of::<MemEvent>() == 128);
+const _: () = assert!(core::mem::size_of::<MemEvent>() == 144);
 const _: () = assert!(core::mem::size_of::<OomEvent>() == 168);
 const _: () = assert!(core::mem::size_of::<PrintkEvent>() == 272);
 const _: () = assert!(core::mem::size_of::<SignalEvent>() == 112);

@@ -19,10 +19,7 @@
 #![allow(internal_features)]
 #![feature(core_intrinsics)]
 
-use core::{
-    intrinsics::{AtomicOrdering, atomic_xadd},
-    ptr::{addr_of, addr_of_mut},
-};
+use core::ptr::addr_of_mut;
 
 use aya_ebpf::{
     EbpfContext,
@@ -40,7 +37,7 @@ use trainbpf_common::*;
 mod gpu;
 
 #[unsafe(no_mangle)]
-static CONFIG: Config = Config::UNSET;
+pub(crate) static CONFIG: Config = Config::UNSET;
 
 /// Records for userspace. Its size is set by the loader.
 #[map]
@@ -54,63 +51,39 @@ static PRECIOUS: RingBuf = RingBuf::with_byte_size(PRECIOUS_RING_BYTES, 0);
 
 /// Lost records and full maps, per CPU (one slot).
 #[map]
-static COUNTERS: PerCpuArray<Counters> = PerCpuArray::with_max_entries(1, 0);
+pub(crate) static COUNTERS: PerCpuArray<Counters> = PerCpuArray::with_max_entries(1, 0);
 
 /// Processes of the recorded job: tgid → 1. Userspace seeds the root; fork
 /// adds children here, in the kernel, before the child can run.
 #[map]
 static JOB: HashMap<u32, u32> = HashMap::with_max_entries(65536, 0);
 
-/// Per-process memory state, for every process on the machine that
-/// allocates memory; removed when the process exits. Not an LRU map: an LRU
-/// map may evict a busy entry before it is full (its free lists are per
-/// CPU), and a re-created entry restarts the process's page counts, which
-/// would read as memory freed. A full map is counted (`proc_map_full`).
-#[map]
-static PROCS: HashMap<u32, ProcState> = HashMap::with_max_entries(32768, 0);
-
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct ProcState {
-    /// Last values seen, pages, kernel order.
-    cur: [i64; NR_MM_COUNTERS],
-    /// Values in the last record sent.
-    reported: [i64; NR_MM_COUNTERS],
-    last_emit_ns: u64,
-    start_ns: u64,
-    stall_ns: u64,
-    /// Pages allocated and freed in this process's context (mm_page_alloc,
-    /// mm_page_free), and the net at the last record.
-    alloc_pages: u64,
-    freed_pages: u64,
-    reported_net: i64,
-    /// `alloc_pages + freed_pages` when its RSS was last read: the pages
-    /// since, from every CPU, decide when to read it again.
-    checked_pages: u64,
-}
-
-/// When each task (by pid) entered a reclaim or compaction stall.
-#[map]
-static STALL_START: HashMap<u32, u64> = HashMap::with_max_entries(8192, 0);
-
 /// Reads one CONFIG field. Volatile, so that the compiler doesn't fold the
 /// build-time placeholder in: the loader rewrites the value before load.
 macro_rules! conf {
     ($f:ident) => {
-        read_conf(addr_of!(CONFIG.$f))
+        $crate::read_conf(core::ptr::addr_of!($crate::CONFIG.$f))
     };
 }
 
 #[inline(always)]
-fn read_conf(p: *const i64) -> i64 {
+pub(crate) fn read_conf(p: *const i64) -> i64 {
     // SAFETY: `p` points into CONFIG, which lives for the program's life.
     unsafe { core::ptr::read_volatile(p) }
 }
 
+/// Per-process state: keys that survive pid reuse, room kept for the job.
+mod procs;
+use procs::{ProcKey, ProcState};
+/// Pages allocated and freed in each process's context.
+mod pages;
+/// Reclaim and compaction stalls, and which tasks are in one.
+mod stalls;
+
 /// Reads a `T` at `base + off` from kernel memory. An unknown offset (-1) or
 /// a NULL base is an error rather than a read of address -1.
 #[inline(always)]
-fn rd<T>(base: u64, off: i64) -> Result<T, u32> {
+pub(crate) fn rd<T>(base: u64, off: i64) -> Result<T, u32> {
     if off < 0 || base == 0 {
         return Err(0);
     }
@@ -134,7 +107,7 @@ fn read_counter(mm: u64, member: usize) -> i64 {
 }
 
 #[inline(always)]
-fn read_counters(mm: u64) -> [i64; NR_MM_COUNTERS] {
+pub(crate) fn read_counters(mm: u64) -> [i64; NR_MM_COUNTERS] {
     [
         read_counter(mm, MM_FILEPAGES),
         read_counter(mm, MM_ANONPAGES),
@@ -202,14 +175,6 @@ pub(crate) fn count_lost(kind: u16) {
         let i = (kind as usize) & (KIND_MAX as usize - 1);
         // SAFETY: per-CPU slot, this CPU only; programs don't nest here.
         unsafe { (*c).lost[i] += 1 };
-    }
-}
-
-#[inline(always)]
-fn count_proc_map_full() {
-    if let Some(c) = COUNTERS.get_ptr_mut(0) {
-        // SAFETY: as in count_lost.
-        unsafe { (*c).proc_map_full += 1 };
     }
 }
 
@@ -528,12 +493,9 @@ fn try_sched_fork(ctx: &BtfTracePointContext) -> Result<u32, u32> {
     if child_pid != child_tgid {
         return Ok(0); // a new thread, not a new process
     }
-    // A new process's pid was free a moment ago: any state under it is
-    // left over from a process that died (its pages counted after its exit
-    // record) and must not be inherited, or the child starts with the dead
-    // one's counts (seen: a copy-on-write child short by a quarter).
-    let _ = PROCS.remove(&child_tgid);
-    drop_pages_of(child_tgid);
+    // A new process's pid may have been a dead one's a moment ago: its
+    // state is keyed by its start time too (`procs`), so it starts from
+    // nothing.
     let parent_tgid: u32 = rd(parent, conf!(task_tgid))?;
     if !in_job(parent_tgid) {
         return Ok(0);
@@ -616,8 +578,13 @@ fn try_sched_exit(ctx: &BtfTracePointContext) -> Result<u32, u32> {
         return Ok(0);
     }
     let tgid: u32 = rd(task, conf!(task_tgid))?;
-    let _ = PROCS.remove(&tgid);
-    drop_pages_of(tgid);
+    let key = ProcKey {
+        tgid,
+        _pad: 0,
+        start_ns: leader_start_ns(task),
+    };
+    pages::drop_pages_of(&key);
+    procs::forget(&key);
     if !in_job(tgid) {
         return Ok(0);
     }
@@ -648,6 +615,10 @@ pub fn signal_generate(ctx: BtfTracePointContext) -> u32 {
         Ok(r) | Err(r) => r,
     }
 }
+
+/// `PF_EXITING` in `task_struct::flags` (include/linux/sched.h), stable
+/// since 2.6.
+pub(crate) const PF_EXITING: u32 = 0x0000_0004;
 
 /// `task_struct.flags`: a kernel thread (include/linux/sched.h).
 const PF_KTHREAD: u32 = 0x0020_0000;
@@ -762,33 +733,8 @@ fn try_oom_adj_update(ctx: &BtfTracePointContext) -> Result<u32, u32> {
 /// The state of the current process, created on first sight.
 #[inline(always)]
 fn proc_state(tgid: u32, task: u64, mm: u64, now: u64) -> Option<*mut ProcState> {
-    if let Some(st) = PROCS.get_ptr_mut(&tgid) {
-        return Some(st);
-    }
-    // An exiting process's entry went at its exit record; one made now
-    // would outlive it.
-    let flags: u32 = rd(task, conf!(task_flags)).unwrap_or(0);
-    if flags & PF_EXITING != 0 {
-        return None;
-    }
-    let init = ProcState {
-        cur: read_counters(mm),
-        // Nothing reported yet: the first change sends the whole footprint,
-        // so userspace learns every process's size once.
-        reported: [0; NR_MM_COUNTERS],
-        last_emit_ns: now,
-        start_ns: leader_start_ns(task),
-        stall_ns: 0,
-        alloc_pages: 0,
-        freed_pages: 0,
-        reported_net: 0,
-        checked_pages: 0,
-    };
-    if PROCS.insert(&tgid, &init, 0).is_err() {
-        count_proc_map_full();
-        return None;
-    }
-    PROCS.get_ptr_mut(&tgid)
+    let pid = bpf_get_current_pid_tgid() as u32;
+    procs::get_or_create(&procs::key_of(task, tgid, pid), task, mm, now)
 }
 
 #[inline(always)]
@@ -895,12 +841,13 @@ fn threshold_for(total: i64) -> i64 {
 /// allocations moved by the threshold since the last record, or moved at
 /// all once the heartbeat passed.
 #[inline(always)]
-fn maybe_emit(st: *mut ProcState, task: u64, mm: u64, tgid: u32, now: u64) {
+pub(crate) fn maybe_emit(st: *mut ProcState, task: u64, mm: u64, tgid: u32, now: u64) {
     // SAFETY: `st` points into a live map value (see try_rss_stat).
     unsafe {
         let cur = (*st).cur;
         let rep = (*st).reported;
-        let net = (*st).alloc_pages as i64 - (*st).freed_pages as i64;
+        let cache = (*st).cache_added_pages as i64 - (*st).cache_removed_pages as i64;
+        let net = (*st).alloc_pages as i64 - (*st).freed_pages as i64 - cache;
         // RSS and net allocations usually move together (a fault allocates
         // the page it maps): take the larger move, not the sum, or steady
         // growth would send twice the records.
@@ -909,11 +856,16 @@ fn maybe_emit(st: *mut ProcState, task: u64, mm: u64, tgid: u32, now: u64) {
             + abs(cur[2] - rep[2])
             + abs(cur[3] - rep[3]);
         let net_moved = abs(net - (*st).reported_net);
-        let moved = if rss_moved > net_moved {
+        // A reader's page cache moves neither: it is shown too.
+        let cache_moved = abs(cache - (*st).reported_cache);
+        let mut moved = if rss_moved > net_moved {
             rss_moved
         } else {
             net_moved
         };
+        if cache_moved > moved {
+            moved = cache_moved;
+        }
         if moved == 0 {
             return;
         }
@@ -940,8 +892,9 @@ fn maybe_emit(st: *mut ProcState, task: u64, mm: u64, tgid: u32, now: u64) {
             MEM_REASON_HEARTBEAT
         };
         // This CPU's pages not yet in the entry belong in the record.
-        fold_pages_of(tgid);
-        let net = (*st).alloc_pages as i64 - (*st).freed_pages as i64;
+        pages::fold_pages_of(tgid, (*st).start_ns);
+        let cache = (*st).cache_added_pages as i64 - (*st).cache_removed_pages as i64;
+        let net = (*st).alloc_pages as i64 - (*st).freed_pages as i64 - cache;
         let Some(mut entry) = EVENTS.reserve::<MemEvent>(0) else {
             count_lost(KIND_MEM);
             return;
@@ -967,401 +920,15 @@ fn maybe_emit(st: *mut ProcState, task: u64, mm: u64, tgid: u32, now: u64) {
         (*ev).stall_ns = (*st).stall_ns;
         (*ev).alloc_pages = (*st).alloc_pages;
         (*ev).freed_pages = (*st).freed_pages;
+        (*ev).cache_added_pages = (*st).cache_added_pages;
+        (*ev).cache_removed_pages = (*st).cache_removed_pages;
         entry.submit(lazy());
         (*st).cur = fresh;
         (*st).reported = fresh;
         (*st).reported_net = net;
+        (*st).reported_cache = cache;
         (*st).last_emit_ns = now;
     }
-}
-
-/// Pages allocated and freed by one process on this CPU since they were last
-/// added to its `PROCS` entry. mm_page_alloc and mm_page_free fire for every
-/// page, several times per user fault; a hash lookup and two atomic adds on
-/// each cost the job about 7% in a fault storm, while this per-CPU slot's
-/// lookup the verifier inlines. A process's own pages land in `PROCS` every
-/// [`PAGE_BATCH`] pages, or when another process allocates on this CPU.
-#[map]
-static PAGE_CACHE: PerCpuArray<PageCache> = PerCpuArray::with_max_entries(1, 0);
-
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct PageCache {
-    tgid: u32,
-    /// 1 while the pages belong to a process with a `PROCS` entry: the
-    /// process and its group leader's start time below. 0 for a slot that
-    /// counts nothing: a kernel thread's (no mm, no process), or an exiting
-    /// thread's (freeing its memory on the way out, page by page).
-    valid: u32,
-    /// The thread a slot that counts nothing was made for: another thread
-    /// of the same process may still be alive and allocating.
-    owner_pid: u32,
-    _pad: u32,
-    /// The owner's `ProcState::start_ns`: a pid reused since the pages were
-    /// counted names another process, which must not receive them.
-    start_ns: u64,
-    alloc: u64,
-    freed: u64,
-}
-
-/// Pages (allocated plus freed) a CPU holds for a process before adding them
-/// to its `PROCS` entry, reading its RSS and testing the threshold: a
-/// quarter of the record threshold (4 MiB is 1024 pages), so a record
-/// leaves at most this late. Each batch's end (a hash lookup, six kernel
-/// reads, the clock) cost a fork storm 10 ns a page at 64.
-const PAGE_BATCH: u64 = 256;
-/// With a page table among them, the batch ends at this many pages: a
-/// process that maps what it did not allocate (a cached file, shared
-/// memory) allocates little else, and its RSS is read every 16 MiB it maps.
-/// Not at each page table: a fork allocates the child's page tables in the
-/// parent's context, 512 a GiB it holds, and the parent's RSS does not move.
-const PAGE_TABLE_BATCH: u64 = 8;
-
-/// A tgid no process has (pids stop at 2^22): an empty slot.
-const NO_TGID: u32 = u32::MAX;
-
-/// Adds a CPU's held pages to their process's entry, if that entry is still
-/// the same process. Returns the entry when it was.
-#[inline(always)]
-fn fold_pages(c: *mut PageCache) -> Option<*mut ProcState> {
-    // SAFETY: `c` is this CPU's slot: other CPUs have their own, and the
-    // tracepoint runs with preemption off. A page program that an interrupt
-    // nests inside this one may lose its pages to the outer one's store:
-    // rare, and a page or two.
-    unsafe {
-        if (*c).valid == 0 {
-            return None;
-        }
-        let (alloc, freed) = ((*c).alloc, (*c).freed);
-        (*c).alloc = 0;
-        (*c).freed = 0;
-        let st = match PROCS.get_ptr_mut(&(*c).tgid) {
-            // The same process still: its entry, made before the slot was.
-            Some(st) if (*st).start_ns == (*c).start_ns => st,
-            // It exited (its pages after its exit record are not wanted), or
-            // its pid names another process now. The slot empties, so the
-            // next page asks afresh whose it is.
-            _ => {
-                (*c).tgid = NO_TGID;
-                (*c).valid = 0;
-                return None;
-            }
-        };
-        if alloc != 0 {
-            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
-                addr_of_mut!((*st).alloc_pages),
-                alloc,
-            );
-        }
-        if freed != 0 {
-            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
-                addr_of_mut!((*st).freed_pages),
-                freed,
-            );
-        }
-        Some(st)
-    }
-}
-
-/// Before a record, an exit or a fork reads or drops a process's page counts:
-/// adds this CPU's held pages when they are `tgid`'s, so that the record
-/// carries them. Other CPUs' pages follow at their next batch.
-#[inline(always)]
-fn fold_pages_of(tgid: u32) {
-    if let Some(c) = PAGE_CACHE.get_ptr_mut(0) {
-        // SAFETY: this CPU's slot, as in fold_pages.
-        if unsafe { (*c).tgid } == tgid {
-            fold_pages(c);
-        }
-    }
-}
-
-/// Empties this CPU's slot when it holds `tgid`'s pages: at an exit, or at
-/// a fork that hands a dead process's pid to a new one.
-#[inline(always)]
-fn drop_pages_of(tgid: u32) {
-    if let Some(c) = PAGE_CACHE.get_ptr_mut(0) {
-        // SAFETY: this CPU's slot, as in fold_pages.
-        unsafe {
-            if (*c).tgid == tgid {
-                (*c).tgid = NO_TGID;
-                (*c).valid = 0;
-                (*c).alloc = 0;
-                (*c).freed = 0;
-            }
-        }
-    }
-}
-
-/// Pages allocated or freed in the current process's context. A
-/// copy-on-write break allocates a page without moving any RSS counter (a
-/// shared page is swapped for a private one), so only this sees what a
-/// forked worker really adds; a fork allocates nothing for the child's
-/// inherited pages, so it does not count as the child's growth.
-///
-/// It is also where the process's RSS counters are read: at the end of each
-/// batch of its pages, which ends sooner with a page table in it (one per
-/// 2 MiB the process maps, whether or not it allocated what it maps: a
-/// cached file, another process's shared memory). A probe on every
-/// RSS counter change (`rss_stat`) would see each move, but it runs on every
-/// fault beside this one, and three programs per fault cost a fork storm
-/// over 5%; it is kept for kernels where these two tracepoints are missing.
-#[inline(always)]
-fn account_pages(order: u32, freed: bool, page_table: bool) -> u32 {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    let tgid = (pid_tgid >> 32) as u32;
-    let pid = pid_tgid as u32;
-    let Some(c) = PAGE_CACHE.get_ptr_mut(0) else {
-        return 0;
-    };
-    let pages = 1u64 << (order & 15);
-    // SAFETY: this CPU's slot, as in fold_pages.
-    unsafe {
-        if (*c).tgid == tgid && ((*c).valid != 0 || (*c).owner_pid == pid) {
-            // The common case: the same process allocates again (or the
-            // same thread that counts nothing: a kernel thread, or one
-            // exiting, whose thousands of frees cost a compare each).
-            if (*c).valid == 0 {
-                return 0;
-            }
-            if freed {
-                (*c).freed += pages;
-            } else {
-                (*c).alloc += pages;
-            }
-            let held = (*c).alloc + (*c).freed;
-            if held < PAGE_BATCH && !(page_table && held >= PAGE_TABLE_BATCH) {
-                return 0;
-            }
-            let Some(st) = fold_pages(c) else {
-                return 0;
-            };
-            check_growth(st, tgid);
-            return 0;
-        }
-        // Another process (or another thread of one whose slot counts
-        // nothing): the previous owner's pages go to its entry (its
-        // threshold is tested at its own next batch, where its task is at
-        // hand), and the slot starts over for this one.
-        fold_pages(c);
-        (*c).tgid = NO_TGID;
-        (*c).valid = 0;
-    }
-    // SAFETY: helper without preconditions.
-    let task = unsafe { bpf_get_current_task() };
-    // Whether to read its RSS now: a new entry, or a batch's worth of
-    // pages piled up since the last read.
-    let mut look = false;
-    let st = match PROCS.get_ptr_mut(&tgid) {
-        Some(st) => {
-            // Back on this CPU after another process had it: its pages
-            // were folded in at the switch, without a look at its RSS (its
-            // task was not at hand). Processes that take turns on a CPU
-            // (workers, a main process) may never fill a batch in one
-            // stretch, so the look happens here once a batch's worth piled
-            // up across stretches and CPUs.
-            // SAFETY: `st` points into a live map value.
-            let pending = unsafe {
-                ((*st).alloc_pages + (*st).freed_pages).wrapping_sub((*st).checked_pages)
-            };
-            look = pending >= PAGE_BATCH;
-            st
-        }
-        // A forked worker's first copy-on-write breaks move no RSS counter,
-        // so its state may not exist yet: make it here, or those pages go
-        // uncounted.
-        None => {
-            let mm: u64 = rd(task, conf!(task_mm)).unwrap_or(0);
-            if mm == 0 {
-                // A kernel thread: no process to track. The slot remembers
-                // it, so its next pages cost a compare.
-                // SAFETY: this CPU's slot.
-                unsafe {
-                    (*c).tgid = tgid;
-                    (*c).owner_pid = pid;
-                };
-                return 0;
-            }
-            // Nor an exiting one: its entry was just removed at exit, and a
-            // new one would outlive it. The slot remembers the thread (not
-            // the process: another thread of it may still live), so the
-            // rest of its frees cost a compare.
-            let flags: u32 = rd(task, conf!(task_flags)).unwrap_or(0);
-            if flags & PF_EXITING != 0 {
-                // SAFETY: this CPU's slot.
-                unsafe {
-                    (*c).tgid = tgid;
-                    (*c).owner_pid = pid;
-                };
-                return 0;
-            }
-            // SAFETY: helper without preconditions.
-            let now = unsafe { bpf_ktime_get_ns() };
-            let Some(st) = proc_state(tgid, task, mm, now) else {
-                return 0;
-            };
-            look = true;
-            st
-        }
-    };
-    // SAFETY: this CPU's slot; `st` points into a live map value.
-    unsafe {
-        (*c).tgid = tgid;
-        (*c).valid = 1;
-        (*c).start_ns = (*st).start_ns;
-        if freed {
-            (*c).freed = pages;
-        } else {
-            (*c).alloc = pages;
-        }
-    }
-    // A new process is looked at on its first page, so that it sends its
-    // whole footprint once: a forked worker that only reads what it
-    // inherited may never fill a batch, yet its RSS (the parent's, shared)
-    // is what the OOM killer would score.
-    if look {
-        check_growth(st, tgid);
-    }
-    0
-}
-
-/// After a batch was added to the current process's entry: reads its RSS
-/// counters, and sends a record when they or its net allocations moved by
-/// the threshold (or at all, once the heartbeat passed).
-#[inline(always)]
-fn check_growth(st: *mut ProcState, tgid: u32) {
-    // SAFETY: helper without preconditions.
-    let task = unsafe { bpf_get_current_task() };
-    let mm: u64 = rd(task, conf!(task_mm)).unwrap_or(0);
-    if mm == 0 {
-        return;
-    }
-    // An exiting process frees everything on its way out: what it held is
-    // its last record from before, not a trail down to zero.
-    let flags: u32 = rd(task, conf!(task_flags)).unwrap_or(0);
-    if flags & PF_EXITING != 0 {
-        return;
-    }
-    // SAFETY: `st` points into a live map value; threads of one process
-    // racing here can only duplicate or delay a record.
-    unsafe {
-        (*st).cur = read_counters(mm);
-        (*st).checked_pages = (*st).alloc_pages + (*st).freed_pages;
-    }
-    // SAFETY: helper without preconditions.
-    let now = unsafe { bpf_ktime_get_ns() };
-    maybe_emit(st, task, mm, tgid, now);
-}
-
-/// `PF_EXITING` in `task_struct::flags` (include/linux/sched.h), stable
-/// since 2.6.
-const PF_EXITING: u32 = 0x0000_0004;
-
-/// `__GFP_MOVABLE` and `__GFP_ZERO` (include/linux/gfp_types.h): 0x08 and
-/// 0x100 on every kernel with tp_btf (5.5+); 6.8's enum of flag bits kept
-/// both where they were.
-const GFP_MOVABLE: u32 = 0x08;
-const GFP_ZERO: u32 = 0x100;
-
-/// `mm_page_alloc(struct page *page, unsigned int order, gfp_t, int migratetype)`.
-#[btf_tracepoint(function = "mm_page_alloc")]
-pub fn page_alloc(ctx: BtfTracePointContext) -> u32 {
-    let page: u64 = ctx.arg(0);
-    if page == 0 {
-        return 0; // a failed allocation
-    }
-    let order: u32 = ctx.arg(1);
-    let gfp: u32 = ctx.arg(2);
-    // A zeroed page that can't move, one at a time: a page table
-    // (GFP_PGTABLE_USER), the one allocation that mapping memory the
-    // process did not allocate still makes.
-    let page_table = order == 0 && gfp & (GFP_MOVABLE | GFP_ZERO) == GFP_ZERO;
-    account_pages(order, false, page_table)
-}
-
-/// `mm_page_free(struct page *page, unsigned int order)`.
-#[btf_tracepoint(function = "mm_page_free")]
-pub fn page_free(ctx: BtfTracePointContext) -> u32 {
-    account_pages(ctx.arg::<u32>(1), true, false)
-}
-
-// ------------------------------------------------------ allocation stalls
-
-/// Entering direct reclaim, memcg reclaim or compaction: remember when, per
-/// task. Kernel threads (kswapd, kcompactd) reclaim in the background and
-/// stall nobody, so they are left out.
-#[inline(always)]
-fn stall_begin() -> u32 {
-    // SAFETY: helper without preconditions.
-    let task = unsafe { bpf_get_current_task() };
-    if rd::<u64>(task, conf!(task_mm)).unwrap_or(0) == 0 {
-        return 0;
-    }
-    let pid = bpf_get_current_pid_tgid() as u32;
-    // SAFETY: helper without preconditions.
-    let now = unsafe { bpf_ktime_get_ns() };
-    let _ = STALL_START.insert(&pid, &now, 0);
-    0
-}
-
-/// Leaving it: add the time to the process and to the per-CPU totals.
-#[inline(always)]
-fn stall_end(kind: usize) -> u32 {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    let pid = pid_tgid as u32;
-    // SAFETY: the value is copied out before the entry is removed.
-    let Some(start) = (unsafe { STALL_START.get(&pid) }).copied() else {
-        return 0;
-    };
-    let _ = STALL_START.remove(&pid);
-    // SAFETY: helper without preconditions.
-    let d = unsafe { bpf_ktime_get_ns() }.wrapping_sub(start);
-    if let Some(c) = COUNTERS.get_ptr_mut(0) {
-        let k = kind & 3;
-        // SAFETY: per-CPU slot, this CPU only.
-        unsafe {
-            (*c).stall_ns[k] += d;
-            (*c).stall_count[k] += 1;
-        }
-    }
-    let tgid = (pid_tgid >> 32) as u32;
-    if let Some(st) = PROCS.get_ptr_mut(&tgid) {
-        // SAFETY: aligned u64 inside a live map value.
-        unsafe {
-            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(addr_of_mut!((*st).stall_ns), d)
-        };
-    }
-    0
-}
-
-#[btf_tracepoint(function = "mm_vmscan_direct_reclaim_begin")]
-pub fn direct_reclaim_begin(_ctx: BtfTracePointContext) -> u32 {
-    stall_begin()
-}
-
-#[btf_tracepoint(function = "mm_vmscan_direct_reclaim_end")]
-pub fn direct_reclaim_end(_ctx: BtfTracePointContext) -> u32 {
-    stall_end(STALL_DIRECT_RECLAIM)
-}
-
-#[btf_tracepoint(function = "mm_vmscan_memcg_reclaim_begin")]
-pub fn memcg_reclaim_begin(_ctx: BtfTracePointContext) -> u32 {
-    stall_begin()
-}
-
-#[btf_tracepoint(function = "mm_vmscan_memcg_reclaim_end")]
-pub fn memcg_reclaim_end(_ctx: BtfTracePointContext) -> u32 {
-    stall_end(STALL_MEMCG_RECLAIM)
-}
-
-#[btf_tracepoint(function = "mm_compaction_begin")]
-pub fn compaction_begin(_ctx: BtfTracePointContext) -> u32 {
-    stall_begin()
-}
-
-#[btf_tracepoint(function = "mm_compaction_end")]
-pub fn compaction_end(_ctx: BtfTracePointContext) -> u32 {
-    stall_end(STALL_COMPACTION)
 }
 
 #[cfg(not(test))]

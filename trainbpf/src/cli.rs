@@ -6,7 +6,7 @@ use anyhow::{Context as _, Result, bail};
 use clap::{Parser, Subcommand};
 
 use crate::{
-    loader::{OomProbe, Tunables},
+    loader::{DEFAULT_PROC_MAP_ENTRIES, OomProbe, Tunables},
     record, report,
 };
 
@@ -56,6 +56,11 @@ pub enum Command {
         /// Ring buffer size (a power of two, at least one page).
         #[arg(long, default_value = "4M", value_parser = parse_ring_size)]
         ring_size: u64,
+        /// Entries of the kernel's per-process memory map, a quarter of them
+        /// held for the job (tests set it small to fill it).
+        #[arg(long, default_value_t = DEFAULT_PROC_MAP_ENTRIES, hide = true,
+              value_parser = clap::value_parser!(u32).range(16..=1 << 22))]
+        proc_map_entries: u32,
         /// No status line (elapsed time, top growers, projected time to OOM)
         /// on the terminal while the job runs.
         #[arg(long, short)]
@@ -159,6 +164,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             heartbeat_ms,
             oom_probe,
             ring_size,
+            proc_map_entries,
             quiet,
             leak_span,
             max_size,
@@ -189,6 +195,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                     rss_relative_shift,
                     heartbeat_ms,
                     ring_bytes: ring_size as u32,
+                    proc_map_entries,
                     oom_probe,
                     all_processes: matches!(target, record::Target::All),
                 },

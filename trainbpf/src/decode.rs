@@ -204,8 +204,14 @@ pub struct Lost {
     pub by_kind: Vec<u64>,
     /// Records the collector could not decode.
     pub undecodable: u64,
+    /// Job processes whose memory went uncounted (the per-process map was
+    /// full), and job members the job map had no room for: lost events.
     pub proc_map_full: u64,
     pub job_map_full: u64,
+    /// Processes outside the job the per-process map had no room for
+    /// (outside the job's reserve): not the job's loss.
+    #[serde(default)]
+    pub other_map_full: u64,
     /// Samples (memory, pressure) the recorder dropped because the disk was
     /// full and its in-memory backlog reached its bound.
     #[serde(default)]
@@ -233,6 +239,8 @@ impl Lost {
             .iter()
             .fold(self.undecodable, |a, &b| a.saturating_add(b))
             .saturating_add(self.dropped_disk_full)
+            .saturating_add(self.proc_map_full)
+            .saturating_add(self.job_map_full)
     }
 }
 
@@ -287,9 +295,12 @@ pub enum Event {
         /// Cumulative reclaim/compaction stall time, ns.
         stall_ns: u64,
         /// Memory allocated and freed in the process's context so far, kB
-        /// (0 in old recordings).
+        /// (0 in old recordings), page cache left out.
         alloc_kb: u64,
         freed_kb: u64,
+        /// Page cache added minus removed in the process's context so far,
+        /// kB (0 in older recordings, where it is part of the above).
+        cache_kb: i64,
     },
     Oom(Box<OomRecord>),
     Printk {
@@ -527,8 +538,23 @@ pub fn decode(kind: u16, bytes: &[u8], page_kb: u64) -> Result<Timed, DecodeErro
                 pgtables_kb: (e.pgtables_bytes / 1024).min(MAX_KB),
                 memcg_id: e.memcg_id,
                 stall_ns: e.stall_ns,
-                alloc_kb: e.alloc_pages.saturating_mul(page_kb).min(MAX_KB),
-                freed_kb: e.freed_pages.saturating_mul(page_kb).min(MAX_KB),
+                // Page cache brought in (or dropped) in the process's
+                // context is not its growth: it is taken out of both sides
+                // and kept apart.
+                alloc_kb: e
+                    .alloc_pages
+                    .saturating_sub(e.cache_added_pages)
+                    .saturating_mul(page_kb)
+                    .min(MAX_KB),
+                freed_kb: e
+                    .freed_pages
+                    .saturating_sub(e.cache_removed_pages)
+                    .saturating_mul(page_kb)
+                    .min(MAX_KB),
+                cache_kb: (e.cache_added_pages as i64)
+                    .wrapping_sub(e.cache_removed_pages as i64)
+                    .saturating_mul(page_kb as i64)
+                    .clamp(-(MAX_KB as i64), MAX_KB as i64),
             };
             (e.hdr.ts_ns, ev)
         }
@@ -771,6 +797,8 @@ mod tests {
             stall_ns: 5,
             alloc_pages: 300,
             freed_pages: 44,
+            cache_added_pages: 0,
+            cache_removed_pages: 0,
         };
         let t = decode(common::KIND_MEM, &pod_bytes(&e), 4).unwrap();
         assert_eq!(t.ts_ns, 1000);
@@ -814,6 +842,8 @@ mod tests {
             stall_ns: 1,
             alloc_pages: 1,
             freed_pages: 1,
+            cache_added_pages: 0,
+            cache_removed_pages: 0,
         };
         let b = pod_bytes(&e);
         let t = decode(common::KIND_MEM, &b[..common::MEM_EVENT_V1_SIZE], 4).unwrap();
@@ -845,6 +875,8 @@ mod tests {
             stall_ns: 0,
             alloc_pages: 0,
             freed_pages: 0,
+            cache_added_pages: 0,
+            cache_removed_pages: 0,
         };
         let b = pod_bytes(&e);
         assert_eq!(
@@ -852,7 +884,7 @@ mod tests {
             Err(DecodeError::Short {
                 kind: common::KIND_MEM,
                 len: 40,
-                want: 128
+                want: size_of::<common::MemEvent>()
             })
         );
         assert_eq!(decode(77, &b, 4), Err(DecodeError::UnknownKind(77)));
@@ -978,5 +1010,49 @@ mod tests {
             decode(KIND_LOST, &bytes, 4),
             Err(DecodeError::Json { .. })
         ));
+    }
+
+    #[test]
+    fn a_full_map_of_the_jobs_is_a_lost_event_and_one_outside_it_is_not() {
+        let lost = Lost {
+            by_kind: vec![0, 1],
+            proc_map_full: 2,
+            job_map_full: 3,
+            other_map_full: 100,
+            ..Default::default()
+        };
+        assert_eq!(lost.total(), 6);
+    }
+
+    #[test]
+    fn page_cache_is_kept_out_of_growth_and_an_older_record_has_none() {
+        let mut e: common::MemEvent =
+            read_pod(common::KIND_MEM, &[0u8; size_of::<common::MemEvent>()]).unwrap();
+        e.hdr = hdr(common::KIND_MEM, 9, 1);
+        e.alloc_pages = 1000;
+        e.freed_pages = 100;
+        e.cache_added_pages = 600;
+        e.cache_removed_pages = 50;
+        let b = pod_bytes(&e);
+        let Event::Mem {
+            alloc_kb,
+            freed_kb,
+            cache_kb,
+            ..
+        } = decode(common::KIND_MEM, &b, 4).unwrap().event
+        else {
+            panic!("not a memory record")
+        };
+        assert_eq!((alloc_kb, freed_kb, cache_kb), (1600, 200, 2200));
+        // The 128-byte layout: everything counted as before.
+        let Event::Mem {
+            alloc_kb, cache_kb, ..
+        } = decode(common::KIND_MEM, &b[..common::MEM_EVENT_V2_SIZE], 4)
+            .unwrap()
+            .event
+        else {
+            panic!("not a memory record")
+        };
+        assert_eq!((alloc_kb, cache_kb), (4000, 0));
     }
 }

@@ -214,6 +214,10 @@ impl KernelBtf {
         c.task_real_cred = self.offset("task_struct", &["real_cred"]);
         c.cred_uid = self.offset("cred", &["uid"]);
         c.task_flags = self.offset("task_struct", &["flags"]);
+        c.task_stack = self.offset("task_struct", &["stack"]);
+        c.folio_flags = self.offset("folio", &["flags"]);
+        c.folio_flags_1 = self.offset("folio", &["_flags_1"]);
+        c.pg_head = self.enum_value("pageflags", "PG_head").unwrap_or(-1);
         c.signal_oom_score_adj = self.offset("signal_struct", &["oom_score_adj"]);
         c.signal_live = req(
             self.offset("signal_struct", &["live"]),

@@ -41,11 +41,18 @@ pub enum LoadError {
     Attach { probe: String, reason: String },
 }
 
+/// Entries of the per-process map by default: every process on a busy
+/// machine, a quarter held for the job.
+pub const DEFAULT_PROC_MAP_ENTRIES: u32 = 32768;
+
 pub struct Tunables {
     pub rss_threshold_bytes: u64,
     pub rss_relative_shift: u32,
     pub heartbeat_ms: u64,
     pub ring_bytes: u32,
+    /// Entries of the per-process map (`PROCS`); a quarter is held for the
+    /// job's processes.
+    pub proc_map_entries: u32,
     pub oom_probe: OomProbe,
     /// `--all`: every process on the machine is the job's.
     pub all_processes: bool,
@@ -125,6 +132,21 @@ fn config(kbtf: &KernelBtf, t: &Tunables, page_size: u64) -> Result<Config, Load
     config.rss_relative_shift = t.rss_relative_shift as i64;
     config.heartbeat_ns = (t.heartbeat_ms * 1_000_000) as i64;
     config.all_processes = i64::from(t.all_processes);
+    // THREAD_SIZE: 16 KiB on x86-64 and arm64, twice that with KASAN, and
+    // never under a page. Not in BTF; a wrong size would only make every
+    // page event look like an interrupt's, so it errs large only by KASAN.
+    let stack = if kbtf.has_func("kasan_report") {
+        32 << 10
+    } else {
+        16 << 10
+    };
+    config.thread_size = if config.task_stack >= 0 {
+        stack.max(page_size as i64)
+    } else {
+        -1
+    };
+    config.procs_max = i64::from(t.proc_map_entries);
+    config.procs_job_reserve = i64::from(t.proc_map_entries / 4);
     Ok(config)
 }
 
@@ -200,8 +222,13 @@ pub fn load(t: &Tunables, page_size: u64) -> Result<Loaded, LoadError> {
     // The Xid tracepoint's layout, from tracefs (mounted above).
     let gpu_config = crate::gpu::config();
 
-    let (mut ebpf, btf) = load_object(&config, Some(&gpu_config), Some(t.ring_bytes))
-        .map_err(|e| LoadError::Object(e.to_string()))?;
+    let (mut ebpf, btf) = load_object(
+        &config,
+        Some(&gpu_config),
+        Some(t.ring_bytes),
+        Some(t.proc_map_entries),
+    )
+    .map_err(|e| LoadError::Object(e.to_string()))?;
 
     let mut attach = Attach::default();
     let mut fallbacks = Vec::new();
@@ -334,6 +361,20 @@ pub fn load(t: &Tunables, page_size: u64) -> Result<Loaded, LoadError> {
     if !pages.is_empty() {
         attach.pages = Some(format!("tp_btf:{}", pages.join(",")));
     }
+    // Page cache brought in by a process is not its growth: both ends, or
+    // neither (one alone would drift).
+    if pages.len() == 2 {
+        let add = "mm_filemap_add_to_page_cache";
+        let del = "mm_filemap_delete_from_page_cache";
+        match attach_cache(&mut ebpf, &btf, add, del) {
+            Ok(()) => attach.page_cache = Some(format!("tp_btf:{add},{del}")),
+            Err(e) => fell(&format!("tp_btf:{add}"), e),
+        }
+        match attach_forks(&mut ebpf, &tracefs) {
+            Ok(()) => attach.forks = Some(FORKS.into()),
+            Err(e) => fell(FORKS, e),
+        }
+    }
     // RSS: read by the page probes at each batch of a process's pages and at
     // each page table it allocates. `rss_stat` would see every counter
     // move, but a third program on every fault cost a fork storm over 5%
@@ -392,6 +433,7 @@ fn load_object(
     config: &Config,
     gpu_config: Option<&trainbpf_common::GpuConfig>,
     ring_bytes: Option<u32>,
+    proc_map_entries: Option<u32>,
 ) -> Result<(Ebpf, Btf), aya::EbpfError> {
     let mut loader = EbpfLoader::new();
     loader.btf(None);
@@ -403,6 +445,9 @@ fn load_object(
     }
     if let Some(r) = ring_bytes {
         loader.map_max_entries("EVENTS", r);
+    }
+    if let Some(n) = proc_map_entries {
+        loader.map_max_entries("PROCS", n);
     }
     let ebpf = loader.load(OBJECT)?;
     drop(loader);
@@ -441,6 +486,47 @@ fn attach_tp_btf(ebpf: &mut Ebpf, btf: &Btf, prog: &str, tp: &str) -> Result<(),
     let p: &mut BtfTracePoint = program(ebpf, prog)?;
     p.load(tp, btf).map_err(|e| why(&e))?;
     p.attach().map_err(|e| why(&e))?;
+    Ok(())
+}
+
+/// Both page-cache probes or neither: one alone would count one side.
+fn attach_cache(ebpf: &mut Ebpf, btf: &Btf, add: &str, del: &str) -> Result<(), String> {
+    for (prog, tp) in [("cache_add", add), ("cache_del", del)] {
+        let p: &mut BtfTracePoint = program(ebpf, prog)?;
+        p.load(tp, btf).map_err(|e| why(&e))?;
+    }
+    let p: &mut BtfTracePoint = program(ebpf, "cache_add")?;
+    let first = p.attach().map_err(|e| why(&e))?;
+    let p: &mut BtfTracePoint = program(ebpf, "cache_del")?;
+    if let Err(e) = p.attach() {
+        let p: &mut BtfTracePoint = program(ebpf, "cache_add")?;
+        let _ = p.detach(first);
+        return Err(why(&e));
+    }
+    Ok(())
+}
+
+/// The fork syscalls, bracketed so that what a parent allocates for its
+/// child in `copy_process` is not counted as the parent's.
+const FORKS: &str = "tracepoint:syscalls:sys_{enter,exit}_{clone,clone3,fork,vfork}";
+
+fn attach_forks(ebpf: &mut Ebpf, tracefs: &Result<(), String>) -> Result<(), String> {
+    if let Err(e) = tracefs {
+        return Err(format!("tracefs unavailable: {e}"));
+    }
+    for (prog, dir) in [("fork_enter", "sys_enter"), ("fork_exit", "sys_exit")] {
+        let p: &mut TracePoint = program(ebpf, prog)?;
+        p.load().map_err(|e| why(&e))?;
+        for call in ["clone", "clone3", "fork", "vfork"] {
+            let name = format!("{dir}_{call}");
+            // vfork and fork are missing where the architecture has only
+            // clone (arm64): fine, what exists is bracketed.
+            if kernel::tp_format("syscalls", &name).is_none() {
+                continue;
+            }
+            p.attach("syscalls", &name).map_err(|e| why(&e))?;
+        }
+    }
     Ok(())
 }
 
@@ -567,6 +653,7 @@ pub fn probe_features() -> Features {
         rss_relative_shift: 6,
         heartbeat_ms: 5000,
         ring_bytes: 0,
+        proc_map_entries: DEFAULT_PROC_MAP_ENTRIES,
         oom_probe: OomProbe::Auto,
         all_processes: false,
     };

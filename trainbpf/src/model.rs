@@ -376,6 +376,11 @@ pub struct Process {
     /// The most it had added at any record: a process that frees its heap
     /// before exiting still shows what it held.
     pub honest_peak_kb: Option<i64>,
+    /// Page cache it brought in minus what it removed, in its own context,
+    /// at its last record: left out of `honest_kb` (the kernel gives it back
+    /// without a kill). None in recordings without the page-cache probes,
+    /// where it is part of `honest_kb`.
+    pub page_cache_kb: Option<i64>,
     /// Unique and proportional memory from its last smaps_rollup sample.
     pub uss_kb: Option<u64>,
     pub pss_kb: Option<u64>,
@@ -430,6 +435,8 @@ struct Sample {
     /// Allocated minus freed in the process's own context, kB: the honest
     /// measure, which a fork does not move and a copy-on-write break does.
     net_kb: i64,
+    /// Page cache added minus removed in its context, kB: not growth.
+    cache_kb: i64,
 }
 
 impl Sample {
@@ -442,6 +449,7 @@ impl Sample {
             adj: 0,
             memcg_id: 0,
             net_kb: 0,
+            cache_kb: 0,
         }
     }
 }
@@ -507,6 +515,8 @@ struct JobProc {
     /// the most it reached.
     net_kb: Option<i64>,
     peak_net_kb: Option<i64>,
+    /// Page cache added minus removed in its context, at its last record.
+    cache_kb: Option<i64>,
 }
 
 /// What the kernel log said, parsed.
@@ -587,6 +597,8 @@ struct Builder {
     attribution: attribution::Attribution,
     /// The recording has page allocation probes: rank by honest growth.
     honest: bool,
+    /// ...and page-cache probes: page cache is kept apart from it.
+    page_cache: bool,
     /// MemTotal + SwapTotal when recording started: a global OOM's domain.
     machine_kb: u64,
     /// Latest `oom_score_adj` per process, for the report's processes.
@@ -622,6 +634,7 @@ impl Builder {
             series: series::Builder::new(opts.window_ns),
             attribution: attribution::Attribution::default(),
             honest: header.attach.pages.is_some(),
+            page_cache: header.attach.page_cache.is_some(),
             machine_kb: header.mem_total_kb + header.swap_total_kb,
             adj: HashMap::new(),
             gpu: gpu::Ledger::default(),
@@ -721,13 +734,29 @@ impl Builder {
                 memcg_id,
                 alloc_kb,
                 freed_kb,
+                cache_kb,
                 ..
             } => {
+                let mut net_kb = alloc_kb as i64 - freed_kb as i64;
+                if self.page_cache {
+                    // Added is anonymous, shmem and copy-on-write memory,
+                    // all of which the process maps: never more than that.
+                    // A parent that writes while a short-lived child still
+                    // shares its pages copies them, and the child frees the
+                    // originals at its exec or exit: the parent's count
+                    // climbs with every fork while its memory does not.
+                    net_kb = net_kb.min(
+                        rss.anon_kb
+                            .saturating_add(rss.shmem_kb)
+                            .saturating_add(rss.swap_kb) as i64,
+                    );
+                }
                 let more = Sample {
                     adj: oom_score_adj,
                     pgtables_kb,
                     memcg_id,
-                    net_kb: alloc_kb as i64 - freed_kb as i64,
+                    net_kb,
+                    cache_kb,
                     ..Sample::at(ts, 0)
                 };
                 self.on_mem(ts, proc, in_job, comm, rss, more)
@@ -845,6 +874,9 @@ impl Builder {
             if self.honest {
                 p.net_kb = Some(more.net_kb);
                 p.peak_net_kb = Some(p.peak_net_kb.map_or(more.net_kb, |n| n.max(more.net_kb)));
+                if self.page_cache {
+                    p.cache_kb = Some(more.cache_kb);
+                }
             }
         }
         let tr = self.tracks.entry(proc).or_default();
@@ -1509,6 +1541,7 @@ impl Builder {
                 oom_score_adj: self.adj.get(key).copied(),
                 honest_kb: p.net_kb,
                 honest_peak_kb: p.peak_net_kb,
+                page_cache_kb: p.cache_kb,
                 uss_kb: self.attribution.smaps_of(key.tgid).map(|s| s.uss_kb),
                 pss_kb: self.attribution.smaps_of(key.tgid).map(|s| s.pss_kb),
             })
@@ -1792,6 +1825,7 @@ mod tests {
                 stall_ns: 0,
                 alloc_kb: 0,
                 freed_kb: 0,
+                cache_kb: 0,
             },
         )
     }
@@ -2485,5 +2519,44 @@ mod tests {
         assert!(!root.oom_killed);
         assert_eq!(r.processes[0].pid, 700, "sorted by birth");
         assert_eq!(r.duration_ns(), s(19.0));
+    }
+
+    #[test]
+    fn added_is_capped_at_what_the_process_maps_and_page_cache_is_apart() {
+        let mut header = RecordingHeader::default();
+        header.attach.pages = Some("tp_btf:mm_page_alloc,mm_page_free".into());
+        header.attach.page_cache = Some("tp_btf:mm_filemap_add_to_page_cache".into());
+        let k = key(700, s(0.5));
+        let sample = |secs, anon_kb, alloc_kb, cache_kb| {
+            let mut t = mem(secs, k, "sh", anon_kb, true);
+            if let Event::Mem {
+                alloc_kb: a,
+                cache_kb: c,
+                ..
+            } = &mut t.event
+            {
+                *a = alloc_kb;
+                *c = cache_kb;
+            }
+            t
+        };
+        // A shell that forked thousands of commands: its copies of pages it
+        // wrote while a child still shared them, freed by the children.
+        let evs = vec![
+            sample(1.0, 3 * MIB, 40 * MIB, 0),
+            sample(2.0, 3 * MIB, 60 * MIB, 1024 * MIB as i64),
+        ];
+        let r = build(&header, evs.into_iter(), &ModelOptions::default());
+        let p = r.processes.iter().find(|p| p.pid == 700).unwrap();
+        assert_eq!(p.honest_kb, Some(3 * MIB as i64));
+        assert_eq!(p.honest_peak_kb, Some(3 * MIB as i64));
+        assert_eq!(p.page_cache_kb, Some(1024 * MIB as i64));
+        // Without the page-cache probes (an older recording): as it was.
+        header.attach.page_cache = None;
+        let evs = vec![sample(1.0, 3 * MIB, 40 * MIB, 0)];
+        let r = build(&header, evs.into_iter(), &ModelOptions::default());
+        let p = r.processes.iter().find(|p| p.pid == 700).unwrap();
+        assert_eq!(p.honest_kb, Some(40 * MIB as i64));
+        assert_eq!(p.page_cache_kb, None);
     }
 }

@@ -30,6 +30,11 @@ pub struct Pressure {
     pub stall_ns: [u64; 3],
     #[serde(default)]
     pub stall_count: [u64; 3],
+    /// Cumulative: what the job's threads freed inside reclaim or
+    /// compaction (other processes' memory and cache), kB. Not charged to
+    /// them.
+    #[serde(default)]
+    pub reclaim_freed_kb: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

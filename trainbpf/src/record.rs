@@ -366,6 +366,8 @@ struct Collector {
     last_sync: Instant,
     last_pressure: Option<crate::pressure::Pressure>,
     stall: ([u64; 3], [u64; 3]),
+    /// What the job's threads freed inside reclaim or compaction, kB.
+    reclaim_freed_kb: u64,
     /// The job's live processes, from the lifecycle records.
     job: std::collections::HashSet<u32>,
     /// The job's main process, and how it ended as the kernel saw it (for
@@ -497,18 +499,27 @@ impl Collector {
             ..Default::default()
         };
         let mut stall = ([0u64; 3], [0u64; 3]);
+        let mut reclaim_pages = 0u64;
         for c in per_cpu.iter() {
+            reclaim_pages = reclaim_pages.saturating_add(c.reclaim_freed_pages);
             for (i, v) in c.lost.iter().enumerate() {
                 lost.by_kind[i] += v;
             }
             lost.proc_map_full += c.proc_map_full;
             lost.job_map_full += c.job_map_full;
+            lost.other_map_full += c.other_map_full;
             for i in 0..3 {
                 stall.0[i] += c.stall_ns[i];
                 stall.1[i] += c.stall_count[i];
             }
         }
         self.stall = stall;
+        let page_kb = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+            .ok()
+            .flatten()
+            .unwrap_or(4096) as u64
+            / 1024;
+        self.reclaim_freed_kb = reclaim_pages.saturating_mul(page_kb);
         if lost != self.last_lost {
             self.last_lost = lost.clone();
             self.user(UserBody::Lost(lost));
@@ -556,6 +567,7 @@ impl Collector {
                 .map(|(dir, _, v2)| (dir.as_path(), *v2)),
         );
         (p.stall_ns, p.stall_count) = self.stall;
+        p.reclaim_freed_kb = self.reclaim_freed_kb;
         self.status.on_pressure(mono_ns(), &p);
         if self
             .last_pressure
@@ -705,6 +717,7 @@ async fn collect(
         last_sync: Instant::now(),
         last_pressure: None,
         stall: ([0; 3], [0; 3]),
+        reclaim_freed_kb: 0,
         job: Default::default(),
         root: 0,
         root_exit: None,

@@ -84,6 +84,12 @@ pub struct Attach {
     /// Page allocation and free probes (honest growth).
     #[serde(default)]
     pub pages: Option<String>,
+    /// Page-cache insertions and removals, kept out of honest growth.
+    #[serde(default)]
+    pub page_cache: Option<String>,
+    /// Forks bracketed, so that the child's pages are not the parent's.
+    #[serde(default)]
+    pub forks: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -70,6 +70,7 @@ impl History {
             },
             stall_ms: [0, 1, 2].map(|i| d(k.stall_ns[i], b.stall_ns[i]) / 1_000_000),
             stalls: [0, 1, 2].map(|i| d(k.stall_count[i], b.stall_count[i])),
+            reclaim_freed_kb: d(k.reclaim_freed_kb, b.reclaim_freed_kb),
         })
     }
 }
@@ -101,6 +102,9 @@ pub struct PressureBefore {
     /// compaction.
     pub stall_ms: [u64; 3],
     pub stalls: [u64; 3],
+    /// What the job's threads freed inside reclaim or compaction in the
+    /// window (kB): other processes' memory and cache, not charged to them.
+    pub reclaim_freed_kb: u64,
 }
 
 #[cfg(test)]

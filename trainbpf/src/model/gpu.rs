@@ -1375,6 +1375,7 @@ mod tests {
                     stall_ns: 0,
                     alloc_kb: 0,
                     freed_kb: 0,
+                    cache_kb: 0,
                 },
             )
         };

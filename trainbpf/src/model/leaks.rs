@@ -1192,6 +1192,7 @@ mod tests {
                 stall_ns: 0,
                 alloc_kb: net,
                 freed_kb: 0,
+                cache_kb: 0,
             },
         )
     }
@@ -1770,6 +1771,7 @@ mod tests {
                             stall_ns,
                             alloc_kb: next(),
                             freed_kb: next(),
+                            cache_kb: 0,
                         }
                     }
                 };

@@ -1042,6 +1042,7 @@ pub(crate) mod tests {
                 stall_ns: 0,
                 alloc_kb: 0,
                 freed_kb: 0,
+                cache_kb: 0,
             },
         }
     }

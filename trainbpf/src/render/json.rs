@@ -38,6 +38,9 @@ pub fn render(r: &Report) -> Value {
                 "signals": a.signals,
                 "oom_score_adj": a.oom_score_adj,
                 "stalls": a.stalls,
+                "pages": a.pages,
+                "page_cache": a.page_cache,
+                "forks": a.forks,
             },
             "fallbacks": h.fallbacks.iter()
                 .map(|f| json!({"probe": f.probe, "reason": f.reason}))
@@ -122,6 +125,7 @@ pub fn render(r: &Report) -> Value {
             "undecodable": r.lost.undecodable.saturating_add(r.undecodable),
             "proc_map_full": r.lost.proc_map_full,
             "job_map_full": r.lost.job_map_full,
+            "other_map_full": r.lost.other_map_full,
             "dropped_disk_full": r.lost.dropped_disk_full,
         },
     })
@@ -203,6 +207,7 @@ fn kill(r: &Report, k: &Kill) -> Value {
             "psi_some_stall_ms": p.psi_some_stall_ms,
             "stall_ms": {"direct_reclaim": p.stall_ms[0], "memcg_reclaim": p.stall_ms[1], "compaction": p.stall_ms[2]},
             "stalls": {"direct_reclaim": p.stalls[0], "memcg_reclaim": p.stalls[1], "compaction": p.stalls[2]},
+            "reclaim_freed_kb": p.reclaim_freed_kb,
         })),
         "window_s": secs(k.window_ns),
         "groups": k.groups.iter().map(|g| json!({
@@ -289,6 +294,7 @@ fn process(r: &Report, p: &Process) -> Value {
         "oom_score_adj": p.oom_score_adj,
         "honest_kb": p.honest_kb,
         "honest_peak_kb": p.honest_peak_kb,
+        "page_cache_kb": p.page_cache_kb,
         "uss_kb": p.uss_kb,
         "pss_kb": p.pss_kb,
     })

@@ -204,19 +204,26 @@ pub fn render(r: &Report, o: &TextOptions) -> String {
             lost_line
         }
     );
-    for (what, count) in [
-        ("process", r.lost.proc_map_full),
-        ("job", r.lost.job_map_full),
+    for (count, what) in [
+        (
+            r.lost.proc_map_full,
+            "the kernel's process map was full: job processes went untracked",
+        ),
+        (
+            r.lost.job_map_full,
+            "the kernel's job map was full: job processes were not seen as the job's",
+        ),
     ] {
         if count > 0 {
-            let _ = writeln!(
-                out,
-                "{}",
-                p.yellow(&format!(
-                    "the {what} map was full {count} times: some processes went untracked"
-                ))
-            );
+            let _ = writeln!(out, "{}", p.yellow(&format!("{what} ({count} times)")));
         }
+    }
+    if r.lost.other_map_full > 0 {
+        let _ = writeln!(
+            out,
+            "the kernel's process map had no room for {} processes outside the job",
+            r.lost.other_map_full
+        );
     }
     if r.skipped.count > 0 {
         let mut line = format!(
@@ -477,13 +484,13 @@ fn job_memory_section(out: &mut String, r: &Report, p: &Paint) {
         out,
         "{}",
         p.bold(
-            "What the job's processes added (allocated minus freed in their own context, at most):"
+            "What the job's processes added (allocated minus freed in their own context, at most; page cache apart):"
         )
     );
     let _ = writeln!(
         out,
-        "  {:>7}  {:<16}  {:>11}  {:>11}  {:>10}  {:>10}",
-        "PID", "COMM", "ADDED", "PEAK RSS", "USS", "PSS"
+        "  {:>7}  {:<16}  {:>11}  {:>11}  {:>10}  {:>10}  {:>11}",
+        "PID", "COMM", "ADDED", "PEAK RSS", "USS", "PSS", "PAGE CACHE"
     );
     let mut procs: Vec<_> = r.processes.iter().collect();
     procs.sort_by_key(|x| std::cmp::Reverse(x.honest_peak_kb.unwrap_or(0)));
@@ -491,13 +498,14 @@ fn job_memory_section(out: &mut String, r: &Report, p: &Paint) {
     for x in procs.iter().take(12) {
         let _ = writeln!(
             out,
-            "  {:>7}  {:<16}  {:>11}  {:>11}  {:>10}  {:>10}",
+            "  {:>7}  {:<16}  {:>11}  {:>11}  {:>10}  {:>10}  {:>11}",
             x.pid,
             esc(&x.comm),
             x.honest_peak_kb.map_or_else(dash, signed_kb),
             human_kb(x.peak_rss_kb),
             x.uss_kb.map_or_else(dash, human_kb),
-            x.pss_kb.map_or_else(dash, human_kb)
+            x.pss_kb.map_or_else(dash, human_kb),
+            x.page_cache_kb.map_or_else(dash, signed_kb)
         );
     }
     if procs.len() > 12 {
@@ -635,6 +643,13 @@ fn pressure_section(out: &mut String, pr: &crate::model::PressureBefore) {
         "; reclaim/compaction stalls {} ms (direct {}, memcg {}, compaction {})",
         stall, pr.stall_ms[0], pr.stall_ms[1], pr.stall_ms[2]
     );
+    if pr.reclaim_freed_kb > 0 {
+        let _ = write!(
+            s,
+            "; the job's own reclaim freed {} (others' memory and cache, not charged to the job's processes)",
+            human_kb(pr.reclaim_freed_kb)
+        );
+    }
     match (pr.psi_some_avg10, pr.psi_some_stall_ms) {
         (Some(a), Some(ms)) => {
             let _ = write!(s, "; PSI some avg10 {a:.2}%, {ms} ms stalled");
@@ -823,6 +838,12 @@ fn lost_detail(r: &Report) -> String {
             "memory samples dropped while the disk was full {}",
             r.lost.dropped_disk_full
         ));
+    }
+    if r.lost.proc_map_full > 0 {
+        parts.push(format!("process map full {}", r.lost.proc_map_full));
+    }
+    if r.lost.job_map_full > 0 {
+        parts.push(format!("job map full {}", r.lost.job_map_full));
     }
     // Kills, deaths and signals have a ring of their own: say whether it
     // held whenever the other lost records.

@@ -1,0 +1,469 @@
+//! Pages allocated and freed in each process's own context
+//! (`mm_page_alloc`, `mm_page_free`), batched per CPU, and the reads of its
+//! RSS counters at the end of each batch.
+
+use core::ffi::c_void;
+use core::{
+    intrinsics::{AtomicOrdering, atomic_xadd},
+    ptr::{addr_of, addr_of_mut},
+};
+
+use aya_ebpf::{
+    EbpfContext,
+    helpers::{bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns},
+    macros::{btf_tracepoint, map},
+    maps::PerCpuArray,
+    programs::BtfTracePointContext,
+};
+
+use trainbpf_common::Counters;
+
+use crate::{
+    COUNTERS, PF_EXITING, maybe_emit,
+    procs::{self, ProcKey, ProcState},
+    rd, read_counters, stalls,
+};
+
+/// Pages allocated and freed by one process on this CPU since they were last
+/// added to its `PROCS` entry. mm_page_alloc and mm_page_free fire for every
+/// page, several times per user fault; a hash lookup and two atomic adds on
+/// each cost the job about 7% in a fault storm, while this per-CPU slot's
+/// lookup the verifier inlines. A process's own pages land in `PROCS` every
+/// [`PAGE_BATCH`] pages, or when another process allocates on this CPU.
+#[map]
+static PAGE_CACHE: PerCpuArray<PageCache> = PerCpuArray::with_max_entries(1, 0);
+
+/// What a slot does with its thread's pages.
+/// Nothing: a kernel thread's (no mm, no process), an exiting thread's
+/// (freeing its memory on the way out, page by page), a thread inside a
+/// fork (the child's page tables and kernel stack, allocated in the
+/// parent's context) or inside reclaim or compaction outside the job.
+const MODE_NONE: u32 = 0;
+/// Counted as the process's (`PROCS`).
+const MODE_COUNT: u32 = 1;
+/// A job thread inside reclaim or compaction: what it frees there is other
+/// processes' memory (or cache), counted in `Counters::reclaim_freed_pages`.
+const MODE_RECLAIM: u32 = 2;
+/// A job thread inside a fork: what it allocates there is the child's,
+/// counted in `Counters::fork_pages`.
+const MODE_FORK: u32 = 3;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct PageCache {
+    tgid: u32,
+    /// `MODE_*`.
+    mode: u32,
+    /// The thread the slot was filled for.
+    pid: u32,
+    _pad: u32,
+    /// The process's `ProcState::start_ns`: with the tgid, its `PROCS` key.
+    start_ns: u64,
+    /// `procs::epoch()` when the slot was filled: a process has exited, or
+    /// a thread entered or left a fork, reclaim or compaction since, when
+    /// it moved.
+    epoch: u64,
+    /// The thread's kernel stack: a page event whose frame is not on it
+    /// runs in an interrupt (or softirq), on behalf of nobody in
+    /// particular. `stack_size` is `u64::MAX` where the stack is unknown.
+    stack_lo: u64,
+    stack_size: u64,
+    alloc: u64,
+    freed: u64,
+    /// Pages added to and removed from the page cache (`mm_filemap_*`).
+    cache_added: u64,
+    cache_removed: u64,
+    /// Where the current program's context lies: stored and read back,
+    /// the verifier's way to make a pointer a number.
+    sp: u64,
+}
+
+/// Pages (allocated plus freed) a CPU holds for a process before adding them
+/// to its `PROCS` entry, reading its RSS and testing the threshold: a
+/// quarter of the record threshold (4 MiB is 1024 pages), so a record
+/// leaves at most this late. Each batch's end (a hash lookup, six kernel
+/// reads, the clock) cost a fork storm 10 ns a page at 64.
+const PAGE_BATCH: u64 = 256;
+/// With a page table among them, the batch ends at this many pages: a
+/// process that maps what it did not allocate (a cached file, shared
+/// memory) allocates little else, and its RSS is read every 16 MiB it maps.
+const PAGE_TABLE_BATCH: u64 = 8;
+
+/// A tgid no process has (pids stop at 2^22): an empty slot.
+const NO_TGID: u32 = u32::MAX;
+
+/// What happened to the pages: `account`'s `what`.
+pub(crate) const ALLOC: u32 = 0;
+pub(crate) const FREE: u32 = 1;
+pub(crate) const CACHE_ADD: u32 = 2;
+pub(crate) const CACHE_DEL: u32 = 3;
+
+#[inline(always)]
+fn counters_add(f: impl FnOnce(*mut Counters)) {
+    if let Some(c) = COUNTERS.get_ptr_mut(0) {
+        f(c);
+    }
+}
+
+/// Adds a CPU's held pages to their process's entry, if that entry is still
+/// there. Returns the entry when it was.
+#[inline(always)]
+fn fold_pages(c: *mut PageCache) -> Option<*mut ProcState> {
+    // SAFETY: `c` is this CPU's slot: other CPUs have their own, and the
+    // tracepoint runs with preemption off. A page program that an interrupt
+    // nests inside this one may lose its pages to the outer one's store:
+    // rare, and a page or two.
+    unsafe {
+        if (*c).mode != MODE_COUNT {
+            return None;
+        }
+        let (alloc, freed) = ((*c).alloc, (*c).freed);
+        let (added, removed) = ((*c).cache_added, (*c).cache_removed);
+        (*c).alloc = 0;
+        (*c).freed = 0;
+        (*c).cache_added = 0;
+        (*c).cache_removed = 0;
+        let key = ProcKey {
+            tgid: (*c).tgid,
+            _pad: 0,
+            start_ns: (*c).start_ns,
+        };
+        let st = match procs::get(&key) {
+            Some(st) => st,
+            // It exited (its pages after its exit record are not wanted).
+            // The slot empties, so the next page asks afresh whose it is.
+            None => {
+                (*c).tgid = NO_TGID;
+                (*c).mode = MODE_NONE;
+                return None;
+            }
+        };
+        for (field, v) in [
+            (addr_of_mut!((*st).alloc_pages), alloc),
+            (addr_of_mut!((*st).freed_pages), freed),
+            (addr_of_mut!((*st).cache_added_pages), added),
+            (addr_of_mut!((*st).cache_removed_pages), removed),
+        ] {
+            if v != 0 {
+                atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(field, v);
+            }
+        }
+        Some(st)
+    }
+}
+
+/// Before a record reads a process's page counts: adds this CPU's held
+/// pages when they are the process's, so that the record carries them.
+/// Other CPUs' pages follow at their next batch.
+#[inline(always)]
+pub(crate) fn fold_pages_of(tgid: u32, start_ns: u64) {
+    if let Some(c) = PAGE_CACHE.get_ptr_mut(0) {
+        // SAFETY: this CPU's slot, as in fold_pages.
+        if unsafe { (*c).tgid == tgid && (*c).start_ns == start_ns } {
+            fold_pages(c);
+        }
+    }
+}
+
+/// Empties this CPU's slot when it holds the process's pages: at its exit.
+#[inline(always)]
+pub(crate) fn drop_pages_of(key: &ProcKey) {
+    if let Some(c) = PAGE_CACHE.get_ptr_mut(0) {
+        // SAFETY: this CPU's slot, as in fold_pages.
+        unsafe {
+            if (*c).tgid == key.tgid && (*c).start_ns == key.start_ns {
+                (*c).tgid = NO_TGID;
+                (*c).mode = MODE_NONE;
+                (*c).alloc = 0;
+                (*c).freed = 0;
+                (*c).cache_added = 0;
+                (*c).cache_removed = 0;
+            }
+        }
+    }
+}
+
+/// Adds pages to a slot that counts them.
+#[inline(always)]
+fn add(c: *mut PageCache, what: u32, pages: u64) {
+    // SAFETY: this CPU's slot.
+    unsafe {
+        match what {
+            ALLOC => (*c).alloc += pages,
+            FREE => (*c).freed += pages,
+            CACHE_ADD => (*c).cache_added += pages,
+            _ => (*c).cache_removed += pages,
+        }
+    }
+}
+
+/// Pages of a thread that are not its process's: counted apart.
+#[inline(always)]
+fn add_elsewhere(mode: u32, what: u32, pages: u64) {
+    if mode == MODE_RECLAIM && what == FREE {
+        // SAFETY: per-CPU slot, this CPU only.
+        counters_add(|k| unsafe { (*k).reclaim_freed_pages += pages });
+    } else if mode == MODE_FORK && what == ALLOC {
+        // SAFETY: as above.
+        counters_add(|k| unsafe { (*k).fork_pages += pages });
+    }
+}
+
+/// Pages allocated, freed, or added to or removed from the page cache in
+/// the current process's context (`sp`: where the program's context lies,
+/// on the stack it runs on). A copy-on-write break allocates a page without
+/// moving any RSS counter (a shared page is swapped for a private one), so
+/// only this sees what a forked worker really adds; a fork allocates
+/// nothing for the child's inherited pages, so it does not count as the
+/// child's growth.
+///
+/// Not the task's, so not counted as its: pages in an interrupt (the frame
+/// is not on the task's stack), in a fork (the child's), in reclaim or
+/// compaction (other processes' memory freed, pages migrated).
+///
+/// It is also where the process's RSS counters are read: at the end of each
+/// batch of its pages, which ends sooner with a page table in it (one per
+/// 2 MiB the process maps, whether or not it allocated what it maps: a
+/// cached file, another process's shared memory). A probe on every
+/// RSS counter change (`rss_stat`) would see each move, but it runs on every
+/// fault beside this one, and three programs per fault cost a fork storm
+/// over 5%; it is kept for kernels where these two tracepoints are missing.
+#[inline(always)]
+pub(crate) fn account(what: u32, pages: u64, page_table: bool, ctx: *mut c_void) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    let pid = pid_tgid as u32;
+    let Some(c) = PAGE_CACHE.get_ptr_mut(0) else {
+        return 0;
+    };
+    // SAFETY: this CPU's slot. Arithmetic on the context pointer itself
+    // is refused; a number read back from a map is not.
+    let sp = unsafe {
+        core::ptr::write_volatile(addr_of_mut!((*c).sp), ctx as u64);
+        core::ptr::read_volatile(addr_of!((*c).sp))
+    };
+    let epoch = procs::epoch();
+    // SAFETY: this CPU's slot, as in fold_pages.
+    unsafe {
+        if (*c).pid == pid
+            && (*c).tgid == tgid
+            && (*c).epoch == epoch
+            && sp.wrapping_sub((*c).stack_lo) < (*c).stack_size
+        {
+            // The common case: the same thread, on its own stack, again;
+            // no process exited and no thread entered or left a fork,
+            // reclaim or compaction since the slot was filled, so the tgid
+            // still names the same process and the mode still holds.
+            let mode = (*c).mode;
+            if mode != MODE_COUNT {
+                add_elsewhere(mode, what, pages);
+                return 0;
+            }
+            add(c, what, pages);
+            let held = (*c).alloc + (*c).freed;
+            if held < PAGE_BATCH && !(page_table && held >= PAGE_TABLE_BATCH) {
+                return 0;
+            }
+            let Some(st) = fold_pages(c) else {
+                return 0;
+            };
+            check_growth(st, tgid);
+            return 0;
+        }
+    }
+    // SAFETY: helper without preconditions.
+    let task = unsafe { bpf_get_current_task() };
+    let stack: u64 = rd(task, conf!(task_stack)).unwrap_or(0);
+    let size = conf!(thread_size);
+    let (stack_lo, stack_size) = if stack != 0 && size > 0 {
+        (stack, size as u64)
+    } else {
+        (0, u64::MAX)
+    };
+    if sp.wrapping_sub(stack_lo) >= stack_size {
+        // An interrupt or softirq (RCU callbacks freeing slabs, network
+        // buffers): whoever it interrupted did not ask for it. The slot
+        // stays the interrupted thread's.
+        // SAFETY: per-CPU slot, this CPU only.
+        counters_add(|k| unsafe { (*k).irq_pages += pages });
+        return 0;
+    }
+    // Another thread, or something changed since: the previous owner's
+    // pages go to its entry (its threshold is tested at its own next
+    // batch, where its task is at hand), and the slot starts over.
+    fold_pages(c);
+    // SAFETY: this CPU's slot.
+    unsafe {
+        (*c).tgid = tgid;
+        (*c).mode = MODE_NONE;
+        (*c).pid = pid;
+        (*c).epoch = epoch;
+        (*c).stack_lo = stack_lo;
+        (*c).stack_size = stack_size;
+        (*c).alloc = 0;
+        (*c).freed = 0;
+        (*c).cache_added = 0;
+        (*c).cache_removed = 0;
+    }
+    let mm: u64 = rd(task, conf!(task_mm)).unwrap_or(0);
+    // A kernel thread (no process to track), or an exiting one (its entry
+    // is on its way out, and a new one would outlive it): the slot counts
+    // nothing for this thread, so its next pages cost a compare.
+    let flags: u32 = rd(task, conf!(task_flags)).unwrap_or(0);
+    if mm == 0 || flags & PF_EXITING != 0 {
+        return 0;
+    }
+    // Inside a fork, reclaim or compaction: not its own pages.
+    let inside = stalls::inside(pid);
+    if inside != 0 {
+        if crate::in_job(tgid) {
+            let mode = if inside & stalls::IN_STALL != 0 {
+                MODE_RECLAIM
+            } else {
+                MODE_FORK
+            };
+            // SAFETY: this CPU's slot.
+            unsafe { (*c).mode = mode };
+            add_elsewhere(mode, what, pages);
+        }
+        return 0;
+    }
+    let key = procs::key_of(task, tgid, pid);
+    // Whether to read its RSS now: a new entry, or a batch's worth of
+    // pages piled up since the last read.
+    let look;
+    let st = match procs::get(&key) {
+        Some(st) => {
+            // Back on this CPU after another thread had it: its pages
+            // were folded in at the switch, without a look at its RSS (its
+            // task was not at hand). Processes that take turns on a CPU
+            // (workers, a main process) may never fill a batch in one
+            // stretch, so the look happens here once a batch's worth piled
+            // up across stretches and CPUs.
+            // SAFETY: `st` points into a live map value.
+            let pending = unsafe {
+                ((*st).alloc_pages + (*st).freed_pages).wrapping_sub((*st).checked_pages)
+            };
+            look = pending >= PAGE_BATCH;
+            st
+        }
+        // A forked worker's first copy-on-write breaks move no RSS counter,
+        // so its state may not exist yet: make it here, or those pages go
+        // uncounted.
+        None => {
+            // SAFETY: helper without preconditions.
+            let now = unsafe { bpf_ktime_get_ns() };
+            // No room (counted): the slot counts nothing for the thread,
+            // so its next pages cost a compare, not a failed insert each.
+            let Some(st) = procs::get_or_create(&key, task, mm, now) else {
+                return 0;
+            };
+            look = true;
+            st
+        }
+    };
+    // SAFETY: this CPU's slot.
+    unsafe {
+        (*c).mode = MODE_COUNT;
+        (*c).start_ns = key.start_ns;
+    }
+    add(c, what, pages);
+    // A new process is looked at on its first page, so that it sends its
+    // whole footprint once: a forked worker that only reads what it
+    // inherited may never fill a batch, yet its RSS (the parent's, shared)
+    // is what the OOM killer would score.
+    if look {
+        check_growth(st, tgid);
+    }
+    0
+}
+
+/// After a batch was added to the current process's entry: reads its RSS
+/// counters, and sends a record when they or its net allocations moved by
+/// the threshold (or at all, once the heartbeat passed).
+#[inline(always)]
+fn check_growth(st: *mut ProcState, tgid: u32) {
+    // SAFETY: helper without preconditions.
+    let task = unsafe { bpf_get_current_task() };
+    let mm: u64 = rd(task, conf!(task_mm)).unwrap_or(0);
+    if mm == 0 {
+        return;
+    }
+    // An exiting process frees everything on its way out: what it held is
+    // its last record from before, not a trail down to zero.
+    let flags: u32 = rd(task, conf!(task_flags)).unwrap_or(0);
+    if flags & PF_EXITING != 0 {
+        return;
+    }
+    // SAFETY: `st` points into a live map value; threads of one process
+    // racing here can only duplicate or delay a record.
+    unsafe {
+        (*st).cur = read_counters(mm);
+        (*st).checked_pages = (*st).alloc_pages + (*st).freed_pages;
+    }
+    // SAFETY: helper without preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    maybe_emit(st, task, mm, tgid, now);
+}
+
+/// `__GFP_MOVABLE` and `__GFP_ZERO` (include/linux/gfp_types.h): 0x08 and
+/// 0x100 on every kernel with tp_btf (5.5+); 6.8's enum of flag bits kept
+/// both where they were.
+const GFP_MOVABLE: u32 = 0x08;
+const GFP_ZERO: u32 = 0x100;
+
+/// `mm_page_alloc(struct page *page, unsigned int order, gfp_t, int migratetype)`.
+#[btf_tracepoint(function = "mm_page_alloc")]
+pub fn page_alloc(ctx: BtfTracePointContext) -> u32 {
+    let page: u64 = ctx.arg(0);
+    if page == 0 {
+        return 0; // a failed allocation
+    }
+    let order: u32 = ctx.arg(1);
+    let gfp: u32 = ctx.arg(2);
+    // A zeroed page that can't move, one at a time: a page table
+    // (GFP_PGTABLE_USER), the one allocation that mapping memory the
+    // process did not allocate still makes.
+    let page_table = order == 0 && gfp & (GFP_MOVABLE | GFP_ZERO) == GFP_ZERO;
+    account(ALLOC, 1u64 << (order & 15), page_table, ctx.as_ptr())
+}
+
+/// `mm_page_free(struct page *page, unsigned int order)`.
+#[btf_tracepoint(function = "mm_page_free")]
+pub fn page_free(ctx: BtfTracePointContext) -> u32 {
+    let order: u32 = ctx.arg(1);
+    account(FREE, 1u64 << (order & 15), false, ctx.as_ptr())
+}
+
+/// Pages in a folio: `1 << folio_order()`, the order in the second page's
+/// flags when the first is a head page (include/linux/mm.h).
+#[inline(always)]
+fn folio_pages(folio: u64) -> u64 {
+    let flags: u64 = rd(folio, conf!(folio_flags)).unwrap_or(0);
+    let head = conf!(pg_head);
+    if !(0..64).contains(&head) || flags & (1u64 << head) == 0 {
+        return 1;
+    }
+    let f1: u64 = rd(folio, conf!(folio_flags_1)).unwrap_or(0);
+    1u64 << (f1 & 15)
+}
+
+/// `mm_filemap_add_to_page_cache(struct folio *folio)`: in the context of
+/// whoever brought the file's pages in (a read, a fault on a mapped file,
+/// readahead, a write). Page cache is not the process's growth: the
+/// kernel gives it back under pressure without a kill. Shmem pages do not
+/// pass here: they are the process's, like anonymous memory.
+#[btf_tracepoint(function = "mm_filemap_add_to_page_cache")]
+pub fn cache_add(ctx: BtfTracePointContext) -> u32 {
+    let folio: u64 = ctx.arg(0);
+    account(CACHE_ADD, folio_pages(folio), false, ctx.as_ptr())
+}
+
+/// `mm_filemap_delete_from_page_cache(struct folio *folio)`: a truncate, an
+/// unlink, an invalidation in this process's context (reclaim's own are
+/// left out with the rest of what reclaim frees).
+#[btf_tracepoint(function = "mm_filemap_delete_from_page_cache")]
+pub fn cache_del(ctx: BtfTracePointContext) -> u32 {
+    let folio: u64 = ctx.arg(0);
+    account(CACHE_DEL, folio_pages(folio), false, ctx.as_ptr())
+}

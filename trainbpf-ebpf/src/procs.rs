@@ -1,0 +1,253 @@
+//! Per-process memory state, for every process on the machine that
+//! allocates memory, keyed so that a reused pid can never name an older
+//! process, and with room held back for the recorded job's processes.
+//!
+//! - The key is the tgid and its group leader's start time: a pid reused
+//!   after its process exited names a new entry, never the old one.
+//! - The first insert is `BPF_NOEXIST`: two threads of a new process seen at
+//!   once on two CPUs make one entry, and the loser adds to the winner's.
+//! - An entry goes only at its own process's exit, and one exit late on the
+//!   same CPU: a preallocated hash element is reused at once, so an add in
+//!   flight on another CPU (looked up, not yet added) would land in whatever
+//!   process the element was given to next. The exit bumps [`EPOCH`], which
+//!   the per-CPU page caches compare on every page: a slot filled before the
+//!   exit is checked afresh, so a pid reused since can't take its pages.
+//! - Processes outside the job may fill the map only up to `procs_max -
+//!   procs_job_reserve` entries; the rest is the job's. A process that finds
+//!   no room is counted: the job's in `proc_map_full` (a lost event), the
+//!   others' in `other_map_full`.
+
+use core::{
+    intrinsics::{AtomicOrdering, atomic_xadd},
+    ptr::{addr_of, addr_of_mut},
+};
+
+use aya_ebpf::{
+    macros::map,
+    maps::{Array, HashMap, PerCpuArray},
+};
+use trainbpf_common::*;
+
+use crate::{COUNTERS, PF_EXITING, in_job, rd, read_counters};
+
+/// A process: its tgid and its group leader's `start_time`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct ProcKey {
+    pub tgid: u32,
+    pub _pad: u32,
+    pub start_ns: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct ProcState {
+    /// Last values seen, pages, kernel order.
+    pub cur: [i64; NR_MM_COUNTERS],
+    /// Values in the last record sent.
+    pub reported: [i64; NR_MM_COUNTERS],
+    pub last_emit_ns: u64,
+    pub start_ns: u64,
+    pub stall_ns: u64,
+    /// Pages allocated and freed in this process's context (mm_page_alloc,
+    /// mm_page_free), and the net at the last record.
+    pub alloc_pages: u64,
+    pub freed_pages: u64,
+    pub reported_net: i64,
+    /// Pages added to and removed from the page cache in its context: not
+    /// its growth (`alloc - freed - (added - removed)` is).
+    pub cache_added_pages: u64,
+    pub cache_removed_pages: u64,
+    /// The page cache's net at the last record.
+    pub reported_cache: i64,
+    /// `alloc_pages + freed_pages` when its RSS was last read: the pages
+    /// since, from every CPU, decide when to read it again.
+    pub checked_pages: u64,
+}
+
+/// Not an LRU map: an LRU map may evict a busy entry before it is full (its
+/// free lists are per CPU), and a re-created entry restarts the process's
+/// page counts, which would read as memory freed. Its size is set by the
+/// loader (`procs_max`).
+#[map]
+static PROCS: HashMap<ProcKey, ProcState> = HashMap::with_max_entries(32768, 0);
+
+/// Machine-wide counts. An array's lookup the verifier inlines: one load
+/// on the per-page path.
+#[map]
+static STATE: Array<Global> = Array::with_max_entries(1, 0);
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct Global {
+    /// Process exits, and entries to and exits from forks, reclaim and
+    /// compaction, so far.
+    pub epoch: u64,
+    /// Entries in `PROCS`.
+    pub entries: u64,
+    /// Threads inside a fork, reclaim or compaction now (`stalls::INSIDE`).
+    pub inside: u64,
+}
+
+/// The key each CPU's last exit left in `PROCS`, removed at its next exit.
+#[map]
+static PENDING_DELETE: PerCpuArray<ProcKey> = PerCpuArray::with_max_entries(1, 0);
+
+/// `BPF_NOEXIST` (uapi/linux/bpf.h) and the error it gives for a key there.
+const BPF_NOEXIST: u64 = 1;
+const EEXIST: i32 = 17;
+
+/// Process exits so far, machine-wide: a per-CPU slot filled under an older
+/// value is checked against `PROCS` again before it takes another page.
+#[inline(always)]
+pub(crate) fn epoch() -> u64 {
+    match STATE.get_ptr(0) {
+        // SAFETY: a plain load of an aligned u64 in a live array value.
+        Some(g) => unsafe { core::ptr::read_volatile(addr_of!((*g).epoch)) },
+        None => 0,
+    }
+}
+
+/// Threads inside a fork, reclaim or compaction now.
+#[inline(always)]
+pub(crate) fn inside() -> u64 {
+    match STATE.get_ptr(0) {
+        // SAFETY: as in epoch().
+        Some(g) => unsafe { core::ptr::read_volatile(addr_of!((*g).inside)) },
+        None => 0,
+    }
+}
+
+#[inline(always)]
+fn entries() -> u64 {
+    match STATE.get_ptr(0) {
+        // SAFETY: as in epoch().
+        Some(g) => unsafe { core::ptr::read_volatile(addr_of!((*g).entries)) },
+        None => 0,
+    }
+}
+
+/// Adds `v` (wrapping: `u64::MAX` is -1) to one of `Global`'s counts.
+#[inline(always)]
+pub(crate) fn state_add(f: fn(*mut Global) -> *mut u64, v: u64) {
+    if let Some(g) = STATE.get_ptr_mut(0) {
+        // SAFETY: aligned u64 inside a live array value.
+        unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(f(g), v) };
+    }
+}
+
+pub(crate) fn epoch_of(g: *mut Global) -> *mut u64 {
+    // SAFETY: a field address, no access.
+    unsafe { addr_of_mut!((*g).epoch) }
+}
+
+pub(crate) fn inside_of(g: *mut Global) -> *mut u64 {
+    // SAFETY: as above.
+    unsafe { addr_of_mut!((*g).inside) }
+}
+
+fn entries_of(g: *mut Global) -> *mut u64 {
+    // SAFETY: as above.
+    unsafe { addr_of_mut!((*g).entries) }
+}
+
+/// The group leader's start time, with one read fewer for the leader itself.
+#[inline(always)]
+pub(crate) fn key_of(task: u64, tgid: u32, pid: u32) -> ProcKey {
+    let start_ns = if pid == tgid {
+        rd(task, conf!(task_start_time)).unwrap_or(0)
+    } else {
+        crate::leader_start_ns(task)
+    };
+    ProcKey {
+        tgid,
+        _pad: 0,
+        start_ns,
+    }
+}
+
+#[inline(always)]
+pub(crate) fn get(key: &ProcKey) -> Option<*mut ProcState> {
+    PROCS.get_ptr_mut(key)
+}
+
+#[inline(always)]
+fn count_full(job: bool) {
+    if let Some(c) = COUNTERS.get_ptr_mut(0) {
+        // SAFETY: per-CPU slot, this CPU only.
+        unsafe {
+            if job {
+                (*c).proc_map_full += 1;
+            } else {
+                (*c).other_map_full += 1;
+            }
+        }
+    }
+}
+
+/// The entry of the current process, made on first sight. None for an
+/// exiting process (its entry went at its exit; one made now would outlive
+/// it) or when there is no room.
+#[inline(always)]
+pub(crate) fn get_or_create(key: &ProcKey, task: u64, mm: u64, now: u64) -> Option<*mut ProcState> {
+    if let Some(st) = PROCS.get_ptr_mut(key) {
+        return Some(st);
+    }
+    let flags: u32 = rd(task, conf!(task_flags)).unwrap_or(0);
+    if flags & PF_EXITING != 0 {
+        return None;
+    }
+    let job = in_job(key.tgid);
+    if !job {
+        let entries = entries();
+        let room = conf!(procs_max) - conf!(procs_job_reserve);
+        if entries as i64 >= room {
+            count_full(false);
+            return None;
+        }
+    }
+    let init = ProcState {
+        cur: read_counters(mm),
+        // Nothing reported yet: the first change sends the whole footprint,
+        // so userspace learns every process's size once.
+        reported: [0; NR_MM_COUNTERS],
+        last_emit_ns: now,
+        start_ns: key.start_ns,
+        stall_ns: 0,
+        alloc_pages: 0,
+        freed_pages: 0,
+        reported_net: 0,
+        cache_added_pages: 0,
+        cache_removed_pages: 0,
+        reported_cache: 0,
+        checked_pages: 0,
+    };
+    match PROCS.insert(key, &init, BPF_NOEXIST) {
+        Ok(()) => state_add(entries_of, 1),
+        // Another thread of the process made it first: add to that one.
+        Err(e) if e == -EEXIST => {}
+        Err(_) => {
+            count_full(job);
+            return None;
+        }
+    }
+    PROCS.get_ptr_mut(key)
+}
+
+/// The process's last thread is exiting: its pages from now on are not
+/// wanted. Its entry is removed at this CPU's next exit, and every CPU's
+/// cached slot is checked afresh.
+#[inline(always)]
+pub(crate) fn forget(key: &ProcKey) {
+    if let Some(p) = PENDING_DELETE.get_ptr_mut(0) {
+        // SAFETY: this CPU's slot; tracepoints run with migration off.
+        unsafe {
+            let old = *p;
+            if old.tgid != 0 && PROCS.remove(&old).is_ok() {
+                state_add(entries_of, u64::MAX); // -1
+            }
+            *p = *key;
+        }
+    }
+    state_add(epoch_of, 1);
+}

@@ -1,0 +1,211 @@
+//! Sections of a thread's life whose pages are not its process's: direct
+//! reclaim, memcg reclaim and compaction (they free other processes' memory
+//! and cache, and migrate pages without allocating them), and fork (the
+//! child's page tables, kernel stack and task, allocated in the parent's
+//! context and freed in the child's). Each thread inside one has an entry
+//! in [`INSIDE`]; the page probes look it up only while some thread is
+//! inside one (`procs::inside()`), and every entry and exit bumps the
+//! epoch so that the per-CPU page caches ask again.
+//!
+//! Reclaim and compaction are also timed: the allocation stalls.
+
+use core::{
+    intrinsics::{AtomicOrdering, atomic_xadd},
+    ptr::addr_of_mut,
+};
+
+use aya_ebpf::{
+    helpers::{bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns},
+    macros::{btf_tracepoint, map, tracepoint},
+    maps::HashMap,
+    programs::{BtfTracePointContext, TracePointContext},
+};
+use trainbpf_common::*;
+
+use crate::{COUNTERS, procs, rd};
+
+/// `inside` bits: in reclaim or compaction, in a fork.
+pub(crate) const IN_STALL: u32 = 1;
+pub(crate) const IN_FORK: u32 = 2;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Inside {
+    /// When the outermost stall began.
+    stall_start_ns: u64,
+    /// Nesting depths (a fork's allocation may reclaim).
+    stall_depth: u32,
+    fork_depth: u32,
+}
+
+/// The threads (by pid) inside a fork, reclaim or compaction.
+#[map]
+static INSIDE: HashMap<u32, Inside> = HashMap::with_max_entries(8192, 0);
+
+/// `IN_*` bits of the current thread; 0 at the cost of one load while no
+/// thread on the machine is inside anything.
+#[inline(always)]
+pub(crate) fn inside(pid: u32) -> u32 {
+    if procs::inside() == 0 {
+        return 0;
+    }
+    // SAFETY: copied out at once.
+    match unsafe { INSIDE.get(&pid) } {
+        Some(i) => {
+            (if i.stall_depth > 0 { IN_STALL } else { 0 })
+                | (if i.fork_depth > 0 { IN_FORK } else { 0 })
+        }
+        None => 0,
+    }
+}
+
+/// A thread enters a section. Kernel threads (kswapd, kcompactd) are left
+/// out: they stall nobody and their pages count for nobody anyway.
+#[inline(always)]
+fn enter(fork: bool) -> u32 {
+    // SAFETY: helper without preconditions.
+    let task = unsafe { bpf_get_current_task() };
+    if rd::<u64>(task, conf!(task_mm)).unwrap_or(0) == 0 {
+        return 0;
+    }
+    let pid = bpf_get_current_pid_tgid() as u32;
+    // SAFETY: helper without preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    match INSIDE.get_ptr_mut(&pid) {
+        // Only this thread touches its entry: no race.
+        // SAFETY: a live map value.
+        Some(i) => unsafe {
+            if fork {
+                (*i).fork_depth += 1;
+            } else {
+                if (*i).stall_depth == 0 {
+                    (*i).stall_start_ns = now;
+                }
+                (*i).stall_depth += 1;
+            }
+        },
+        None => {
+            let i = Inside {
+                stall_start_ns: now,
+                stall_depth: if fork { 0 } else { 1 },
+                fork_depth: if fork { 1 } else { 0 },
+            };
+            // Full: the thread's pages are counted as its own, as before.
+            if INSIDE.insert(&pid, &i, 0).is_err() {
+                return 0;
+            }
+            procs::state_add(procs::inside_of, 1);
+        }
+    }
+    procs::state_add(procs::epoch_of, 1);
+    0
+}
+
+/// A thread leaves a section; returns how long the stall lasted (0 for a
+/// fork, or a stall still nested).
+#[inline(always)]
+fn leave(fork: bool) -> u64 {
+    let pid = bpf_get_current_pid_tgid() as u32;
+    let Some(i) = INSIDE.get_ptr_mut(&pid) else {
+        return 0;
+    };
+    let mut took = 0;
+    // SAFETY: a live map value, this thread's only.
+    let done = unsafe {
+        if fork {
+            if (*i).fork_depth == 0 {
+                return 0;
+            }
+            (*i).fork_depth -= 1;
+        } else {
+            if (*i).stall_depth == 0 {
+                return 0;
+            }
+            (*i).stall_depth -= 1;
+            if (*i).stall_depth == 0 {
+                // SAFETY: helper without preconditions.
+                took = bpf_ktime_get_ns().wrapping_sub((*i).stall_start_ns);
+            }
+        }
+        (*i).fork_depth == 0 && (*i).stall_depth == 0
+    };
+    if done && INSIDE.remove(&pid).is_ok() {
+        procs::state_add(procs::inside_of, u64::MAX); // -1
+    }
+    procs::state_add(procs::epoch_of, 1);
+    took
+}
+
+/// Leaving a stall: add the time to the process and to the per-CPU totals.
+#[inline(always)]
+fn stall_end(kind: usize) -> u32 {
+    let d = leave(false);
+    if d == 0 {
+        return 0;
+    }
+    if let Some(c) = COUNTERS.get_ptr_mut(0) {
+        let k = kind & 3;
+        // SAFETY: per-CPU slot, this CPU only.
+        unsafe {
+            (*c).stall_ns[k] += d;
+            (*c).stall_count[k] += 1;
+        }
+    }
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let (tgid, pid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
+    // SAFETY: helper without preconditions.
+    let task = unsafe { bpf_get_current_task() };
+    if let Some(st) = procs::get(&procs::key_of(task, tgid, pid)) {
+        // SAFETY: aligned u64 inside a live map value.
+        unsafe {
+            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(addr_of_mut!((*st).stall_ns), d)
+        };
+    }
+    0
+}
+
+#[btf_tracepoint(function = "mm_vmscan_direct_reclaim_begin")]
+pub fn direct_reclaim_begin(_ctx: BtfTracePointContext) -> u32 {
+    enter(false)
+}
+
+#[btf_tracepoint(function = "mm_vmscan_direct_reclaim_end")]
+pub fn direct_reclaim_end(_ctx: BtfTracePointContext) -> u32 {
+    stall_end(STALL_DIRECT_RECLAIM)
+}
+
+#[btf_tracepoint(function = "mm_vmscan_memcg_reclaim_begin")]
+pub fn memcg_reclaim_begin(_ctx: BtfTracePointContext) -> u32 {
+    enter(false)
+}
+
+#[btf_tracepoint(function = "mm_vmscan_memcg_reclaim_end")]
+pub fn memcg_reclaim_end(_ctx: BtfTracePointContext) -> u32 {
+    stall_end(STALL_MEMCG_RECLAIM)
+}
+
+#[btf_tracepoint(function = "mm_compaction_begin")]
+pub fn compaction_begin(_ctx: BtfTracePointContext) -> u32 {
+    enter(false)
+}
+
+#[btf_tracepoint(function = "mm_compaction_end")]
+pub fn compaction_end(_ctx: BtfTracePointContext) -> u32 {
+    stall_end(STALL_COMPACTION)
+}
+
+/// `syscalls:sys_enter_{clone,clone3,fork,vfork}`: no tracepoint fires at
+/// the start of `copy_process` (`task_newtask` and `sched_process_fork`
+/// come after its allocations), so the syscall brackets it.
+#[tracepoint]
+pub fn fork_enter(_ctx: TracePointContext) -> u32 {
+    enter(true)
+}
+
+/// `syscalls:sys_exit_{clone,clone3,fork,vfork}`: the parent's return (the
+/// child's finds no entry).
+#[tracepoint]
+pub fn fork_exit(_ctx: TracePointContext) -> u32 {
+    leave(true);
+    0
+}
