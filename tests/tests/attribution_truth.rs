@@ -329,3 +329,162 @@ fn a_parent_that_forks_is_credited_what_it_holds() {
         line(p)
     );
 }
+
+/// The copy-on-write writers of `attribution.rs`, sized for reclaim: the
+/// parent touches N bytes, then forks four children that each write every
+/// page and hold their copy until all four hold theirs. The parent reads its
+/// memory cgroup's own counters (argv[1]) before it touches, once it has
+/// touched, and while the four copies are held, into argv[3] as JSON.
+const COW_UNDER_RECLAIM: &str = r#"
+import json, mmap, os, sys
+cg, N, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+def stat():
+    d = {k: int(v) for k, v in (l.split() for l in open(cg + "/memory.stat"))}
+    d["failcnt"] = int(open(cg + "/memory.failcnt").read())
+    d["usage"] = int(open(cg + "/memory.usage_in_bytes").read())
+    return d
+before = stat()
+buf = mmap.mmap(-1, N, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+for i in range(0, N, 4096):
+    buf[i] = 1
+touched = stat()
+done_r, done_w = os.pipe()
+go_r, go_w = os.pipe()
+kids = []
+for k in range(4):
+    pid = os.fork()
+    if pid == 0:
+        os.close(done_r)
+        os.close(go_w)
+        for i in range(0, N, 4096):
+            buf[i] = 2
+        os.write(done_w, b"x")
+        os.read(go_r, 1)
+        os._exit(0)
+    kids.append(pid)
+os.close(done_w)
+os.close(go_r)
+n = 0
+while n < 4:
+    n += len(os.read(done_r, 4 - n))
+held = stat()
+with open(out, "w") as f:
+    json.dump({"before": before, "touched": touched, "held": held}, f)
+os.close(go_w)
+for p in kids:
+    os.waitpid(p, 0)
+"#;
+
+/// The job's shell: page cache first (`cat` of a file nobody has cached, so
+/// that its pages are charged to the job's new cgroup), then the writers.
+const COW_JOB: &str = r#"
+cg=/sys/fs/cgroup/memory$(sed -n 's/^[0-9]*:memory://p' /proc/self/cgroup)
+cat "$1" > /dev/null || exit 3
+exec "$2" -c "$3" "$cg" "$4" "$5"
+"#;
+
+/// Mapping per writer, the file read first, and the job's limit: the
+/// parent's N fits beside the file's cache (1.4 GiB of 1.6 GB), the four
+/// copies (5 N of anonymous memory in all) do not, so the kernel reclaims
+/// about 850 MiB of the cgroup's page cache in the writers' own context;
+/// the cache is clean and there is no swap, so reclaim always frees enough
+/// and nothing is OOM-killed (about 250 MiB is left for the cache at the
+/// peak).
+const COW_N: usize = 256 << 20;
+const COW_FILE: usize = 1152 << 20;
+const COW_LIMIT: &str = "1600M";
+const COW_RUNS: usize = 10;
+
+/// Issue 13: frees made by reclaim in a copy-on-write writer's context are
+/// not its own; each writer is still attributed its copy, run after run.
+#[test]
+fn cow_writers_keep_their_figure_while_reclaim_runs_in_their_context() {
+    require_root();
+    let _g = serial();
+    let dir = TempDir::new("truthreclaim");
+    let data = uncached_file(&dir, "data", COW_FILE);
+    let n_kb = (COW_N / 1024) as i64;
+    let mut bad = Vec::new();
+    for run in 0..COW_RUNS {
+        // Each run's cgroup is new: the file must be read in again, by it.
+        evict(&data);
+        let rec = dir.path(&format!("c{run}.rec"));
+        let stats = dir.path(&format!("c{run}.json"));
+        let out = record(
+            &rec,
+            &["-q", "--memory-limit", COW_LIMIT],
+            &[
+                "/bin/sh",
+                "-c",
+                COW_JOB,
+                "sh",
+                data.to_str().unwrap(),
+                python(),
+                COW_UNDER_RECLAIM,
+                &COW_N.to_string(),
+                stats.to_str().unwrap(),
+            ],
+        );
+        assert!(out.status.success(), "run {run}: the job failed");
+        let s: Value = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
+        let (before, touched, held) = (&s["before"], &s["touched"], &s["held"]);
+        let cache_kb = |v: &Value| u(&v["cache"]) as i64 / 1024;
+        let failcnt = u(&held["failcnt"]) - u(&touched["failcnt"]);
+        let reclaimed_kb = cache_kb(touched) - cache_kb(held);
+        let r = report_json(&rec);
+        // Kills elsewhere on the machine are recorded too: only the job's
+        // own count.
+        let own_kills = kills(&r)
+            .iter()
+            .filter(|k| k["victim"]["in_job"] == true)
+            .count();
+        assert_eq!(own_kills, 0, "run {run}: an OOM kill: {:#}", r["kills"]);
+        let root = root_proc(&r);
+        let writers: Vec<&Value> = children_of(&r, u(&r["job"]["pid"]))
+            .into_iter()
+            .filter(|p| p["comm"] == "python3")
+            .collect();
+        eprintln!(
+            "FIGURES reclaim run {run}: cgroup cache {} kB before, {} after the parent touched, {} with the copies held; failcnt +{failcnt} while the children wrote; lost_events {}; attribution_at_peak ratio {}",
+            cache_kb(before),
+            cache_kb(touched),
+            cache_kb(held),
+            r["lost_events"],
+            r["attribution_at_peak"]["ratio"]
+        );
+        eprintln!("FIGURES reclaim run {run} parent: {}", line(root));
+        for w in &writers {
+            eprintln!("FIGURES reclaim run {run} writer: {}", line(w));
+        }
+        // The cgroup's own counters: the job held the file's cache, the
+        // children's charges hit the limit (v1 reclaims in the charging
+        // task, the writer) and the cache shrank while they wrote.
+        // (Global reclaim on a busy machine may take some of it first.)
+        assert!(
+            cache_kb(before) > (COW_FILE / 1024) as i64 / 2,
+            "run {run}: the file's cache was not charged to the job: {before}"
+        );
+        assert!(
+            failcnt > 0 && reclaimed_kb > 128 * MIB_KB,
+            "run {run}: no direct reclaim while the children wrote (failcnt +{failcnt}, cache -{reclaimed_kb} kB)"
+        );
+        assert_eq!(writers.len(), 4, "run {run}: {:#}", r["processes"]);
+        let ok = |kb: i64| (kb - n_kb).abs() < n_kb / 10;
+        // The parent held its N all along (it frees it at exit, so its
+        // last figure is not checked).
+        if !ok(honest_peak(root)) {
+            bad.push(format!("run {run} parent: {}", line(root)));
+        }
+        for w in &writers {
+            if !ok(honest(w)) || !ok(honest_peak(w)) {
+                bad.push(format!("run {run}: {}", line(w)));
+            }
+        }
+        let _ = std::fs::remove_file(&rec);
+    }
+    assert!(
+        bad.is_empty(),
+        "not attributed their {n_kb} kB ±10%:\n{}",
+        bad.join("\n")
+    );
+}
