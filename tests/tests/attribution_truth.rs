@@ -488,3 +488,211 @@ fn cow_writers_keep_their_figure_while_reclaim_runs_in_their_context() {
         bad.join("\n")
     );
 }
+
+/// A child (A) touches 300 MiB and exits; then the same pid is handed to a
+/// second child (B) by setting the kernel's last-allocated pid
+/// (`/proc/sys/kernel/ns_last_pid`, as CRIU does) just before a fork, retried
+/// when another process on the machine took the pid first. B touches
+/// 100 MiB. Everything runs on CPU 0, so a per-CPU slot left by A is the
+/// one B finds.
+const PID_REUSE: &str = r#"
+import mmap, os, sys
+os.sched_setaffinity(0, {0})
+def touch(mb):
+    m = mmap.mmap(-1, mb << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    for i in range(0, mb << 20, 4096):
+        m[i] = 1
+    return m
+a = os.fork()
+if a == 0:
+    touch(300)
+    os._exit(0)
+os.waitpid(a, 0)
+for attempt in range(200):
+    r, w = os.pipe()
+    with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+        f.write(str(a - 1))
+    b = os.fork()
+    if b == 0:
+        os.close(w)
+        if os.read(r, 1) == b"y":
+            touch(100)
+        os._exit(0)
+    os.close(r)
+    os.write(w, b"y" if b == a else b"n")
+    os.close(w)
+    os.waitpid(b, 0)
+    if b == a:
+        print("pid", a, "reused after", attempt, "tries", file=sys.stderr)
+        sys.exit(0)
+sys.exit(3)
+"#;
+
+/// Issue 13: a reused pid starts from zero: the second process with it is
+/// credited its own 100 MiB, not its predecessor's 300 MiB on top, and not
+/// nothing.
+#[test]
+fn a_reused_pid_starts_from_zero_and_is_counted_whole() {
+    require_root();
+    let _g = serial();
+    let dir = TempDir::new("truthpidreuse");
+    let rec = dir.path("p.rec");
+    let out = record(&rec, &["-q"], &[python(), "-c", PID_REUSE]);
+    assert!(out.status.success(), "the pid was not reused in 200 tries");
+    let r = report_json(&rec);
+    let kids = children_of(&r, u(&r["job"]["pid"]));
+    let mut twins: Vec<&Value> = kids
+        .iter()
+        .copied()
+        .filter(|k| kids.iter().filter(|o| o["pid"] == k["pid"]).count() == 2)
+        .collect();
+    assert_eq!(
+        twins.len(),
+        2,
+        "one pid, two processes: {:#}",
+        r["processes"]
+    );
+    twins.sort_by(|x, y| {
+        x["born_s"]
+            .as_f64()
+            .partial_cmp(&y["born_s"].as_f64())
+            .unwrap()
+    });
+    let (a, b) = (twins[0], twins[1]);
+    eprintln!("FIGURES pid reuse, first (300 MiB): {}", line(a));
+    eprintln!("FIGURES pid reuse, second (100 MiB): {}", line(b));
+    assert_eq!(u(&r["lost_events"]), 0, "{:#}", r["lost"]);
+    let near = |kb: i64, want: i64| (kb - want).abs() < want / 10;
+    assert!(
+        near(honest_peak(a), 300 * MIB_KB),
+        "the first process is not credited its 300 MiB: {}",
+        line(a)
+    );
+    assert!(
+        near(honest_peak(b), 100 * MIB_KB),
+        "the second process with the same pid is not credited its own 100 MiB: {}",
+        line(b)
+    );
+}
+
+/// The record flag that sizes the kernel's per-process map (hidden: for
+/// tests that fill it).
+const PROC_MAP_FLAG: &str = "--proc-map-entries";
+
+/// 64 children live at once, each touching 8 MiB and holding it until all
+/// of them have.
+const MANY_AT_ONCE: &str = r#"
+import mmap, os
+done_r, done_w = os.pipe()
+go_r, go_w = os.pipe()
+kids = []
+for k in range(64):
+    pid = os.fork()
+    if pid == 0:
+        os.close(done_r)
+        os.close(go_w)
+        m = mmap.mmap(-1, 8 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        for i in range(0, 8 << 20, 4096):
+            m[i] = 1
+        os.write(done_w, b"x")
+        os.read(go_r, 1)
+        os._exit(0)
+    kids.append(pid)
+os.close(done_w)
+os.close(go_r)
+n = 0
+while n < 64:
+    n += len(os.read(done_r, 64 - n))
+os.close(go_w)
+for p in kids:
+    os.waitpid(p, 0)
+"#;
+
+/// Issue 13: a per-process map too small for the job is a loss, counted in
+/// `lost_events` and named in the text report.
+#[test]
+fn a_full_process_map_is_counted_and_shown() {
+    require_root();
+    let _g = serial();
+    let dir = TempDir::new("truthmapfull");
+    let rec = dir.path("f.rec");
+    let out = record(
+        &rec,
+        &["-q", PROC_MAP_FLAG, "16"],
+        &[python(), "-c", MANY_AT_ONCE],
+    );
+    assert!(
+        out.status.success(),
+        "record failed: does it take {PROC_MAP_FLAG}?"
+    );
+    let r = report_json(&rec);
+    let lost = &r["lost"];
+    let lost_events = u(&r["lost_events"]);
+    let text = report_text(&rec);
+    let shown: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("map") && l.contains("full") || l.starts_with("lost events:"))
+        .collect();
+    eprintln!("FIGURES full map: lost_events {lost_events}, lost {lost}; text: {shown:?}");
+    assert!(
+        u(&lost["proc_map_full"]) > 0,
+        "64 live job processes fit a 16-entry map? {lost}"
+    );
+    assert!(
+        lost_events >= u(&lost["proc_map_full"]) + u(&lost["job_map_full"]),
+        "a full map is not counted in lost_events ({lost_events}): {lost}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l == format!("lost events: {lost_events}")
+                || l.starts_with(&format!("lost events: {lost_events} "))),
+        "the text does not give the loss: {shown:?}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.contains("map") && l.contains("full")),
+        "the text does not name the full map: {shown:?}"
+    );
+}
+
+/// One process touches 64 MiB.
+const ONE_GROWER: &str = r#"
+import mmap
+m = mmap.mmap(-1, 64 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+for i in range(0, 64 << 20, 4096):
+    m[i] = 1
+"#;
+
+/// Issue 13: job processes come first in the per-process map: with a map
+/// far smaller than the machine's process count, the job is still tracked
+/// whole, and the processes outside it that found no room are not the job's
+/// loss.
+#[test]
+fn a_small_process_map_still_holds_the_job() {
+    require_root();
+    let _g = serial();
+    let dir = TempDir::new("truthmapjob");
+    let rec = dir.path("j.rec");
+    let out = record(
+        &rec,
+        &["-q", PROC_MAP_FLAG, "16"],
+        &[python(), "-c", ONE_GROWER],
+    );
+    assert!(
+        out.status.success(),
+        "record failed: does it take {PROC_MAP_FLAG}?"
+    );
+    let r = report_json(&rec);
+    let p = root_proc(&r);
+    eprintln!(
+        "FIGURES small map, the job's one process: {}; lost {}",
+        line(p),
+        r["lost"]
+    );
+    assert!(
+        (honest_peak(p) - 64 * MIB_KB).abs() < 64 * MIB_KB / 10,
+        "the job's process was not tracked whole in a small map: {}",
+        line(p)
+    );
+    assert_eq!(u(&r["lost"]["proc_map_full"]), 0, "{}", r["lost"]);
+}
