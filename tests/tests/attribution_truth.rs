@@ -6,86 +6,11 @@
 
 mod common;
 
-use std::{
-    fs::File,
-    io::Write,
-    os::fd::AsRawFd,
-    path::{Path, PathBuf},
-    process::Command,
-};
-
 use common::*;
 use serde_json::Value;
 
 const MIB_KB: i64 = 1024;
 const GIB_KB: i64 = 1 << 20;
-
-/// A data file the test processes did not write: written here, synced, and
-/// dropped from the page cache (fadvise on this file only, not a machine-wide
-/// drop_caches), then checked with mincore(2). Lives under the test's
-/// TempDir, which must be on a real disk: on tmpfs "page cache" is shmem.
-fn uncached_file(dir: &TempDir, name: &str, bytes: usize) -> PathBuf {
-    let path = dir.path(name);
-    assert!(
-        !on_tmpfs(&path),
-        "{} is on tmpfs: its pages would be shmem, not page cache",
-        path.display()
-    );
-    let mut f = File::create(&path).unwrap();
-    let chunk = vec![0x5au8; 1 << 20];
-    for _ in 0..bytes / chunk.len() {
-        f.write_all(&chunk).unwrap();
-    }
-    f.sync_all().unwrap();
-    drop(f);
-    evict(&path);
-    path
-}
-
-fn on_tmpfs(path: &Path) -> bool {
-    let c = std::ffi::CString::new(path.parent().unwrap().to_str().unwrap()).unwrap();
-    // SAFETY: statfs(2) into a zeroed struct, a valid NUL-terminated path.
-    let mut s: libc::statfs = unsafe { std::mem::zeroed() };
-    assert_eq!(unsafe { libc::statfs(c.as_ptr(), &mut s) }, 0);
-    s.f_type == libc::TMPFS_MAGIC
-}
-
-/// Drops `path`'s clean pages from the page cache and checks that under 1%
-/// of them stayed resident, so that a reader of it allocates its cache.
-fn evict(path: &Path) {
-    let f = File::open(path).unwrap();
-    // SAFETY: fadvise on an open descriptor.
-    let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-    assert_eq!(rc, 0, "fadvise DONTNEED");
-    let resident = resident_pages(&f);
-    let pages = f.metadata().unwrap().len() as usize / 4096;
-    assert!(
-        resident * 100 < pages,
-        "{} still has {resident} of {pages} pages cached",
-        path.display()
-    );
-}
-
-fn resident_pages(f: &File) -> usize {
-    let len = f.metadata().unwrap().len() as usize;
-    // SAFETY: a read-only shared mapping of the whole file, only passed to
-    // mincore and unmapped here; nothing reads through it.
-    unsafe {
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            f.as_raw_fd(),
-            0,
-        );
-        assert_ne!(p, libc::MAP_FAILED);
-        let mut vec = vec![0u8; len.div_ceil(4096)];
-        assert_eq!(libc::mincore(p, len, vec.as_mut_ptr()), 0);
-        libc::munmap(p, len);
-        vec.iter().filter(|b| **b & 1 != 0).count()
-    }
-}
 
 fn honest(p: &Value) -> i64 {
     p["honest_kb"]
@@ -134,20 +59,6 @@ fn line(p: &Value) -> String {
         p["page_cache_kb"],
         p["peak_rss_kb"]
     )
-}
-
-fn report_text(rec: &Path) -> String {
-    let out = Command::new(bin())
-        .arg("report")
-        .arg(rec)
-        .output()
-        .expect("running trainbpf report");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// Reads a file it did not write, 1 MiB at a time, as a DataLoader streams
