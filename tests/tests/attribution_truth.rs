@@ -101,6 +101,13 @@ fn reading_a_file_adds_page_cache_not_growth() {
         "page cache read in is not about 1 GiB: {}",
         line(p)
     );
+    // The text report shows it too, in a column of its own.
+    let text = report_text(&rec);
+    assert!(
+        text.lines()
+            .any(|l| l.contains("ADDED") && l.to_lowercase().contains("page cache")),
+        "no page-cache column in the text report:\n{text}"
+    );
 }
 
 /// Four forked workers read every page of a read-only shared mapping of a
