@@ -14,55 +14,6 @@ use serde_json::Value;
 const MIB_KB: i64 = 1024;
 const GIB_KB: i64 = 1 << 20;
 
-fn honest(p: &Value) -> i64 {
-    p["honest_kb"]
-        .as_i64()
-        .unwrap_or_else(|| panic!("no honest_kb: {p}"))
-}
-
-fn honest_peak(p: &Value) -> i64 {
-    p["honest_peak_kb"]
-        .as_i64()
-        .unwrap_or_else(|| panic!("no honest_peak_kb: {p}"))
-}
-
-/// The per-process page-cache figure (issue 13); `None` while the binary
-/// under test has no such key.
-fn page_cache(p: &Value) -> Option<i64> {
-    p["page_cache_kb"].as_i64()
-}
-
-fn procs(r: &Value) -> &Vec<Value> {
-    r["processes"].as_array().expect("processes")
-}
-
-fn root_proc(r: &Value) -> &Value {
-    let root = u(&r["job"]["pid"]);
-    procs(r)
-        .iter()
-        .find(|p| u(&p["pid"]) == root)
-        .unwrap_or_else(|| panic!("no job root in {:#}", r["processes"]))
-}
-
-fn children_of(r: &Value, parent: u64) -> Vec<&Value> {
-    procs(r)
-        .iter()
-        .filter(|p| p["parent"].as_u64() == Some(parent))
-        .collect()
-}
-
-fn line(p: &Value) -> String {
-    format!(
-        "pid {} {}: honest_kb {} honest_peak_kb {} page_cache_kb {} peak_rss_kb {}",
-        p["pid"],
-        p["comm"],
-        p["honest_kb"],
-        p["honest_peak_kb"],
-        p["page_cache_kb"],
-        p["peak_rss_kb"]
-    )
-}
-
 /// Reads a file it did not write, 1 MiB at a time, as a DataLoader streams
 /// a dataset from disk.
 const READ: &str = r#"

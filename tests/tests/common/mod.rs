@@ -405,3 +405,61 @@ pub fn record_as_root(rec: &Path, extra: &[&str], cmd: &[&str]) -> Output {
     );
     out
 }
+
+/// A job process's figures in `report --json` (issue 13's tests).
+mod process_values {
+    use serde_json::Value;
+
+    use super::u;
+
+    pub fn honest(p: &Value) -> i64 {
+        p["honest_kb"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("no honest_kb: {p}"))
+    }
+
+    pub fn honest_peak(p: &Value) -> i64 {
+        p["honest_peak_kb"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("no honest_peak_kb: {p}"))
+    }
+
+    /// The per-process page-cache figure (issue 13); `None` while the binary
+    /// under test has no such key.
+    pub fn page_cache(p: &Value) -> Option<i64> {
+        p["page_cache_kb"].as_i64()
+    }
+
+    pub fn procs(r: &Value) -> &Vec<Value> {
+        r["processes"].as_array().expect("processes")
+    }
+
+    pub fn root_proc(r: &Value) -> &Value {
+        let root = u(&r["job"]["pid"]);
+        procs(r)
+            .iter()
+            .find(|p| u(&p["pid"]) == root)
+            .unwrap_or_else(|| panic!("no job root in {:#}", r["processes"]))
+    }
+
+    pub fn children_of(r: &Value, parent: u64) -> Vec<&Value> {
+        procs(r)
+            .iter()
+            .filter(|p| p["parent"].as_u64() == Some(parent))
+            .collect()
+    }
+
+    pub fn line(p: &Value) -> String {
+        format!(
+            "pid {} {}: honest_kb {} honest_peak_kb {} page_cache_kb {} peak_rss_kb {}",
+            p["pid"],
+            p["comm"],
+            p["honest_kb"],
+            p["honest_peak_kb"],
+            p["page_cache_kb"],
+            p["peak_rss_kb"]
+        )
+    }
+}
+#[allow(unused_imports, reason = "each test binary uses a different subset")]
+pub use process_values::*;
