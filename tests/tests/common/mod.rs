@@ -296,3 +296,182 @@ pub fn output_within(cmd: &mut Command, limit: std::time::Duration) -> Option<Ou
         stderr: err.join().unwrap().unwrap_or_default(),
     })
 }
+
+/// Files on a real disk that no process has cached, and the text report
+/// (issue 13's tests).
+mod disk_files {
+    use std::{
+        fs::File,
+        io::Write,
+        os::fd::AsRawFd,
+        path::{Path, PathBuf},
+        process::Command,
+    };
+
+    use super::{TempDir, bin};
+
+    /// A data file the test processes did not write: written here, synced, and
+    /// dropped from the page cache (fadvise on this file only, not a machine-wide
+    /// drop_caches), then checked with mincore(2). Lives under the test's
+    /// TempDir, which must be on a real disk: on tmpfs "page cache" is shmem.
+    pub fn uncached_file(dir: &TempDir, name: &str, bytes: usize) -> PathBuf {
+        let path = dir.path(name);
+        assert!(
+            !on_tmpfs(&path),
+            "{} is on tmpfs: its pages would be shmem, not page cache",
+            path.display()
+        );
+        let mut f = File::create(&path).unwrap();
+        let chunk = vec![0x5au8; 1 << 20];
+        for _ in 0..bytes / chunk.len() {
+            f.write_all(&chunk).unwrap();
+        }
+        f.sync_all().unwrap();
+        drop(f);
+        evict(&path);
+        path
+    }
+
+    pub fn on_tmpfs(path: &Path) -> bool {
+        let c = std::ffi::CString::new(path.parent().unwrap().to_str().unwrap()).unwrap();
+        // SAFETY: statfs(2) into a zeroed struct, a valid NUL-terminated path.
+        let mut s: libc::statfs = unsafe { std::mem::zeroed() };
+        assert_eq!(unsafe { libc::statfs(c.as_ptr(), &mut s) }, 0);
+        s.f_type == libc::TMPFS_MAGIC
+    }
+
+    /// Drops `path`'s clean pages from the page cache and checks that under 1%
+    /// of them stayed resident, so that a reader of it allocates its cache.
+    pub fn evict(path: &Path) {
+        let f = File::open(path).unwrap();
+        // SAFETY: fadvise on an open descriptor.
+        let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        assert_eq!(rc, 0, "fadvise DONTNEED");
+        let resident = resident_pages(&f);
+        let pages = f.metadata().unwrap().len() as usize / 4096;
+        assert!(
+            resident * 100 < pages,
+            "{} still has {resident} of {pages} pages cached",
+            path.display()
+        );
+    }
+
+    pub fn resident_pages(f: &File) -> usize {
+        let len = f.metadata().unwrap().len() as usize;
+        // SAFETY: a read-only shared mapping of the whole file, only passed to
+        // mincore and unmapped here; nothing reads through it.
+        unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            );
+            assert_ne!(p, libc::MAP_FAILED);
+            let mut vec = vec![0u8; len.div_ceil(4096)];
+            assert_eq!(libc::mincore(p, len, vec.as_mut_ptr()), 0);
+            libc::munmap(p, len);
+            vec.iter().filter(|b| **b & 1 != 0).count()
+        }
+    }
+
+    /// The text report of `rec`.
+    pub fn report_text(rec: &Path) -> String {
+        let out = Command::new(bin())
+            .arg("report")
+            .arg(rec)
+            .output()
+            .expect("running trainbpf report");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+#[allow(unused_imports, reason = "each test binary uses a different subset")]
+pub use disk_files::*;
+
+/// [`record`], with the job run as root even under `sudo` (`cargo xtask
+/// test` re-runs itself so): without `SUDO_UID`/`SUDO_GID`, record runs the
+/// job as itself. For jobs that write root's files or kernel settings.
+pub fn record_as_root(rec: &Path, extra: &[&str], cmd: &[&str]) -> Output {
+    let mut c = Command::new(bin());
+    c.arg("record")
+        .arg("-o")
+        .arg(rec)
+        .args(extra)
+        .arg("--")
+        .args(cmd)
+        .env_remove("SUDO_UID")
+        .env_remove("SUDO_GID");
+    c.stdin(Stdio::null());
+    let out = c.output().expect("running trainbpf record");
+    eprintln!(
+        "--- trainbpf record (job as root) {extra:?} -- {cmd:?}: {}\n--- stderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// A job process's figures in `report --json` (issue 13's tests).
+mod process_values {
+    use serde_json::Value;
+
+    use super::u;
+
+    pub fn honest(p: &Value) -> i64 {
+        p["honest_kb"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("no honest_kb: {p}"))
+    }
+
+    pub fn honest_peak(p: &Value) -> i64 {
+        p["honest_peak_kb"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("no honest_peak_kb: {p}"))
+    }
+
+    /// The per-process page-cache figure (issue 13); `None` while the binary
+    /// under test has no such key.
+    pub fn page_cache(p: &Value) -> Option<i64> {
+        p["page_cache_kb"].as_i64()
+    }
+
+    pub fn procs(r: &Value) -> &Vec<Value> {
+        r["processes"].as_array().expect("processes")
+    }
+
+    pub fn root_proc(r: &Value) -> &Value {
+        let root = u(&r["job"]["pid"]);
+        procs(r)
+            .iter()
+            .find(|p| u(&p["pid"]) == root)
+            .unwrap_or_else(|| panic!("no job root in {:#}", r["processes"]))
+    }
+
+    pub fn children_of(r: &Value, parent: u64) -> Vec<&Value> {
+        procs(r)
+            .iter()
+            .filter(|p| p["parent"].as_u64() == Some(parent))
+            .collect()
+    }
+
+    pub fn line(p: &Value) -> String {
+        format!(
+            "pid {} {}: honest_kb {} honest_peak_kb {} page_cache_kb {} peak_rss_kb {}",
+            p["pid"],
+            p["comm"],
+            p["honest_kb"],
+            p["honest_peak_kb"],
+            p["page_cache_kb"],
+            p["peak_rss_kb"]
+        )
+    }
+}
+#[allow(unused_imports, reason = "each test binary uses a different subset")]
+pub use process_values::*;
