@@ -361,6 +361,8 @@ pub struct Config {
     pub folio_flags: i64,
     pub folio_flags_1: i64,
     pub pg_head: i64,
+    /// The page size, bytes.
+    pub page_size: i64,
 }
 
 impl Config {
@@ -427,6 +429,7 @@ impl Config {
         folio_flags: -1,
         folio_flags_1: -1,
         pg_head: -1,
+        page_size: 4096,
     };
 }
 
@@ -451,7 +454,8 @@ pub struct Counters {
     /// Pages job threads freed inside reclaim or compaction: other
     /// processes' memory and cache, not charged to the thread.
     pub reclaim_freed_pages: u64,
-    /// Pages job threads allocated inside a fork: the child's.
+    /// Page tables allocated for forked children in their parents'
+    /// context, taken back out of the parents' allocations.
     pub fork_pages: u64,
     /// Pages allocated or freed in interrupt context: nobody's.
     pub irq_pages: u64,

@@ -493,6 +493,20 @@ fn try_sched_fork(ctx: &BtfTracePointContext) -> Result<u32, u32> {
     if child_pid != child_tgid {
         return Ok(0); // a new thread, not a new process
     }
+    // The child's page tables (copies of the parent's) were allocated in
+    // the parent's context, and are freed in the child's: not the parent's
+    // growth. The parent is `current`, still on its own stack. (Its kernel
+    // stack and task come from caches and slabs: small, left to the cap at
+    // what a process maps.)
+    let child_mm: u64 = rd(child, conf!(task_mm)).unwrap_or(0);
+    let parent_mm: u64 = rd(parent, conf!(task_mm)).unwrap_or(0);
+    if child_mm != 0 && child_mm != parent_mm {
+        let bytes: u64 = rd(child_mm, conf!(mm_pgtables_bytes)).unwrap_or(0);
+        let page = conf!(page_size);
+        if bytes != 0 && page > 0 {
+            pages::account(pages::FORK_TABLES, bytes / page as u64, false, ctx.as_ptr());
+        }
+    }
     // A new process's pid may have been a dead one's a moment ago: its
     // state is keyed by its start time too (`procs`), so it starts from
     // nothing.

@@ -35,18 +35,14 @@ static PAGE_CACHE: PerCpuArray<PageCache> = PerCpuArray::with_max_entries(1, 0);
 
 /// What a slot does with its thread's pages.
 /// Nothing: a kernel thread's (no mm, no process), an exiting thread's
-/// (freeing its memory on the way out, page by page), a thread inside a
-/// fork (the child's page tables and kernel stack, allocated in the
-/// parent's context) or inside reclaim or compaction outside the job.
+/// (freeing its memory on the way out, page by page), or a thread inside
+/// reclaim or compaction outside the job.
 const MODE_NONE: u32 = 0;
 /// Counted as the process's (`PROCS`).
 const MODE_COUNT: u32 = 1;
 /// A job thread inside reclaim or compaction: what it frees there is other
 /// processes' memory (or cache), counted in `Counters::reclaim_freed_pages`.
 const MODE_RECLAIM: u32 = 2;
-/// A job thread inside a fork: what it allocates there is the child's,
-/// counted in `Counters::fork_pages`.
-const MODE_FORK: u32 = 3;
 
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -97,6 +93,9 @@ pub(crate) const ALLOC: u32 = 0;
 pub(crate) const FREE: u32 = 1;
 pub(crate) const CACHE_ADD: u32 = 2;
 pub(crate) const CACHE_DEL: u32 = 3;
+/// Pages the thread allocated for a child it just forked (its page
+/// tables): taken back out of its allocations.
+pub(crate) const FORK_TABLES: u32 = 4;
 
 #[inline(always)]
 fn counters_add(f: impl FnOnce(*mut Counters)) {
@@ -192,7 +191,15 @@ fn add(c: *mut PageCache, what: u32, pages: u64) {
             ALLOC => (*c).alloc += pages,
             FREE => (*c).freed += pages,
             CACHE_ADD => (*c).cache_added += pages,
-            _ => (*c).cache_removed += pages,
+            CACHE_DEL => (*c).cache_removed += pages,
+            // Counted among its allocations a moment ago (by this thread,
+            // in this slot or folded from it), so the entry's count stays
+            // above it; the slot's may wrap below zero until it is folded
+            // (the batch ends at once), which the atomic add undoes.
+            _ => {
+                (*c).alloc = (*c).alloc.wrapping_sub(pages);
+                counters_add(|k| (*k).fork_pages += pages);
+            }
         }
     }
 }
@@ -203,9 +210,6 @@ fn add_elsewhere(mode: u32, what: u32, pages: u64) {
     if mode == MODE_RECLAIM && what == FREE {
         // SAFETY: per-CPU slot, this CPU only.
         counters_add(|k| unsafe { (*k).reclaim_freed_pages += pages });
-    } else if mode == MODE_FORK && what == ALLOC {
-        // SAFETY: as above.
-        counters_add(|k| unsafe { (*k).fork_pages += pages });
     }
 }
 
@@ -218,8 +222,9 @@ fn add_elsewhere(mode: u32, what: u32, pages: u64) {
 /// child's growth.
 ///
 /// Not the task's, so not counted as its: pages in an interrupt (the frame
-/// is not on the task's stack), in a fork (the child's), in reclaim or
-/// compaction (other processes' memory freed, pages migrated).
+/// is not on the task's stack), in reclaim or compaction (other processes'
+/// memory freed, pages migrated), and a forked child's page tables
+/// (`FORK_TABLES`, taken back at `sched_process_fork`).
 ///
 /// It is also where the process's RSS counters are read: at the end of each
 /// batch of its pages, which ends sooner with a page table in it (one per
@@ -313,18 +318,12 @@ pub(crate) fn account(what: u32, pages: u64, page_table: bool, ctx: *mut c_void)
     if mm == 0 || flags & PF_EXITING != 0 {
         return 0;
     }
-    // Inside a fork, reclaim or compaction: not its own pages.
-    let inside = stalls::inside(pid);
-    if inside != 0 {
+    // Inside reclaim or compaction: not its own pages.
+    if stalls::inside(pid) & stalls::IN_STALL != 0 {
         if crate::in_job(tgid) {
-            let mode = if inside & stalls::IN_STALL != 0 {
-                MODE_RECLAIM
-            } else {
-                MODE_FORK
-            };
             // SAFETY: this CPU's slot.
-            unsafe { (*c).mode = mode };
-            add_elsewhere(mode, what, pages);
+            unsafe { (*c).mode = MODE_RECLAIM };
+            add_elsewhere(MODE_RECLAIM, what, pages);
         }
         return 0;
     }
@@ -359,6 +358,16 @@ pub(crate) fn account(what: u32, pages: u64, page_table: bool, ctx: *mut c_void)
                 return 0;
             };
             look = true;
+            // A new entry never counted the child's page tables: nothing
+            // to take back from it.
+            if what == FORK_TABLES {
+                // SAFETY: this CPU's slot.
+                unsafe {
+                    (*c).mode = MODE_COUNT;
+                    (*c).start_ns = key.start_ns;
+                }
+                return 0;
+            }
             st
         }
     };

@@ -1,11 +1,9 @@
 //! Sections of a thread's life whose pages are not its process's: direct
 //! reclaim, memcg reclaim and compaction (they free other processes' memory
-//! and cache, and migrate pages without allocating them), and fork (the
-//! child's page tables, kernel stack and task, allocated in the parent's
-//! context and freed in the child's). Each thread inside one has an entry
-//! in [`INSIDE`]; the page probes look it up only while some thread is
-//! inside one (`procs::inside()`), and every entry and exit bumps the
-//! epoch so that the per-CPU page caches ask again.
+//! and cache, and migrate pages without allocating them). Each thread
+//! inside one has an entry in [`INSIDE`]; the page probes look it up only
+//! while some thread is inside one (`procs::inside()`), and every entry and
+//! exit bumps the epoch so that the per-CPU page caches ask again.
 //!
 //! Reclaim and compaction are also timed: the allocation stalls.
 
@@ -16,29 +14,32 @@ use core::{
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns},
-    macros::{btf_tracepoint, map, tracepoint},
+    macros::{btf_tracepoint, map},
     maps::HashMap,
-    programs::{BtfTracePointContext, TracePointContext},
+    programs::BtfTracePointContext,
 };
 use trainbpf_common::*;
 
 use crate::{COUNTERS, procs, rd};
 
-/// `inside` bits: in reclaim or compaction, in a fork.
+/// `inside` bits: in reclaim or compaction. (Forks are not bracketed: no
+/// tracepoint fires before `copy_process` allocates, and the fork syscalls'
+/// tracepoints would put every syscall on the machine on the traced path,
+/// 50-60 ns each; `sched_process_fork` takes the child's page tables out
+/// instead.)
 pub(crate) const IN_STALL: u32 = 1;
-pub(crate) const IN_FORK: u32 = 2;
 
 #[repr(C)]
 #[derive(Clone, Copy)]
 struct Inside {
     /// When the outermost stall began.
     stall_start_ns: u64,
-    /// Nesting depths (a fork's allocation may reclaim).
+    /// Nesting depth.
     stall_depth: u32,
-    fork_depth: u32,
+    _pad: u32,
 }
 
-/// The threads (by pid) inside a fork, reclaim or compaction.
+/// The threads (by pid) inside reclaim or compaction.
 #[map]
 static INSIDE: HashMap<u32, Inside> = HashMap::with_max_entries(8192, 0);
 
@@ -51,10 +52,8 @@ pub(crate) fn inside(pid: u32) -> u32 {
     }
     // SAFETY: copied out at once.
     match unsafe { INSIDE.get(&pid) } {
-        Some(i) => {
-            (if i.stall_depth > 0 { IN_STALL } else { 0 })
-                | (if i.fork_depth > 0 { IN_FORK } else { 0 })
-        }
+        Some(i) if i.stall_depth > 0 => IN_STALL,
+        Some(_) => 0,
         None => 0,
     }
 }
@@ -62,7 +61,7 @@ pub(crate) fn inside(pid: u32) -> u32 {
 /// A thread enters a section. Kernel threads (kswapd, kcompactd) are left
 /// out: they stall nobody and their pages count for nobody anyway.
 #[inline(always)]
-fn enter(fork: bool) -> u32 {
+fn enter() -> u32 {
     // SAFETY: helper without preconditions.
     let task = unsafe { bpf_get_current_task() };
     if rd::<u64>(task, conf!(task_mm)).unwrap_or(0) == 0 {
@@ -74,21 +73,12 @@ fn enter(fork: bool) -> u32 {
     match INSIDE.get_ptr_mut(&pid) {
         // Only this thread touches its entry: no race.
         // SAFETY: a live map value.
-        Some(i) => unsafe {
-            if fork {
-                (*i).fork_depth += 1;
-            } else {
-                if (*i).stall_depth == 0 {
-                    (*i).stall_start_ns = now;
-                }
-                (*i).stall_depth += 1;
-            }
-        },
+        Some(i) => unsafe { (*i).stall_depth += 1 },
         None => {
             let i = Inside {
                 stall_start_ns: now,
-                stall_depth: if fork { 0 } else { 1 },
-                fork_depth: if fork { 1 } else { 0 },
+                stall_depth: 1,
+                _pad: 0,
             };
             // Full: the thread's pages are counted as its own, as before.
             if INSIDE.insert(&pid, &i, 0).is_err() {
@@ -101,35 +91,24 @@ fn enter(fork: bool) -> u32 {
     0
 }
 
-/// A thread leaves a section; returns how long the stall lasted (0 for a
-/// fork, or a stall still nested).
+/// A thread leaves a section; returns how long the stall lasted (0 while
+/// still nested).
 #[inline(always)]
-fn leave(fork: bool) -> u64 {
+fn leave() -> u64 {
     let pid = bpf_get_current_pid_tgid() as u32;
     let Some(i) = INSIDE.get_ptr_mut(&pid) else {
         return 0;
     };
-    let mut took = 0;
-    // SAFETY: a live map value, this thread's only.
-    let done = unsafe {
-        if fork {
-            if (*i).fork_depth == 0 {
-                return 0;
-            }
-            (*i).fork_depth -= 1;
-        } else {
-            if (*i).stall_depth == 0 {
-                return 0;
-            }
+    // SAFETY: a live map value, this thread's only; the clock helper has
+    // no preconditions.
+    let took = unsafe {
+        if (*i).stall_depth > 1 {
             (*i).stall_depth -= 1;
-            if (*i).stall_depth == 0 {
-                // SAFETY: helper without preconditions.
-                took = bpf_ktime_get_ns().wrapping_sub((*i).stall_start_ns);
-            }
+            return 0;
         }
-        (*i).fork_depth == 0 && (*i).stall_depth == 0
+        bpf_ktime_get_ns().wrapping_sub((*i).stall_start_ns)
     };
-    if done && INSIDE.remove(&pid).is_ok() {
+    if INSIDE.remove(&pid).is_ok() {
         procs::state_add(procs::inside_of, u64::MAX); // -1
     }
     procs::state_add(procs::epoch_of, 1);
@@ -139,7 +118,7 @@ fn leave(fork: bool) -> u64 {
 /// Leaving a stall: add the time to the process and to the per-CPU totals.
 #[inline(always)]
 fn stall_end(kind: usize) -> u32 {
-    let d = leave(false);
+    let d = leave();
     if d == 0 {
         return 0;
     }
@@ -166,7 +145,7 @@ fn stall_end(kind: usize) -> u32 {
 
 #[btf_tracepoint(function = "mm_vmscan_direct_reclaim_begin")]
 pub fn direct_reclaim_begin(_ctx: BtfTracePointContext) -> u32 {
-    enter(false)
+    enter()
 }
 
 #[btf_tracepoint(function = "mm_vmscan_direct_reclaim_end")]
@@ -176,7 +155,7 @@ pub fn direct_reclaim_end(_ctx: BtfTracePointContext) -> u32 {
 
 #[btf_tracepoint(function = "mm_vmscan_memcg_reclaim_begin")]
 pub fn memcg_reclaim_begin(_ctx: BtfTracePointContext) -> u32 {
-    enter(false)
+    enter()
 }
 
 #[btf_tracepoint(function = "mm_vmscan_memcg_reclaim_end")]
@@ -186,26 +165,10 @@ pub fn memcg_reclaim_end(_ctx: BtfTracePointContext) -> u32 {
 
 #[btf_tracepoint(function = "mm_compaction_begin")]
 pub fn compaction_begin(_ctx: BtfTracePointContext) -> u32 {
-    enter(false)
+    enter()
 }
 
 #[btf_tracepoint(function = "mm_compaction_end")]
 pub fn compaction_end(_ctx: BtfTracePointContext) -> u32 {
     stall_end(STALL_COMPACTION)
-}
-
-/// `syscalls:sys_enter_{clone,clone3,fork,vfork}`: no tracepoint fires at
-/// the start of `copy_process` (`task_newtask` and `sched_process_fork`
-/// come after its allocations), so the syscall brackets it.
-#[tracepoint]
-pub fn fork_enter(_ctx: TracePointContext) -> u32 {
-    enter(true)
-}
-
-/// `syscalls:sys_exit_{clone,clone3,fork,vfork}`: the parent's return (the
-/// child's finds no entry).
-#[tracepoint]
-pub fn fork_exit(_ctx: TracePointContext) -> u32 {
-    leave(true);
-    0
 }

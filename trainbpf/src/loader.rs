@@ -145,6 +145,7 @@ fn config(kbtf: &KernelBtf, t: &Tunables, page_size: u64) -> Result<Config, Load
     } else {
         -1
     };
+    config.page_size = page_size as i64;
     config.procs_max = i64::from(t.proc_map_entries);
     config.procs_job_reserve = i64::from(t.proc_map_entries / 4);
     Ok(config)
@@ -370,9 +371,10 @@ pub fn load(t: &Tunables, page_size: u64) -> Result<Loaded, LoadError> {
             Ok(()) => attach.page_cache = Some(format!("tp_btf:{add},{del}")),
             Err(e) => fell(&format!("tp_btf:{add}"), e),
         }
-        match attach_forks(&mut ebpf, &tracefs) {
-            Ok(()) => attach.forks = Some(FORKS.into()),
-            Err(e) => fell(FORKS, e),
+        // A forked child's page tables, allocated in the parent's
+        // context, are taken back out of it at sched_process_fork.
+        if config.mm_pgtables_bytes >= 0 {
+            attach.forks = Some("tp_btf:sched_process_fork (the child's page tables)".into());
         }
     }
     // RSS: read by the page probes at each batch of a process's pages and at
@@ -502,30 +504,6 @@ fn attach_cache(ebpf: &mut Ebpf, btf: &Btf, add: &str, del: &str) -> Result<(), 
         let p: &mut BtfTracePoint = program(ebpf, "cache_add")?;
         let _ = p.detach(first);
         return Err(why(&e));
-    }
-    Ok(())
-}
-
-/// The fork syscalls, bracketed so that what a parent allocates for its
-/// child in `copy_process` is not counted as the parent's.
-const FORKS: &str = "tracepoint:syscalls:sys_{enter,exit}_{clone,clone3,fork,vfork}";
-
-fn attach_forks(ebpf: &mut Ebpf, tracefs: &Result<(), String>) -> Result<(), String> {
-    if let Err(e) = tracefs {
-        return Err(format!("tracefs unavailable: {e}"));
-    }
-    for (prog, dir) in [("fork_enter", "sys_enter"), ("fork_exit", "sys_exit")] {
-        let p: &mut TracePoint = program(ebpf, prog)?;
-        p.load().map_err(|e| why(&e))?;
-        for call in ["clone", "clone3", "fork", "vfork"] {
-            let name = format!("{dir}_{call}");
-            // vfork and fork are missing where the architecture has only
-            // clone (arm64): fine, what exists is bracketed.
-            if kernel::tp_format("syscalls", &name).is_none() {
-                continue;
-            }
-            p.attach("syscalls", &name).map_err(|e| why(&e))?;
-        }
     }
     Ok(())
 }

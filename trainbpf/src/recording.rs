@@ -87,7 +87,7 @@ pub struct Attach {
     /// Page-cache insertions and removals, kept out of honest growth.
     #[serde(default)]
     pub page_cache: Option<String>,
-    /// Forks bracketed, so that the child's pages are not the parent's.
+    /// A forked child's page tables taken out of its parent's growth.
     #[serde(default)]
     pub forks: Option<String>,
 }
