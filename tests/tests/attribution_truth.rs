@@ -32,7 +32,7 @@ fn reading_a_file_adds_page_cache_not_growth() {
     let dir = TempDir::new("truthread");
     let data = uncached_file(&dir, "data", 1 << 30);
     let rec = dir.path("r.rec");
-    let out = record_as_root(
+    let out = record(
         &rec,
         &["-q"],
         &[python(), "-c", READ, data.to_str().unwrap()],
@@ -92,7 +92,7 @@ fn workers_reading_a_memory_mapped_dataset_add_nothing() {
     let dir = TempDir::new("truthmemmap");
     let data = uncached_file(&dir, "data", 512 << 20);
     let rec = dir.path("m.rec");
-    let out = record_as_root(
+    let out = record(
         &rec,
         &["-q"],
         &[python(), "-c", MEMMAP, data.to_str().unwrap()],
@@ -137,7 +137,7 @@ fn a_fork_storm_is_not_the_parents_growth() {
     let mut bad = Vec::new();
     for shell in ["/bin/bash", "/bin/sh"] {
         let rec = dir.path("f.rec");
-        let out = record_as_root(
+        let out = record(
             &rec,
             &["-q"],
             &[
@@ -193,7 +193,7 @@ fn a_parent_that_forks_is_credited_what_it_holds() {
     let _g = serial();
     let dir = TempDir::new("truthforkparent");
     let rec = dir.path("p.rec");
-    let out = record_as_root(&rec, &["-q"], &[python(), "-c", FORKING_PARENT]);
+    let out = record(&rec, &["-q"], &[python(), "-c", FORKING_PARENT]);
     assert!(out.status.success());
     let r = report_json(&rec);
     let p = root_proc(&r);
@@ -289,7 +289,7 @@ fn cow_writers_keep_their_figure_while_reclaim_runs_in_their_context() {
         evict(&data);
         let rec = dir.path(&format!("c{run}.rec"));
         let stats = dir.path(&format!("c{run}.json"));
-        let out = record_as_root(
+        let out = record(
             &rec,
             &["-q", "--memory-limit", COW_LIMIT],
             &[
@@ -416,7 +416,7 @@ fn a_reused_pid_starts_from_zero_and_is_counted_whole() {
     let _g = serial();
     let dir = TempDir::new("truthpidreuse");
     let rec = dir.path("p.rec");
-    let out = record_as_root(&rec, &["-q"], &[python(), "-c", PID_REUSE]);
+    let out = record(&rec, &["-q"], &[python(), "-c", PID_REUSE]);
     assert!(out.status.success(), "the pid was not reused in 200 tries");
     let r = report_json(&rec);
     let kids = children_of(&r, u(&r["job"]["pid"]));
@@ -495,7 +495,7 @@ fn a_full_process_map_is_counted_and_shown() {
     let _g = serial();
     let dir = TempDir::new("truthmapfull");
     let rec = dir.path("f.rec");
-    let out = record_as_root(
+    let out = record(
         &rec,
         &["-q", PROC_MAP_FLAG, "16"],
         &[python(), "-c", MANY_AT_ONCE],
@@ -575,7 +575,7 @@ fn a_small_process_map_still_holds_the_job() {
                 .expect("starting a process outside the job")
         })
         .collect();
-    let out = record_as_root(
+    let out = record(
         &rec,
         &["-q", PROC_MAP_FLAG, "16"],
         &[python(), "-c", ONE_GROWER],

@@ -82,7 +82,12 @@ pub fn record(rec: &Path, extra: &[&str], cmd: &[&str]) -> Output {
         .arg(rec)
         .args(extra)
         .arg("--")
-        .args(cmd);
+        .args(cmd)
+        // The job runs as root even where the suite was started under sudo:
+        // with SUDO_UID, record would run it as that user, and some jobs
+        // write root's files or kernel settings.
+        .env_remove("SUDO_UID")
+        .env_remove("SUDO_GID");
     c.stdin(Stdio::null());
     let out = c.output().expect("running trainbpf record");
     eprintln!(
@@ -394,29 +399,6 @@ mod disk_files {
 }
 #[allow(unused_imports, reason = "each test binary uses a different subset")]
 pub use disk_files::*;
-
-/// [`record`], with the job run as root even under `sudo` (`cargo xtask
-/// test` re-runs itself so): without `SUDO_UID`/`SUDO_GID`, record runs the
-/// job as itself. For jobs that write root's files or kernel settings.
-pub fn record_as_root(rec: &Path, extra: &[&str], cmd: &[&str]) -> Output {
-    let mut c = Command::new(bin());
-    c.arg("record")
-        .arg("-o")
-        .arg(rec)
-        .args(extra)
-        .arg("--")
-        .args(cmd)
-        .env_remove("SUDO_UID")
-        .env_remove("SUDO_GID");
-    c.stdin(Stdio::null());
-    let out = c.output().expect("running trainbpf record");
-    eprintln!(
-        "--- trainbpf record (job as root) {extra:?} -- {cmd:?}: {}\n--- stderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
 
 /// A job process's figures in `report --json` (issue 13's tests).
 mod process_values {
