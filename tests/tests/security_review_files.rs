@@ -41,17 +41,7 @@ fn cc_shared(dir: &Path, name: &str, c_source: &str) -> std::path::PathBuf {
     let src = dir.join(format!("{name}.c"));
     std::fs::write(&src, c_source).unwrap();
     let out = dir.join(name);
-    let cc = Command::new("/usr/bin/cc")
-        .args(["-shared", "-fPIC", "-O1", "-o"])
-        .arg(&out)
-        .arg(&src)
-        .output()
-        .expect("running /usr/bin/cc");
-    assert!(
-        cc.status.success(),
-        "cc: {}",
-        String::from_utf8_lossy(&cc.stderr)
-    );
+    common::cc_shared(&src, &out);
     out
 }
 

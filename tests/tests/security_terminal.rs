@@ -206,17 +206,7 @@ fn helpers_and_libraries_the_environment_names_do_not_run_as_root() {
     )
     .unwrap();
     let lib = user.join("libnvidia-ml.so.1");
-    let cc = Command::new("/usr/bin/cc")
-        .args(["-shared", "-fPIC", "-o"])
-        .arg(&lib)
-        .arg(&src)
-        .output()
-        .expect("running cc");
-    assert!(
-        cc.status.success(),
-        "{}",
-        String::from_utf8_lossy(&cc.stderr)
-    );
+    cc_shared(&src, &lib);
     // Root's own copy, but anyone may rewrite it.
     let open_lib = dir.path("libnvidia-ml-0666.so.1");
     std::fs::copy(&lib, &open_lib).unwrap();

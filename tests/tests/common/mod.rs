@@ -457,3 +457,19 @@ mod process_values {
 }
 #[allow(unused_imports, reason = "each test binary uses a different subset")]
 pub use process_values::*;
+
+/// Compiles the C file `src` into the shared library `out` with the system's
+/// compiler, by absolute path; panics with the compiler's errors.
+pub fn cc_shared(src: &Path, out: &Path) {
+    let cc = Command::new("/usr/bin/cc")
+        .args(["-shared", "-fPIC", "-O1", "-o"])
+        .arg(out)
+        .arg(src)
+        .output()
+        .expect("running /usr/bin/cc");
+    assert!(
+        cc.status.success(),
+        "cc: {}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+}
