@@ -586,6 +586,10 @@ pub fn sched_exit(ctx: BtfTracePointContext) -> u32 {
 
 fn try_sched_exit(ctx: &BtfTracePointContext) -> Result<u32, u32> {
     let task: u64 = ctx.arg(0);
+    // Every thread's exit, not only a process's: its kernel stack may go
+    // to the next thread made, and the page caches know a thread by its
+    // stack.
+    procs::thread_exited();
     let signal: u64 = rd(task, conf!(task_signal))?;
     let live: i32 = rd(signal, conf!(signal_live))?;
     if live != 0 {

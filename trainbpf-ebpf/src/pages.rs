@@ -50,14 +50,14 @@ struct PageCache {
     tgid: u32,
     /// `MODE_*`.
     mode: u32,
-    /// The thread the slot was filled for.
+    /// The thread the slot was filled for (with the epoch, its stack
+    /// below names it on the fast path).
     pid: u32,
     _pad: u32,
     /// The process's `ProcState::start_ns`: with the tgid, its `PROCS` key.
     start_ns: u64,
-    /// `procs::epoch()` when the slot was filled: a process has exited, or
-    /// a thread entered or left a fork, reclaim or compaction since, when
-    /// it moved.
+    /// `procs::epoch()` when the slot was filled: a thread has exited, or
+    /// one entered or left reclaim or compaction since, when it moved.
     epoch: u64,
     /// The thread's kernel stack: a page event whose frame is not on it
     /// runs in an interrupt (or softirq), on behalf of nobody in
@@ -235,9 +235,6 @@ fn add_elsewhere(mode: u32, what: u32, pages: u64) {
 /// over 5%; it is kept for kernels where these two tracepoints are missing.
 #[inline(always)]
 pub(crate) fn account(what: u32, pages: u64, page_table: bool, ctx: *mut c_void) -> u32 {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    let tgid = (pid_tgid >> 32) as u32;
-    let pid = pid_tgid as u32;
     let Some(c) = PAGE_CACHE.get_ptr_mut(0) else {
         return 0;
     };
@@ -250,15 +247,16 @@ pub(crate) fn account(what: u32, pages: u64, page_table: bool, ctx: *mut c_void)
     let epoch = procs::epoch();
     // SAFETY: this CPU's slot, as in fold_pages.
     unsafe {
-        if (*c).pid == pid
-            && (*c).tgid == tgid
-            && (*c).epoch == epoch
-            && sp.wrapping_sub((*c).stack_lo) < (*c).stack_size
-        {
+        if (*c).epoch == epoch && sp.wrapping_sub((*c).stack_lo) < (*c).stack_size {
             // The common case: the same thread, on its own stack, again;
-            // no process exited and no thread entered or left a fork,
-            // reclaim or compaction since the slot was filled, so the tgid
-            // still names the same process and the mode still holds.
+            // no thread exited and none entered or left reclaim or
+            // compaction since the slot was filled, so the tgid still
+            // names the same process and the mode still holds. A kernel
+            // stack is one thread's until that thread exits (a new thread
+            // may get it from the stack cache only after), and every exit
+            // moves the epoch: so the stack alone names the thread, with
+            // no helper call to ask for its pid.
+            let tgid = (*c).tgid;
             let mode = (*c).mode;
             if mode != MODE_COUNT {
                 add_elsewhere(mode, what, pages);
@@ -276,6 +274,9 @@ pub(crate) fn account(what: u32, pages: u64, page_table: bool, ctx: *mut c_void)
             return 0;
         }
     }
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    let pid = pid_tgid as u32;
     // SAFETY: helper without preconditions.
     let task = unsafe { bpf_get_current_task() };
     let stack: u64 = rd(task, conf!(task_stack)).unwrap_or(0);

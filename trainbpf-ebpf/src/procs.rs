@@ -9,7 +9,8 @@
 //! - An entry goes only at its own process's exit, and one exit late on the
 //!   same CPU: a preallocated hash element is reused at once, so an add in
 //!   flight on another CPU (looked up, not yet added) would land in whatever
-//!   process the element was given to next. The exit bumps [`EPOCH`], which
+//!   process the element was given to next. Every thread's exit bumps the
+//!   epoch (`Global::epoch`), which
 //!   the per-CPU page caches compare on every page: a slot filled before the
 //!   exit is checked afresh, so a pid reused since can't take its pages.
 //! - Processes outside the job may fill the map only up to `procs_max -
@@ -80,12 +81,12 @@ static STATE: Array<Global> = Array::with_max_entries(1, 0);
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub(crate) struct Global {
-    /// Process exits, and entries to and exits from forks, reclaim and
-    /// compaction, so far.
+    /// Thread exits, and entries to and exits from reclaim and compaction,
+    /// so far.
     pub epoch: u64,
     /// Entries in `PROCS`.
     pub entries: u64,
-    /// Threads inside a fork, reclaim or compaction now (`stalls::INSIDE`).
+    /// Threads inside reclaim or compaction now (`stalls::INSIDE`).
     pub inside: u64,
 }
 
@@ -108,7 +109,7 @@ pub(crate) fn epoch() -> u64 {
     }
 }
 
-/// Threads inside a fork, reclaim or compaction now.
+/// Threads inside reclaim or compaction now.
 #[inline(always)]
 pub(crate) fn inside() -> u64 {
     match STATE.get_ptr(0) {
@@ -235,8 +236,8 @@ pub(crate) fn get_or_create(key: &ProcKey, task: u64, mm: u64, now: u64) -> Opti
 }
 
 /// The process's last thread is exiting: its pages from now on are not
-/// wanted. Its entry is removed at this CPU's next exit, and every CPU's
-/// cached slot is checked afresh.
+/// wanted. Its entry is removed at this CPU's next exit (the epoch moved
+/// at its thread's exit, so every CPU's cached slot is checked afresh).
 #[inline(always)]
 pub(crate) fn forget(key: &ProcKey) {
     if let Some(p) = PENDING_DELETE.get_ptr_mut(0) {
@@ -249,5 +250,12 @@ pub(crate) fn forget(key: &ProcKey) {
             *p = *key;
         }
     }
+}
+
+/// A thread is exiting (the last of its process or not): every CPU's
+/// cached slot is checked afresh, since the slots know a thread by its
+/// kernel stack, which the next thread made may reuse.
+#[inline(always)]
+pub(crate) fn thread_exited() {
     state_add(epoch_of, 1);
 }
