@@ -56,11 +56,11 @@ fn try_sched_fork(ctx: &BtfTracePointContext) -> Result<u32, u32> {
     if !in_job(parent_tgid) {
         return Ok(0);
     }
-    if JOB.insert(&child_tgid, &1, 0).is_err() {
-        if let Some(c) = COUNTERS.get_ptr_mut(0) {
-            // SAFETY: per-CPU slot.
-            unsafe { (*c).job_map_full += 1 };
-        }
+    if JOB.insert(&child_tgid, &1, 0).is_err()
+        && let Some(c) = COUNTERS.get_ptr_mut(0)
+    {
+        // SAFETY: per-CPU slot.
+        unsafe { (*c).job_map_full += 1 };
     }
     let Some(mut entry) = EVENTS.reserve::<ForkEvent>(0) else {
         count_lost(KIND_FORK);
