@@ -1,7 +1,8 @@
 //! `cargo xtask setup`: the eBPF toolchain, installed once, then checked in
 //! seconds. aya-build (in trainbpf/build.rs) builds the eBPF crate with the
 //! nightly pinned in `.ebpf-toolchain`, which needs rust-src (for
-//! `-Z build-std=core`) and a bpf-linker built against that nightly's LLVM.
+//! `-Z build-std=core`) and a bpf-linker built against that nightly's LLVM;
+//! `cargo xtask test` lints the crate with that nightly's clippy.
 
 use std::{
     fs::{self, File},
@@ -35,7 +36,7 @@ pub fn pinned_toolchain() -> Result<String> {
     Ok(pin.to_owned())
 }
 
-fn rustup() -> Command {
+pub fn rustup() -> Command {
     let mut cmd = Command::new("rustup");
     // A missing toolchain must fail the checks below, not be installed
     // implicitly without rust-src.
@@ -56,11 +57,20 @@ fn nightly(pin: &str) -> Result<()> {
         None => {
             run(rustup()
                 .args(["toolchain", "install", pin, "--profile", "minimal"])
-                .args(["--component", "rust-src"])
+                .args(["--component", "rust-src", "--component", "clippy"])
                 // Installing a toolchain must not replace rustup itself.
                 .arg("--no-self-update"))?;
-            eprintln!("setup: toolchain {pin} with rust-src: installed");
+            eprintln!("setup: toolchain {pin} with rust-src and clippy: installed");
+            return Ok(());
         }
+    }
+    // Added on its own for a toolchain installed before the eBPF crate was
+    // linted.
+    if probe(rustup().args(["run", pin, "cargo-clippy", "--version"])).is_some() {
+        eprintln!("setup: clippy for {pin}: already present");
+    } else {
+        run(rustup().args(["component", "add", "clippy", "--toolchain", pin]))?;
+        eprintln!("setup: clippy for {pin}: added");
     }
     Ok(())
 }

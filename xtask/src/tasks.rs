@@ -6,7 +6,7 @@ use anyhow::{Context, Result, ensure};
 
 use crate::{
     privilege::cargo_args_before_dashdash,
-    setup::setup,
+    setup::{pinned_toolchain, rustup, setup},
     util::{cargo, require_root, run, status, target_dir, workspace_root},
 };
 
@@ -43,11 +43,40 @@ pub fn test_build(lint: bool, cargo_args: &[OsString]) -> Result<PathBuf> {
         run(cargo()
             .args(["clippy", "--workspace", "--exclude", "trainbpf-ebpf"])
             .args(["--all-targets", "--", "-D", "warnings"]))?;
+        clippy_ebpf()?;
     }
     run(cargo()
         .args(["test", "--workspace", "--no-run"])
         .args(cargo_args))?;
     Ok(bin)
+}
+
+/// Clippy on trainbpf-ebpf, checked as aya-build (trainbpf/build.rs) builds
+/// it: the pinned nightly, bpfel, `core` from source, release, and the
+/// host's `bpf_target_arch`, which picks aya-ebpf's register layout. Only
+/// this package is named, so trainbpf-common gets the features the eBPF
+/// side builds it with, not the host's. A target directory of its own:
+/// these flags would otherwise rebuild what the other builds share.
+fn clippy_ebpf() -> Result<()> {
+    let pin = pinned_toolchain()?;
+    let target_dir = target_dir()?.join("xtask").join("ebpf-clippy");
+    let arch = std::env::consts::ARCH;
+    let mut cmd = rustup();
+    cmd.current_dir(workspace_root())
+        .args(["run", &pin, "cargo", "clippy", "--package", "trainbpf-ebpf"])
+        .args(["--bins", "--release", "--target", "bpfel-unknown-none"])
+        .args(["-Z", "build-std=core", "--target-dir"])
+        .arg(&target_dir)
+        .args(["--", "-D", "warnings"])
+        .env(
+            "CARGO_ENCODED_RUSTFLAGS",
+            format!("--cfg=bpf_target_arch=\"{arch}\""),
+        );
+    // Chosen by the cargo that started xtask, for its own toolchain.
+    for var in ["RUSTC", "RUSTC_WORKSPACE_WRAPPER", "RUSTDOC"] {
+        cmd.env_remove(var);
+    }
+    run(&mut cmd)
 }
 
 pub fn test(lint: bool, cargo_test_args: &[OsString]) -> Result<()> {

@@ -1,0 +1,166 @@
+//! Process lifecycle of the recorded job: fork, exec and exit. Membership
+//! is kept in the kernel (`JOB`), so that no short-lived child is missed.
+
+use core::ptr::addr_of_mut;
+
+use aya_ebpf::{
+    EbpfContext, helpers::bpf_probe_read_kernel_str_bytes, macros::btf_tracepoint,
+    programs::BtfTracePointContext,
+};
+use trainbpf_common::*;
+
+use crate::{
+    count_lost, header, in_job, lazy, lazy_precious, leader_start_ns,
+    maps::{COUNTERS, EVENTS, JOB, PRECIOUS},
+    pages,
+    procs::{self, ProcKey},
+    rd, rd_comm,
+};
+
+/// `sched_process_fork(struct task_struct *parent, struct task_struct *child)`.
+/// Membership spreads here, in the kernel, so a child that forks and exits
+/// before userspace reads a byte is still part of the job.
+#[btf_tracepoint(function = "sched_process_fork")]
+pub fn sched_fork(ctx: BtfTracePointContext) -> u32 {
+    match try_sched_fork(&ctx) {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+fn try_sched_fork(ctx: &BtfTracePointContext) -> Result<u32, u32> {
+    let parent: u64 = ctx.arg(0);
+    let child: u64 = ctx.arg(1);
+    let child_pid: u32 = rd(child, conf!(task_pid))?;
+    let child_tgid: u32 = rd(child, conf!(task_tgid))?;
+    if child_pid != child_tgid {
+        return Ok(0); // a new thread, not a new process
+    }
+    // The child's page tables (copies of the parent's) were allocated in
+    // the parent's context, and are freed in the child's: not the parent's
+    // growth. The parent is `current`, still on its own stack. (Its kernel
+    // stack and task come from caches and slabs: small, left to the cap at
+    // what a process maps.)
+    let child_mm: u64 = rd(child, conf!(task_mm)).unwrap_or(0);
+    let parent_mm: u64 = rd(parent, conf!(task_mm)).unwrap_or(0);
+    if child_mm != 0 && child_mm != parent_mm {
+        let bytes: u64 = rd(child_mm, conf!(mm_pgtables_bytes)).unwrap_or(0);
+        let page = conf!(page_size);
+        if bytes != 0 && page > 0 {
+            pages::account(pages::FORK_TABLES, bytes / page as u64, false, ctx.as_ptr());
+        }
+    }
+    // A new process's pid may have been a dead one's a moment ago: its
+    // state is keyed by its start time too (`procs`), so it starts from
+    // nothing.
+    let parent_tgid: u32 = rd(parent, conf!(task_tgid))?;
+    if !in_job(parent_tgid) {
+        return Ok(0);
+    }
+    if JOB.insert(&child_tgid, &1, 0).is_err()
+        && let Some(c) = COUNTERS.get_ptr_mut(0)
+    {
+        // SAFETY: per-CPU slot.
+        unsafe { (*c).job_map_full += 1 };
+    }
+    let Some(mut entry) = EVENTS.reserve::<ForkEvent>(0) else {
+        count_lost(KIND_FORK);
+        return Ok(0);
+    };
+    let ev = entry.as_mut_ptr();
+    // SAFETY: reserved slot.
+    unsafe {
+        (*ev).hdr = header(KIND_FORK, FLAG_IN_JOB, child_tgid, leader_start_ns(child));
+        (*ev).parent_tgid = parent_tgid;
+        (*ev)._pad = 0;
+        (*ev).parent_start_ns = leader_start_ns(parent);
+        (*ev).comm = rd_comm(child);
+    }
+    entry.submit(lazy());
+    Ok(0)
+}
+
+/// `sched_process_exec(struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)`.
+#[btf_tracepoint(function = "sched_process_exec")]
+pub fn sched_exec(ctx: BtfTracePointContext) -> u32 {
+    match try_sched_exec(&ctx) {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+fn try_sched_exec(ctx: &BtfTracePointContext) -> Result<u32, u32> {
+    let task: u64 = ctx.arg(0);
+    let bprm: u64 = ctx.arg(2);
+    let tgid: u32 = rd(task, conf!(task_tgid))?;
+    if !in_job(tgid) {
+        return Ok(0);
+    }
+    let Some(mut entry) = EVENTS.reserve::<ExecEvent>(0) else {
+        count_lost(KIND_EXEC);
+        return Ok(0);
+    };
+    let ev = entry.as_mut_ptr();
+    let filename: u64 = rd(bprm, conf!(bprm_filename)).unwrap_or(0);
+    // SAFETY: reserved slot; the string read is bounded by the buffer.
+    unsafe {
+        (*ev).hdr = header(KIND_EXEC, FLAG_IN_JOB, tgid, leader_start_ns(task));
+        (*ev).comm = rd_comm(task);
+        let buf = &mut *addr_of_mut!((*ev).filename);
+        let n = match bpf_probe_read_kernel_str_bytes(filename as *const u8, buf) {
+            Ok(s) => s.len(),
+            Err(_) => 0,
+        };
+        if n + 1 >= FILENAME_LEN {
+            (*ev).hdr.flags |= FLAG_TRUNCATED;
+        }
+    }
+    entry.submit(lazy());
+    Ok(0)
+}
+
+/// `sched_process_exit(struct task_struct *p, ...)`: fires once per thread;
+/// only the last one (`signal->live` reached 0) ends the process.
+#[btf_tracepoint(function = "sched_process_exit")]
+pub fn sched_exit(ctx: BtfTracePointContext) -> u32 {
+    match try_sched_exit(&ctx) {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+fn try_sched_exit(ctx: &BtfTracePointContext) -> Result<u32, u32> {
+    let task: u64 = ctx.arg(0);
+    // Every thread's exit, not only a process's: its kernel stack may go
+    // to the next thread made, and the page caches know a thread by its
+    // stack.
+    procs::thread_exited();
+    let signal: u64 = rd(task, conf!(task_signal))?;
+    let live: i32 = rd(signal, conf!(signal_live))?;
+    if live != 0 {
+        return Ok(0);
+    }
+    let tgid: u32 = rd(task, conf!(task_tgid))?;
+    let key = ProcKey {
+        tgid,
+        _pad: 0,
+        start_ns: leader_start_ns(task),
+    };
+    pages::drop_pages_of(&key);
+    procs::forget(&key);
+    if !in_job(tgid) {
+        return Ok(0);
+    }
+    let _ = JOB.remove(&tgid);
+    let Some(mut entry) = PRECIOUS.reserve::<ExitEvent>(0) else {
+        count_lost(KIND_EXIT);
+        return Ok(0);
+    };
+    let ev = entry.as_mut_ptr();
+    // SAFETY: reserved slot.
+    unsafe {
+        (*ev).hdr = header(KIND_EXIT, FLAG_IN_JOB, tgid, leader_start_ns(task));
+        (*ev).exit_code = rd(task, conf!(task_exit_code)).unwrap_or(0);
+        (*ev).group_exit_code = rd(signal, conf!(signal_group_exit_code)).unwrap_or(0);
+        (*ev).comm = rd_comm(task);
+    }
+    entry.submit(lazy_precious());
+    Ok(0)
+}
