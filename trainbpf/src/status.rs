@@ -17,8 +17,8 @@ use crate::{
     decode::{self, Event, LeakWarning, Timed},
     model::leaks::{Domain, LeakOptions, Live, Projection, Trend},
     pressure::Pressure,
-    render::{human_kb, human_rate, text::eta},
     term::escape as esc,
+    units::{clock, eta, human_kb, human_rate, human_span},
 };
 
 /// Growers named on the line.
@@ -199,7 +199,7 @@ pub fn warning_text(w: &LeakWarning, now_ns: u64) -> String {
     let mut s = format!(
         "leak suspected: {who} has climbed +{} for {} (fit {:.2})",
         human_rate(w.slope_bytes_per_s as f64 / 1024.0),
-        crate::compact::human_span(now_ns.saturating_sub(w.since_ns)),
+        human_span(now_ns.saturating_sub(w.since_ns)),
         w.fit_permille as f64 / 1000.0
     );
     if let (Some(secs), Some(limit)) = (w.projected_oom_s, w.limit_kb) {
@@ -225,12 +225,7 @@ pub fn line(
     width: usize,
 ) -> String {
     let secs = elapsed.as_secs();
-    let clock = if secs >= 3600 {
-        format!("{}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60)
-    } else {
-        format!("{}:{:02}", secs / 60, secs % 60)
-    };
-    let mut parts = vec![format!("trainbpf {clock}")];
+    let mut parts = vec![format!("trainbpf {}", clock(secs))];
     let growers: Vec<String> = trends
         .iter()
         .filter(|t| t.slope_kb_per_s > 0.0)

@@ -7,7 +7,7 @@
 use std::fmt::Write as _;
 
 use crate::model::{KillWindow, Pick, ProcLine, Report};
-use crate::render::human_kb;
+use crate::units::{human_duration, human_kb};
 
 const BLOCKS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
 /// Name column (comm is at most 15 bytes) and pid column.
@@ -75,26 +75,6 @@ fn cols(width: usize) -> usize {
     width
         .saturating_sub(4 + NAME + 1 + PID + 2 + FIGURES)
         .clamp(MIN_COLS, MAX_COLS)
-}
-
-/// A duration as people say it: `12.3 s`, `4 min 5 s`, `24 h 0 min`.
-pub fn human_duration(ns: u64) -> String {
-    let s = ns as f64 / 1e9;
-    if s < 60.0 {
-        format!("{s:.1} s")
-    } else if s < 3600.0 {
-        let s = s as u64;
-        match s % 60 {
-            0 => format!("{} min", s / 60),
-            r => format!("{} min {r} s", s / 60),
-        }
-    } else {
-        let m = (s / 60.0) as u64;
-        match m % 60 {
-            0 => format!("{} h", m / 60),
-            r => format!("{} h {r} min", m / 60),
-        }
-    }
 }
 
 fn label(name: &str, pid: Option<u32>) -> String {
@@ -474,13 +454,5 @@ mod tests {
         assert_eq!(squeeze(&v, 3, Pick::Max), vec![Some(9), Some(2), Some(4)]);
         assert_eq!(squeeze(&v, 3, Pick::Min), vec![Some(1), Some(2), Some(3)]);
         assert_eq!(squeeze(&v, 12, Pick::Max).len(), 12);
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(human_duration(12_340_000_000), "12.3 s");
-        assert_eq!(human_duration(245_000_000_000), "4 min 5 s");
-        assert_eq!(human_duration(86_400_000_000_000), "24 h");
-        assert_eq!(human_duration(60_000_000_000), "1 min");
     }
 }

@@ -17,8 +17,9 @@
 use std::fmt::Write as _;
 
 use crate::model::{Kill, KillWindow, Pick, ProcLine, Report};
-use crate::render::chart::{human_duration, run_lines};
-use crate::render::{human_kb, human_rate, human_secs, rfc3339_ms, text};
+use crate::render::chart::run_lines;
+use crate::render::{rfc3339_ms, text};
+use crate::units::{human_duration, human_kb, human_rate, human_secs, short_duration};
 
 /// Colours for process lines; red is kept for kills.
 const PALETTE: [&str; 10] = [
@@ -376,28 +377,6 @@ fn time_step(span: u64) -> u64 {
         .find(|&s| span / s <= 11)
         .unwrap_or(span / 10)
         .max(1)
-}
-
-fn short_duration(ns: u64) -> String {
-    let s = ns / 1_000_000_000;
-    let ms = ns / 1_000_000 % 1000;
-    if s < 60 {
-        if ms == 0 {
-            format!("{s} s")
-        } else {
-            format!("{:.1} s", ns as f64 / 1e9)
-        }
-    } else if s < 3600 {
-        if s.is_multiple_of(60) {
-            format!("{} min", s / 60)
-        } else {
-            format!("{}:{:02}", s / 60, s % 60)
-        }
-    } else if s.is_multiple_of(3600) {
-        format!("{} h", s / 3600)
-    } else {
-        format!("{}:{:02} h", s / 3600, s / 60 % 60)
-    }
 }
 
 fn legend(o: &mut String, items: &[(String, &str, bool)]) {
@@ -927,7 +906,5 @@ mod tests {
         assert_eq!(nice_ticks(300 * 1024), [0, 100, 200, 300].map(|m| m * 1024));
         assert_eq!(nice_ticks(24 << 20), [0, 5, 10, 15, 20].map(|g| g << 20));
         assert_eq!(time_step(60_000_000_000), 10_000_000_000);
-        assert_eq!(short_duration(90_000_000_000), "1:30");
-        assert_eq!(short_duration(7_200_000_000_000), "2 h");
     }
 }

@@ -23,6 +23,7 @@ use std::collections::{HashMap, HashSet};
 use serde_json::{Value, json};
 
 use crate::model::{KillWindow, Pick, ProcLine, Report};
+use crate::units::mib;
 
 /// Linux pids never exceed PID_MAX_LIMIT (2^22, include/linux/threads.h), so
 /// ids above it cannot collide with a real process.
@@ -30,10 +31,6 @@ const PID_MAX_LIMIT: u32 = 1 << 22;
 const SYSTEM_PID: u32 = PID_MAX_LIMIT + 1;
 const FOLDED_PID: u32 = PID_MAX_LIMIT + 2;
 const FIRST_SYNTHETIC: u32 = PID_MAX_LIMIT + 16;
-
-fn mib(kb: u64) -> f64 {
-    (kb as f64 / 1024.0 * 1000.0).round() / 1000.0
-}
 
 pub fn render(r: &Report) -> Value {
     let s = &r.series;

@@ -5,7 +5,10 @@
 use std::fmt::Write as _;
 
 use crate::model::{Cause, Constraint, Grower, Kill, Report};
-use crate::render::{death_phrase, exit_phrase, human_kb, human_rate, human_secs, rfc3339_ms};
+use crate::render::{death_phrase, exit_phrase, rfc3339_ms};
+use crate::units::{
+    PROTECT_NS, human_kb, human_rate, human_secs, human_span, secs_whole, signed_kb,
+};
 // Every name, argument, path and cgroup below came from a process: through
 // `esc` before it is formatted (see crate::term).
 use crate::term::{escape as esc, escape_join};
@@ -14,7 +17,7 @@ use crate::term::{escape as esc, escape_join};
 mod gpu;
 /// Suspected leaks and the time to the limit.
 mod leaks;
-pub use leaks::{eta, report as leaks_report};
+pub use leaks::report as leaks_report;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TextOptions {
@@ -524,15 +527,6 @@ fn job_memory_section(out: &mut String, r: &Report, p: &Paint) {
     out.push('\n');
 }
 
-/// `+1.2 GiB` / `-300 MiB`.
-fn signed_kb(kb: i64) -> String {
-    if kb < 0 {
-        format!("-{}", human_kb(kb.unsigned_abs()))
-    } else {
-        format!("+{}", human_kb(kb as u64))
-    }
-}
-
 /// "The job's processes added 2.9 GiB; its cgroup's usage grew 3.0 GiB:
 /// 97% attributed; 90 MiB to no process (page cache +60 MiB, kernel +10 MiB)."
 pub(crate) fn sum_check_line(s: &crate::model::SumCheck) -> String {
@@ -780,8 +774,8 @@ fn compaction_line(r: &Report, c: &crate::decode::Compaction) -> String {
         .map(|[older, bucket]| {
             format!(
                 "{} past {}",
-                crate::compact::human_span(bucket * 1_000_000_000),
-                crate::compact::human_span(older * 1_000_000_000)
+                human_span(bucket * 1_000_000_000),
+                human_span(older * 1_000_000_000)
             )
         })
         .collect();
@@ -789,16 +783,13 @@ fn compaction_line(r: &Report, c: &crate::decode::Compaction) -> String {
         "history compacted {} time{} to stay under {}: memory samples before +{:.1} s are one per process per {} (with each bucket's peaks; the {} before each kill {}); {} samples folded; kills, deaths, process lifecycle, OOM and GPU events are all kept",
         c.count,
         if c.count == 1 { "" } else { "s" },
-        super::human_kb(c.max_size / 1024),
+        human_kb(c.max_size / 1024),
         r.since_start_s(c.full_from_ns).max(0.0),
         tiers.join(", then "),
-        crate::compact::human_span(crate::compact::PROTECT_NS),
+        human_span(PROTECT_NS),
         match c.kill_window_bucket_s {
             0 => "kept whole".to_string(),
-            s => format!(
-                "at {} resolution",
-                crate::compact::human_span(s * 1_000_000_000)
-            ),
+            s => format!("at {} resolution", human_span(s * 1_000_000_000)),
         },
         c.samples_folded
     )
@@ -955,12 +946,6 @@ pub fn verdict(r: &Report) -> String {
         );
     }
     finish(out, false)
-}
-
-/// A window length: `60 s`, `2.5 s`.
-fn secs_whole(ns: u64) -> String {
-    let s = format!("{:.1}", ns as f64 / 1e9);
-    format!("{} s", s.strip_suffix(".0").unwrap_or(&s))
 }
 
 fn yes_no(b: bool) -> &'static str {

@@ -6,23 +6,10 @@ use std::fmt::Write as _;
 
 use crate::model::leaks::{Domain, Projection, Trend, Verdict};
 use crate::model::{Report, ns_to_s};
-use crate::render::{human_kb, human_rate};
+use crate::units::{eta, human_kb, human_span, secs_whole, signed_rate};
 
-use super::{Paint, TextOptions, finish, secs_whole, wrap};
+use super::{Paint, TextOptions, finish, wrap};
 use crate::term::escape as esc;
-
-/// A time to come, as people plan by it: `~45 s`, `~12 min`, `~3.5 h`.
-pub fn eta(s: f64) -> String {
-    if s < 90.0 {
-        format!("~{s:.0} s")
-    } else if s < 90.0 * 60.0 {
-        format!("~{:.0} min", s / 60.0)
-    } else if s < 48.0 * 3600.0 {
-        format!("~{:.1} h", s / 3600.0)
-    } else {
-        format!("~{:.1} days", s / 86_400.0)
-    }
-}
 
 /// At most `n` characters, the last an ellipsis when cut.
 fn clip(s: &str, n: usize) -> String {
@@ -30,12 +17,6 @@ fn clip(s: &str, n: usize) -> String {
         Some((i, _)) if s.chars().count() > n => format!("{}…", &s[..i]),
         _ => s.to_string(),
     }
-}
-
-/// `+8 MiB/s`, `-120 KiB/s`.
-fn signed_rate(kb_per_s: f64) -> String {
-    let sign = if kb_per_s < 0.0 { "-" } else { "+" };
-    format!("{sign}{}", human_rate(kb_per_s.abs()))
 }
 
 /// `python3 (pid 700)`, `DataLoader workers (12 processes, pt_data_worker)`.
@@ -141,7 +122,7 @@ fn warnings_part(out: &mut String, r: &Report, width: usize, p: &Paint) {
             line.push_str(&format!(
                 "; the kill of pid {} came {} later",
                 k.victim.pid,
-                crate::compact::human_span(k.ts_ns - ts)
+                human_span(k.ts_ns - ts)
             ));
         }
         for (i, l) in wrap(&line, width.saturating_sub(4)).iter().enumerate() {
@@ -378,13 +359,5 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("Nothing still running is leaking"), "{t}");
-    }
-
-    #[test]
-    fn eta_reads_like_a_plan() {
-        assert_eq!(eta(45.2), "~45 s");
-        assert_eq!(eta(720.0), "~12 min");
-        assert_eq!(eta(3.5 * 3600.0), "~3.5 h");
-        assert_eq!(eta(3.0 * 86_400.0), "~3.0 days");
     }
 }
