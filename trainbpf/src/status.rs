@@ -18,8 +18,12 @@ use crate::{
     model::leaks::{Domain, LeakOptions, Live, Projection, Trend},
     pressure::Pressure,
     term::escape as esc,
-    units::{clock, eta, human_kb, human_rate, human_span},
+    units::{clock, eta, human_kb, human_rate},
 };
+
+// The warning's text is the report's, so that both say the same; here
+// for `record` until it names the renderer's path.
+pub use crate::render::text::warning_text;
 
 /// Growers named on the line.
 const TOP: usize = 3;
@@ -186,34 +190,6 @@ fn warning(t: &Trend, p: Option<&Projection>) -> LeakWarning {
             .to_string()
         }),
     }
-}
-
-/// `leak suspected: python3 (pid 700) has climbed +2 MiB/s for 40 s (fit
-/// 0.99); at this rate the job's cgroup limit of 100 MiB is reached in ~30 s`.
-pub fn warning_text(w: &LeakWarning, now_ns: u64) -> String {
-    let who = match (w.pid, &w.group) {
-        (Some(pid), _) => format!("{} (pid {pid})", esc(&w.comm)),
-        (None, Some(g)) => format!("{} ({} processes)", esc(g), w.members),
-        (None, None) => esc(&w.comm).into_owned(),
-    };
-    let mut s = format!(
-        "leak suspected: {who} has climbed +{} for {} (fit {:.2})",
-        human_rate(w.slope_bytes_per_s as f64 / 1024.0),
-        human_span(now_ns.saturating_sub(w.since_ns)),
-        w.fit_permille as f64 / 1000.0
-    );
-    if let (Some(secs), Some(limit)) = (w.projected_oom_s, w.limit_kb) {
-        s.push_str(&format!(
-            "; at this rate {} of {} is reached in {}",
-            match w.limit_of.as_deref() {
-                Some("cgroup") => "the job's cgroup limit",
-                _ => "RAM plus swap",
-            },
-            human_kb(limit),
-            eta(secs as f64)
-        ));
-    }
-    s
 }
 
 /// `trainbpf 1:02:03 | OOM in ~14 min (cgroup limit 400 MiB) | python3(700) +8 MiB/s leak, …`,

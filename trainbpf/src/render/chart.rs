@@ -396,7 +396,7 @@ pub(crate) fn run_summary(out: &mut String, r: &Report, width: usize, color: boo
                 String::new()
             }
         );
-        for line in super::text::wrap(&text, width.saturating_sub(2).max(20)) {
+        for line in super::text::style::wrap(&text, width.saturating_sub(2).max(20)) {
             let _ = writeln!(out, "  {line}");
         }
     }

@@ -10,7 +10,8 @@ use crate::model::Report;
 use crate::model::gpu::{GpuAtKill, GpuProcess, Held, MAX_TIMELINE};
 use crate::units::{human_bytes, human_kb, signed_bytes};
 
-use super::{Paint, secs_whole, wrap};
+use super::style::{Paint, wrap};
+use crate::units::secs_whole;
 
 fn context_phrase(p: &GpuProcess) -> Option<String> {
     let c = p.contexts.first()?;
