@@ -36,6 +36,19 @@ pub fn section(out: &mut String, r: &Report, width: usize, p: &Paint) {
         "{}",
         p.bold("GPU and pinned host memory (CUDA driver calls, per process):")
     );
+    processes_part(out, r, width, p);
+    workers_part(out, r, width, p);
+    cuda_ooms_part(out, r, width, p);
+    xid_part(out, r, p);
+    timeline_part(out, r, p);
+
+    sources_part(out, r, width, p);
+    out.push('\n');
+}
+
+/// The per-process table, and notes on its columns.
+fn processes_part(out: &mut String, r: &Report, width: usize, p: &Paint) {
+    let g = &r.gpu;
     if g.processes.is_empty() {
         let _ = writeln!(out, "  No job process called the CUDA driver.");
     } else {
@@ -96,7 +109,11 @@ pub fn section(out: &mut String, r: &Report, width: usize, p: &Paint) {
         }
     }
     out.push('\n');
+}
 
+/// Workers, not the job's root, that initialised CUDA.
+fn workers_part(out: &mut String, r: &Report, width: usize, p: &Paint) {
+    let g = &r.gpu;
     let workers: Vec<&GpuProcess> = g.processes.iter().filter(|x| x.worker_init).collect();
     if !workers.is_empty() {
         let _ = writeln!(
@@ -130,7 +147,11 @@ pub fn section(out: &mut String, r: &Report, width: usize, p: &Paint) {
         }
         out.push('\n');
     }
+}
 
+/// Each CUDA out-of-memory error, with what was held then.
+fn cuda_ooms_part(out: &mut String, r: &Report, width: usize, p: &Paint) {
+    let g = &r.gpu;
     if !g.cuda_ooms.is_empty() {
         let _ = writeln!(out, "  {}", p.red("CUDA out of memory:"));
         for o in &g.cuda_ooms {
@@ -180,7 +201,11 @@ pub fn section(out: &mut String, r: &Report, width: usize, p: &Paint) {
         }
         out.push('\n');
     }
+}
 
+/// NVIDIA Xid errors from the kernel log.
+fn xid_part(out: &mut String, r: &Report, p: &Paint) {
+    let g = &r.gpu;
     if !g.xid.is_empty() {
         let _ = writeln!(out, "  {}", p.red("NVIDIA Xid errors:"));
         for x in &g.xid {
@@ -206,7 +231,11 @@ pub fn section(out: &mut String, r: &Report, width: usize, p: &Paint) {
         }
         out.push('\n');
     }
+}
 
+/// Memory after each notable step.
+fn timeline_part(out: &mut String, r: &Report, p: &Paint) {
+    let g = &r.gpu;
     if !g.timeline.is_empty() {
         let _ = writeln!(
             out,
@@ -276,7 +305,12 @@ pub fn section(out: &mut String, r: &Report, width: usize, p: &Paint) {
         }
         out.push('\n');
     }
+}
 
+/// NVML's samples, the GPU sources used and not, attach errors and lost
+/// events.
+fn sources_part(out: &mut String, r: &Report, width: usize, p: &Paint) {
+    let g = &r.gpu;
     if g.nvml_samples > 0 {
         let devs: Vec<String> = g
             .nvml_devices
@@ -342,7 +376,6 @@ pub fn section(out: &mut String, r: &Report, width: usize, p: &Paint) {
         }
     );
     let _ = writeln!(out, "  {}", if lost > 0 { p.yellow(&line) } else { line });
-    out.push('\n');
 }
 
 fn total(k: &GpuAtKill) -> Held {

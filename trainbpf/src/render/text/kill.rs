@@ -20,7 +20,6 @@ pub(super) fn kill_section(
     width: usize,
     p: &Paint,
 ) {
-    let v = &k.victim;
     let when = match k.realtime_ns {
         Some(t) => format!("{} (+{:.1} s)", rfc3339_ms(t), r.since_start_s(k.ts_ns)),
         None => format!("+{:.1} s", r.since_start_s(k.ts_ns)),
@@ -39,6 +38,25 @@ pub(super) fn kill_section(
         crate::render::chart::kill_chart(out, w, width, p.0);
     }
 
+    fields(out, k, p);
+    growers_part(out, k, p);
+    if let Some(s) = &k.sum_check {
+        let _ = writeln!(out, "  {}", sum_check_line(s));
+    }
+    out.push('\n');
+    if let Some(rk) = &k.ranking {
+        ranking_section(out, k, rk, p);
+    }
+    if let Some(pr) = &k.pressure {
+        pressure_section(out, pr);
+    }
+    gpu::kill_lines(out, r, i, width);
+}
+
+/// The victim, its job tree, the constraint, the memcg, the trigger and
+/// the probes that saw the kill.
+fn fields(out: &mut String, k: &Kill, p: &Paint) {
+    let v = &k.victim;
     let field = |out: &mut String, name: &str, value: String| {
         let _ = writeln!(out, "  {} {value}", p.dim(&format!("{name:<11}")));
     };
@@ -131,7 +149,10 @@ pub(super) fn kill_section(
         field(out, "badness", format!("{pts} points of {tp} pages"));
     }
     out.push('\n');
+}
 
+/// Who grew in the window before the kill, and the role groups.
+fn growers_part(out: &mut String, k: &Kill, p: &Paint) {
     if k.growers.is_empty() {
         let _ = writeln!(
             out,
@@ -189,17 +210,6 @@ pub(super) fn kill_section(
             human_secs(g.window_ns)
         );
     }
-    if let Some(s) = &k.sum_check {
-        let _ = writeln!(out, "  {}", sum_check_line(s));
-    }
-    out.push('\n');
-    if let Some(rk) = &k.ranking {
-        ranking_section(out, k, rk, p);
-    }
-    if let Some(pr) = &k.pressure {
-        pressure_section(out, pr);
-    }
-    gpu::kill_lines(out, r, i, width);
 }
 
 /// The OOM killer's ranking, reconstructed, with the kernel's own figure
