@@ -93,7 +93,8 @@ pub(crate) fn sum_check_line(s: &crate::model::SumCheck) -> String {
 
 /// What `record --max-size` did to older history, so that a coarse stretch
 /// of the charts is not read as the job's own behaviour.
-pub(super) fn compaction_line(r: &Report, c: &crate::decode::Compaction) -> String {
+pub(super) fn compaction_line(r: &Report) -> Option<String> {
+    let c = r.compaction.as_ref()?;
     let tiers: Vec<String> = c
         .tiers
         .iter()
@@ -105,7 +106,7 @@ pub(super) fn compaction_line(r: &Report, c: &crate::decode::Compaction) -> Stri
             )
         })
         .collect();
-    format!(
+    Some(format!(
         "history compacted {} time{} to stay under {}: memory samples before +{:.1} s are one per process per {} (with each bucket's peaks; the {} before each kill {}); {} samples folded; kills, deaths, process lifecycle, OOM and GPU events are all kept",
         c.count,
         if c.count == 1 { "" } else { "s" },
@@ -118,7 +119,7 @@ pub(super) fn compaction_line(r: &Report, c: &crate::decode::Compaction) -> Stri
             s => format!("at {} resolution", human_span(s * 1_000_000_000)),
         },
         c.samples_folded
-    )
+    ))
 }
 
 /// "python3 (pid 700) exited with code 1".
@@ -321,8 +322,8 @@ pub(super) fn footer(out: &mut String, r: &Report, p: &Paint) {
         line.push_str("; what follows each was read");
         let _ = writeln!(out, "{}", p.yellow(&line));
     }
-    if let Some(c) = &r.compaction {
-        let _ = writeln!(out, "{}", compaction_line(r, c));
+    if let Some(line) = compaction_line(r) {
+        let _ = writeln!(out, "{line}");
     }
     if let Some(s) = &r.stopped_early {
         let _ = writeln!(
