@@ -29,15 +29,13 @@ use std::{
     io::{self, Read, Write},
 };
 
+pub use crate::units::{PROTECT_NS, human_span};
 use crate::{
     decode::{self, Compaction, Event, UserBody},
     recording::{self, Reader, Rewind, Writer},
     safe_file::{FileError, InstallError, Place, ReadAt},
 };
 
-/// Samples this long before an OOM kill or a SIGKILL are never folded: the
-/// report's window before a kill (60 s by default) reads them.
-pub const PROTECT_NS: u64 = 5 * 60 * SEC;
 /// A bucket is closed once records this much newer have been read (records
 /// from different CPUs and from userspace arrive slightly out of order).
 const SLACK_NS: u64 = 30 * SEC;
@@ -694,24 +692,7 @@ fn describe(st: &Stats, policy: &Policy, before: u64, after: u64, opts: &FlightO
 }
 
 fn human_bytes(b: u64) -> String {
-    crate::render::human_kb(b / 1024)
-}
-
-/// 90 → "1.5 min"; whole units where they fit.
-pub fn human_span(ns: u64) -> String {
-    let s = ns as f64 / SEC as f64;
-    let (v, unit) = if s >= 3600.0 {
-        (s / 3600.0, "h")
-    } else if s >= 60.0 {
-        (s / 60.0, "min")
-    } else {
-        (s, "s")
-    };
-    if (v - v.round()).abs() < 0.05 {
-        format!("{} {unit}", v.round())
-    } else {
-        format!("{v:.1} {unit}")
-    }
+    crate::units::human_bytes_kib(b)
 }
 
 #[cfg(test)]

@@ -28,6 +28,7 @@ pub mod sampler;
 pub mod status;
 pub mod term;
 pub mod trust;
+pub mod units;
 
 /// Writes to stdout; a closed pipe (`trainbpf report | head`) is success.
 pub fn write_stdout(s: &str) -> std::io::Result<()> {

@@ -17,9 +17,13 @@ use crate::{
     decode::{self, Event, LeakWarning, Timed},
     model::leaks::{Domain, LeakOptions, Live, Projection, Trend},
     pressure::Pressure,
-    render::{human_kb, human_rate, text::eta},
     term::escape as esc,
+    units::{clock, eta, human_kb, human_rate},
 };
+
+// The warning's text is the report's, so that both say the same; here
+// for `record` until it names the renderer's path.
+pub use crate::render::text::warning_text;
 
 /// Growers named on the line.
 const TOP: usize = 3;
@@ -188,34 +192,6 @@ fn warning(t: &Trend, p: Option<&Projection>) -> LeakWarning {
     }
 }
 
-/// `leak suspected: python3 (pid 700) has climbed +2 MiB/s for 40 s (fit
-/// 0.99); at this rate the job's cgroup limit of 100 MiB is reached in ~30 s`.
-pub fn warning_text(w: &LeakWarning, now_ns: u64) -> String {
-    let who = match (w.pid, &w.group) {
-        (Some(pid), _) => format!("{} (pid {pid})", esc(&w.comm)),
-        (None, Some(g)) => format!("{} ({} processes)", esc(g), w.members),
-        (None, None) => esc(&w.comm).into_owned(),
-    };
-    let mut s = format!(
-        "leak suspected: {who} has climbed +{} for {} (fit {:.2})",
-        human_rate(w.slope_bytes_per_s as f64 / 1024.0),
-        crate::compact::human_span(now_ns.saturating_sub(w.since_ns)),
-        w.fit_permille as f64 / 1000.0
-    );
-    if let (Some(secs), Some(limit)) = (w.projected_oom_s, w.limit_kb) {
-        s.push_str(&format!(
-            "; at this rate {} of {} is reached in {}",
-            match w.limit_of.as_deref() {
-                Some("cgroup") => "the job's cgroup limit",
-                _ => "RAM plus swap",
-            },
-            human_kb(limit),
-            eta(secs as f64)
-        ));
-    }
-    s
-}
-
 /// `trainbpf 1:02:03 | OOM in ~14 min (cgroup limit 400 MiB) | python3(700) +8 MiB/s leak, …`,
 /// cut to `width` columns.
 pub fn line(
@@ -225,12 +201,7 @@ pub fn line(
     width: usize,
 ) -> String {
     let secs = elapsed.as_secs();
-    let clock = if secs >= 3600 {
-        format!("{}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60)
-    } else {
-        format!("{}:{:02}", secs / 60, secs % 60)
-    };
-    let mut parts = vec![format!("trainbpf {clock}")];
+    let mut parts = vec![format!("trainbpf {}", clock(secs))];
     let growers: Vec<String> = trends
         .iter()
         .filter(|t| t.slope_kb_per_s > 0.0)

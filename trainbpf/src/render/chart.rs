@@ -6,8 +6,9 @@
 
 use std::fmt::Write as _;
 
+use super::text::style::Paint;
 use crate::model::{KillWindow, Pick, ProcLine, Report};
-use crate::render::human_kb;
+use crate::units::{human_duration, human_kb};
 
 const BLOCKS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
 /// Name column (comm is at most 15 bytes) and pid column.
@@ -19,18 +20,6 @@ const MIN_COLS: usize = 12;
 const MAX_COLS: usize = 120;
 /// Process lines in the run summary, victims and top growers first.
 const RUN_LINES: usize = 10;
-
-struct Paint(bool);
-
-impl Paint {
-    fn wrap(&self, code: &str, s: &str) -> String {
-        if self.0 {
-            format!("\x1b[{code}m{s}\x1b[0m")
-        } else {
-            s.to_string()
-        }
-    }
-}
 
 /// One value per column as a block character scaled to `hi`; a column
 /// without a value (before a process was seen, after it ended) is blank.
@@ -75,26 +64,6 @@ fn cols(width: usize) -> usize {
     width
         .saturating_sub(4 + NAME + 1 + PID + 2 + FIGURES)
         .clamp(MIN_COLS, MAX_COLS)
-}
-
-/// A duration as people say it: `12.3 s`, `4 min 5 s`, `24 h 0 min`.
-pub fn human_duration(ns: u64) -> String {
-    let s = ns as f64 / 1e9;
-    if s < 60.0 {
-        format!("{s:.1} s")
-    } else if s < 3600.0 {
-        let s = s as u64;
-        match s % 60 {
-            0 => format!("{} min", s / 60),
-            r => format!("{} min {r} s", s / 60),
-        }
-    } else {
-        let m = (s / 60.0) as u64;
-        match m % 60 {
-            0 => format!("{} h", m / 60),
-            r => format!("{} h {r} min", m / 60),
-        }
-    }
 }
 
 fn label(name: &str, pid: Option<u32>) -> String {
@@ -229,7 +198,6 @@ pub(crate) fn kill_chart(out: &mut String, w: &KillWindow, width: usize, color: 
 /// and went.
 pub(crate) fn run_summary(out: &mut String, r: &Report, width: usize, color: bool) {
     let p = Paint(color);
-    let s = &r.series;
     let (Some(from), Some(last)) = (r.first_ns, r.last_ns) else {
         return;
     };
@@ -256,171 +224,199 @@ pub(crate) fn run_summary(out: &mut String, r: &Report, width: usize, color: boo
 
     let lines = run_lines(r);
     if !lines.is_empty() {
-        let span = to - from;
+        process_rows(out, r, &lines, from, to, n, &p);
+        machine_rows(out, r, from, to, n, &p);
+    }
+    came_and_went(out, r, width);
+    out.push('\n');
+}
+
+/// Each charted process's memory over the run, and the ended ones folded.
+fn process_rows(
+    out: &mut String,
+    r: &Report,
+    lines: &[&ProcLine],
+    from: u64,
+    to: u64,
+    n: usize,
+    p: &Paint,
+) {
+    let s = &r.series;
+    let span = to - from;
+    let _ = writeln!(
+        out,
+        "  Memory per process over the run (one column ≈ {}; ^ marks a kill):",
+        human_duration(span / n as u64)
+    );
+    let rows: Vec<(&ProcLine, Vec<Option<u64>>)> = lines
+        .iter()
+        .map(|l| (*l, l.columns(&s.grid, from, to, n)))
+        .collect();
+    let folded =
+        (s.folded.count > 0).then(|| s.folded.rss.columns(&s.grid, from, to, n, Pick::Max, None));
+    let hi = rows
+        .iter()
+        .flat_map(|(_, v)| v.iter().flatten())
+        .chain(folded.iter().flatten().flatten())
+        .copied()
+        .max()
+        .unwrap_or(0);
+    let victims: Vec<(u32, u64)> = r
+        .kills
+        .iter()
+        .map(|k| (k.victim.pid, k.victim.start_ns))
+        .collect();
+    for (l, v) in &rows {
+        let mut row = format!(
+            "    {}  {}  peak {} at +{}",
+            label(&l.comm, Some(l.pid)),
+            sparkline(v, hi),
+            human_kb(l.peak_kb),
+            human_duration(l.peak_ns.saturating_sub(from))
+        );
+        if !l.in_job {
+            row.push_str(", outside the job");
+        }
+        let killed = l.oom_killed || victims.contains(&(l.pid, l.start_ns));
+        if killed {
+            row.push_str(", OOM-killed");
+            row = p.wrap("1;31", &row);
+        }
+        let _ = writeln!(out, "{row}");
+    }
+    if let Some(v) = &folded {
         let _ = writeln!(
             out,
-            "  Memory per process over the run (one column ≈ {}; ^ marks a kill):",
-            human_duration(span / n as u64)
+            "    {}  {}  the largest of {} more ended job processes (peak {})",
+            wide_label("others, largest"),
+            sparkline(v, hi),
+            s.folded.count,
+            human_kb(s.folded.peak_kb)
         );
-        let rows: Vec<(&ProcLine, Vec<Option<u64>>)> = lines
-            .iter()
-            .map(|l| (*l, l.columns(&s.grid, from, to, n)))
-            .collect();
-        let folded = (s.folded.count > 0)
-            .then(|| s.folded.rss.columns(&s.grid, from, to, n, Pick::Max, None));
-        let hi = rows
-            .iter()
-            .flat_map(|(_, v)| v.iter().flatten())
-            .chain(folded.iter().flatten().flatten())
-            .copied()
-            .max()
-            .unwrap_or(0);
-        let victims: Vec<(u32, u64)> = r
-            .kills
-            .iter()
-            .map(|k| (k.victim.pid, k.victim.start_ns))
-            .collect();
-        for (l, v) in &rows {
-            let mut row = format!(
-                "    {}  {}  peak {} at +{}",
-                label(&l.comm, Some(l.pid)),
-                sparkline(v, hi),
-                human_kb(l.peak_kb),
-                human_duration(l.peak_ns.saturating_sub(from))
-            );
-            if !l.in_job {
-                row.push_str(", outside the job");
-            }
-            let killed = l.oom_killed || victims.contains(&(l.pid, l.start_ns));
-            if killed {
-                row.push_str(", OOM-killed");
-                row = p.wrap("1;31", &row);
-            }
-            let _ = writeln!(out, "{row}");
-        }
-        if let Some(v) = &folded {
-            let _ = writeln!(
-                out,
-                "    {}  {}  the largest of {} more ended job processes (peak {})",
-                wide_label("others, largest"),
-                sparkline(v, hi),
-                s.folded.count,
-                human_kb(s.folded.peak_kb)
-            );
-        }
-        let usage = s
-            .cgroup_usage
-            .columns(&s.grid, from, to, n, Pick::Max, None);
-        if usage.iter().any(Option::is_some) {
-            let limit = s.cgroup_limit.max_kb();
-            let top = s.cgroup_usage.max_kb();
-            let _ = writeln!(
-                out,
-                "    {}  {}  peak {}{}",
-                p.wrap("2", &wide_label("cgroup usage")),
-                sparkline(&usage, limit.max(top)),
-                human_kb(top),
-                if limit > 0 {
-                    format!(" of {} limit", human_kb(limit))
-                } else {
-                    String::new()
-                }
-            );
-        }
-        let avail = s
-            .mem_available
-            .columns(&s.grid, from, to, n, Pick::Min, None);
-        if avail.iter().any(Option::is_some) {
-            let total = s.mem_total_kb.unwrap_or(0).max(s.mem_available.max_kb());
-            let low = avail.iter().flatten().copied().min().unwrap_or(0);
-            let _ = writeln!(
-                out,
-                "    {}  {}  lowest {} of {}",
-                p.wrap("2", &wide_label("available (machine)")),
-                sparkline(&avail, total),
-                human_kb(low),
-                human_kb(total)
-            );
-        }
-        if !r.kills.is_empty() {
-            let mut marks = vec![' '; n];
-            for k in &r.kills {
-                let c = ((k.ts_ns.saturating_sub(from)) as u128 * n as u128 / span as u128)
-                    .min(n as u128 - 1) as usize;
-                marks[c] = '^';
-            }
-            let _ = writeln!(
-                out,
-                "    {}  {}",
-                wide_label("OOM kills"),
-                p.wrap("1;31", &marks.into_iter().collect::<String>())
-            );
-        }
-        if s.uncharted_outside > 0 {
-            let _ = writeln!(
-                out,
-                "    {}",
-                p.wrap(
-                    "2",
-                    &format!(
-                        "(outside the job only the largest processes are charted; {} smaller ones were left out)",
-                        s.uncharted_outside
-                    )
-                )
-            );
-        }
-        if s.uncharted_job > 0 {
-            let _ = writeln!(
-                out,
-                "    {}",
-                p.wrap(
-                    "1;33",
-                    &format!(
-                        "({} job processes were not charted: more were alive at once than the charts keep)",
-                        s.uncharted_job
-                    )
-                )
-            );
-        }
     }
+}
 
-    if !s.came_and_went.is_empty() {
-        let total: u64 = s.came_and_went.iter().map(|c| c.count).sum();
-        let groups = s
-            .came_and_went
-            .iter()
-            .take(6)
-            .map(|c| {
-                let (short, long) = (human_duration(c.shortest_ns), human_duration(c.longest_ns));
-                let life = if short == long {
-                    format!("lived {long}")
-                } else {
-                    format!("lived {short} to {long}")
-                };
-                format!(
-                    "{} ×{} ({life}, largest peak {})",
-                    crate::term::escape(&c.comm),
-                    c.count,
-                    human_kb(c.peak_kb)
-                )
-            })
-            .collect::<Vec<_>>()
-            .join("; ");
-        let more = s.came_and_went.len().saturating_sub(6);
-        let text = format!(
-            "Came and went: {total} job process{} born and ended while recording: {groups}{}.",
-            if total == 1 { "" } else { "es" },
-            if more > 0 {
-                format!("; and {more} more names")
+/// The cgroup's usage, the machine's available memory, where the kills
+/// fell, and what was left uncharted.
+fn machine_rows(out: &mut String, r: &Report, from: u64, to: u64, n: usize, p: &Paint) {
+    let s = &r.series;
+    let span = to - from;
+    let usage = s
+        .cgroup_usage
+        .columns(&s.grid, from, to, n, Pick::Max, None);
+    if usage.iter().any(Option::is_some) {
+        let limit = s.cgroup_limit.max_kb();
+        let top = s.cgroup_usage.max_kb();
+        let _ = writeln!(
+            out,
+            "    {}  {}  peak {}{}",
+            p.wrap("2", &wide_label("cgroup usage")),
+            sparkline(&usage, limit.max(top)),
+            human_kb(top),
+            if limit > 0 {
+                format!(" of {} limit", human_kb(limit))
             } else {
                 String::new()
             }
         );
-        for line in super::text::wrap(&text, width.saturating_sub(2).max(20)) {
-            let _ = writeln!(out, "  {line}");
-        }
     }
-    out.push('\n');
+    let avail = s
+        .mem_available
+        .columns(&s.grid, from, to, n, Pick::Min, None);
+    if avail.iter().any(Option::is_some) {
+        let total = s.mem_total_kb.unwrap_or(0).max(s.mem_available.max_kb());
+        let low = avail.iter().flatten().copied().min().unwrap_or(0);
+        let _ = writeln!(
+            out,
+            "    {}  {}  lowest {} of {}",
+            p.wrap("2", &wide_label("available (machine)")),
+            sparkline(&avail, total),
+            human_kb(low),
+            human_kb(total)
+        );
+    }
+    if !r.kills.is_empty() {
+        let mut marks = vec![' '; n];
+        for k in &r.kills {
+            let c = ((k.ts_ns.saturating_sub(from)) as u128 * n as u128 / span as u128)
+                .min(n as u128 - 1) as usize;
+            marks[c] = '^';
+        }
+        let _ = writeln!(
+            out,
+            "    {}  {}",
+            wide_label("OOM kills"),
+            p.wrap("1;31", &marks.into_iter().collect::<String>())
+        );
+    }
+    if s.uncharted_outside > 0 {
+        let _ = writeln!(
+            out,
+            "    {}",
+            p.wrap(
+                "2",
+                &format!(
+                    "(outside the job only the largest processes are charted; {} smaller ones were left out)",
+                    s.uncharted_outside
+                )
+            )
+        );
+    }
+    if s.uncharted_job > 0 {
+        let _ = writeln!(
+            out,
+            "    {}",
+            p.wrap(
+                "1;33",
+                &format!(
+                    "({} job processes were not charted: more were alive at once than the charts keep)",
+                    s.uncharted_job
+                )
+            )
+        );
+    }
+}
+
+/// Job processes born and ended while recording, by name.
+fn came_and_went(out: &mut String, r: &Report, width: usize) {
+    let s = &r.series;
+    if s.came_and_went.is_empty() {
+        return;
+    }
+    let total: u64 = s.came_and_went.iter().map(|c| c.count).sum();
+    let groups = s
+        .came_and_went
+        .iter()
+        .take(6)
+        .map(|c| {
+            let (short, long) = (human_duration(c.shortest_ns), human_duration(c.longest_ns));
+            let life = if short == long {
+                format!("lived {long}")
+            } else {
+                format!("lived {short} to {long}")
+            };
+            format!(
+                "{} ×{} ({life}, largest peak {})",
+                crate::term::escape(&c.comm),
+                c.count,
+                human_kb(c.peak_kb)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    let more = s.came_and_went.len().saturating_sub(6);
+    let text = format!(
+        "Came and went: {total} job process{} born and ended while recording: {groups}{}.",
+        if total == 1 { "" } else { "es" },
+        if more > 0 {
+            format!("; and {more} more names")
+        } else {
+            String::new()
+        }
+    );
+    for line in super::text::style::wrap(&text, width.saturating_sub(2).max(20)) {
+        let _ = writeln!(out, "  {line}");
+    }
 }
 
 /// The processes the run summary charts (the HTML report too): each kill's
@@ -474,13 +470,5 @@ mod tests {
         assert_eq!(squeeze(&v, 3, Pick::Max), vec![Some(9), Some(2), Some(4)]);
         assert_eq!(squeeze(&v, 3, Pick::Min), vec![Some(1), Some(2), Some(3)]);
         assert_eq!(squeeze(&v, 12, Pick::Max).len(), 12);
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(human_duration(12_340_000_000), "12.3 s");
-        assert_eq!(human_duration(245_000_000_000), "4 min 5 s");
-        assert_eq!(human_duration(86_400_000_000_000), "24 h");
-        assert_eq!(human_duration(60_000_000_000), "1 min");
     }
 }

@@ -10,46 +10,8 @@ pub mod text;
 use crate::{
     decode::ExitStatus,
     model::{Cause, Death},
+    units::human_kb,
 };
-
-/// Sizes as people read them: `512 KiB`, `250.1 MiB`, `1.25 GiB`.
-pub fn human_kb(kb: u64) -> String {
-    const K: f64 = 1024.0;
-    let v = kb as f64;
-    if kb < 1024 {
-        format!("{kb} KiB")
-    } else if v < K * K {
-        format!("{} MiB", trim(format!("{:.1}", v / K)))
-    } else {
-        format!("{} GiB", trim(format!("{:.2}", v / (K * K))))
-    }
-}
-
-/// A rate in kB/s, in the same units as [`human_kb`].
-pub fn human_rate(kb_per_s: f64) -> String {
-    const K: f64 = 1024.0;
-    if kb_per_s < K {
-        format!("{} KiB/s", trim(format!("{kb_per_s:.1}")))
-    } else if kb_per_s < K * K {
-        format!("{} MiB/s", trim(format!("{:.1}", kb_per_s / K)))
-    } else {
-        format!("{} GiB/s", trim(format!("{:.2}", kb_per_s / (K * K))))
-    }
-}
-
-/// Seconds with one decimal: `12.0 s`.
-pub fn human_secs(ns: u64) -> String {
-    format!("{:.1} s", ns as f64 / 1e9)
-}
-
-/// `250.0` → `250`, `1.50` → `1.5`.
-fn trim(s: String) -> String {
-    if s.contains('.') {
-        s.trim_end_matches('0').trim_end_matches('.').to_string()
-    } else {
-        s
-    }
-}
 
 /// Name of a Linux signal (x86/arm generic numbering).
 pub fn signal_name(sig: i32) -> Option<&'static str> {
@@ -376,16 +338,6 @@ pub(crate) mod fixture {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes() {
-        assert_eq!(human_kb(512), "512 KiB");
-        assert_eq!(human_kb(300 * 1024), "300 MiB");
-        assert_eq!(human_kb(256_102), "250.1 MiB");
-        assert_eq!(human_kb(1536 * 1024), "1.5 GiB");
-        assert_eq!(human_rate(21_299.2), "20.8 MiB/s");
-        assert_eq!(human_rate(12.0), "12 KiB/s");
-    }
 
     #[test]
     fn rfc3339() {

@@ -23,6 +23,7 @@ use std::collections::{HashMap, HashSet};
 use serde_json::{Value, json};
 
 use crate::model::{KillWindow, Pick, ProcLine, Report};
+use crate::units::mib;
 
 /// Linux pids never exceed PID_MAX_LIMIT (2^22, include/linux/threads.h), so
 /// ids above it cannot collide with a real process.
@@ -30,10 +31,6 @@ const PID_MAX_LIMIT: u32 = 1 << 22;
 const SYSTEM_PID: u32 = PID_MAX_LIMIT + 1;
 const FOLDED_PID: u32 = PID_MAX_LIMIT + 2;
 const FIRST_SYNTHETIC: u32 = PID_MAX_LIMIT + 16;
-
-fn mib(kb: u64) -> f64 {
-    (kb as f64 / 1024.0 * 1000.0).round() / 1000.0
-}
 
 pub fn render(r: &Report) -> Value {
     let s = &r.series;
@@ -76,18 +73,7 @@ pub fn render(r: &Report) -> Value {
     // Pids as trace processes; a recycled pid's later process moves aside.
     let mut procs: Vec<&ProcLine> = s.procs.iter().collect();
     procs.sort_by_key(|p| (!p.in_job, p.born_ns.unwrap_or(0), p.pid, p.start_ns));
-    let mut used: HashSet<u32> = HashSet::new();
-    let mut next = FIRST_SYNTHETIC;
-    let mut trace_pid: HashMap<(u32, u64), u32> = HashMap::new();
-    for p in &procs {
-        let id = if used.insert(p.pid) {
-            p.pid
-        } else {
-            next += 1;
-            next
-        };
-        trace_pid.insert((p.pid, p.start_ns), id);
-    }
+    let trace_pid = trace_pids(&procs);
     let name_of = |pid: u32, start: u64| {
         s.procs
             .iter()
@@ -152,6 +138,42 @@ pub fn render(r: &Report) -> Value {
         }
     }
 
+    kill_events(&mut ev, r);
+
+    json!({
+        "traceEvents": ev,
+        "displayTimeUnit": "ms",
+        "otherData": {
+            "generator": "trainbpf report --perfetto",
+            "trainbpf_version": r.header.trainbpf_version,
+            "kernel": r.header.kernel,
+            "command": r.job.as_ref().map(|j| j.argv.join(" ")),
+        },
+    })
+}
+
+/// Trace pids: a process's own pid, and a synthetic one for a recycled
+/// pid's later process.
+fn trace_pids(procs: &[&ProcLine]) -> HashMap<(u32, u64), u32> {
+    let mut used: HashSet<u32> = HashSet::new();
+    let mut next = FIRST_SYNTHETIC;
+    let mut trace_pid: HashMap<(u32, u64), u32> = HashMap::new();
+    for p in procs {
+        let id = if used.insert(p.pid) {
+            p.pid
+        } else {
+            next += 1;
+            next
+        };
+        trace_pid.insert((p.pid, p.start_ns), id);
+    }
+    trace_pid
+}
+
+/// Each kill as a global instant event, with its victim and top grower.
+fn kill_events(ev: &mut Vec<Value>, r: &Report) {
+    let origin = r.first_ns.unwrap_or(0);
+    let us = |t: u64| t.saturating_sub(origin) / 1000;
     for (i, k) in r.kills.iter().enumerate() {
         let top = k.growers.first();
         ev.push(json!({
@@ -176,17 +198,6 @@ pub fn render(r: &Report) -> Value {
             },
         }));
     }
-
-    json!({
-        "traceEvents": ev,
-        "displayTimeUnit": "ms",
-        "otherData": {
-            "generator": "trainbpf report --perfetto",
-            "trainbpf_version": r.header.trainbpf_version,
-            "kernel": r.header.kernel,
-            "command": r.job.as_ref().map(|j| j.argv.join(" ")),
-        },
-    })
 }
 
 /// A process's counter points: its whole-run buckets, with the finer window

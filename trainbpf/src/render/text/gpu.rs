@@ -8,32 +8,10 @@ use crate::term::escape as esc;
 
 use crate::model::Report;
 use crate::model::gpu::{GpuAtKill, GpuProcess, Held, MAX_TIMELINE};
-use crate::render::human_kb;
+use crate::units::{human_bytes, human_kb, signed_bytes};
 
-use super::{Paint, secs_whole, wrap};
-
-/// Bytes as people read them; TiB for the requests a CUDA OOM makes.
-pub fn bytes(b: u64) -> String {
-    const TIB: u64 = 1 << 40;
-    if b == 0 {
-        "0".into()
-    } else if b >= TIB {
-        let t = format!("{:.2}", b as f64 / TIB as f64);
-        format!("{} TiB", t.trim_end_matches('0').trim_end_matches('.'))
-    } else if b < 1024 {
-        format!("{b} B")
-    } else {
-        human_kb(b.div_ceil(1024))
-    }
-}
-
-fn signed(d: i64) -> String {
-    match d {
-        0 => "0".into(),
-        d if d > 0 => format!("+{}", bytes(d as u64)),
-        d => format!("-{}", bytes(d.unsigned_abs())),
-    }
-}
+use super::style::{Paint, wrap};
+use crate::units::secs_whole;
 
 fn context_phrase(p: &GpuProcess) -> Option<String> {
     let c = p.contexts.first()?;
@@ -58,6 +36,19 @@ pub fn section(out: &mut String, r: &Report, width: usize, p: &Paint) {
         "{}",
         p.bold("GPU and pinned host memory (CUDA driver calls, per process):")
     );
+    processes_part(out, r, width, p);
+    workers_part(out, r, width, p);
+    cuda_ooms_part(out, r, width, p);
+    xid_part(out, r, p);
+    timeline_part(out, r, p);
+
+    sources_part(out, r, width, p);
+    out.push('\n');
+}
+
+/// The per-process table, and notes on its columns.
+fn processes_part(out: &mut String, r: &Report, width: usize, p: &Paint) {
+    let g = &r.gpu;
     if g.processes.is_empty() {
         let _ = writeln!(out, "  No job process called the CUDA driver.");
     } else {
@@ -75,17 +66,17 @@ pub fn section(out: &mut String, r: &Report, width: usize, p: &Paint) {
             "NVML - PROBES"
         );
         for x in &g.processes {
-            let nvml = x.nvml.map_or("-".into(), |n| signed(n.difference()));
+            let nvml = x.nvml.map_or("-".into(), |n| signed_bytes(n.difference()));
             let _ = writeln!(
                 out,
                 "  {:>7}  {:<16}  {:>11}  {:>10}  {:>11}  {:>10}  {:>12}  {:>3}  {:>13}",
                 x.pid,
                 esc(&x.comm),
-                bytes(x.device.peak),
-                bytes(x.device.end),
-                bytes(x.pinned.peak),
-                bytes(x.pinned.end),
-                bytes(x.managed.peak),
+                human_bytes(x.device.peak),
+                human_bytes(x.device.end),
+                human_bytes(x.pinned.peak),
+                human_bytes(x.pinned.end),
+                human_bytes(x.managed.peak),
                 x.contexts.len(),
                 nvml
             );
@@ -108,7 +99,7 @@ pub fn section(out: &mut String, r: &Report, width: usize, p: &Paint) {
         if registered > 0 {
             notes.push(format!(
                 "PINNED includes {} registered with cuMemHostRegister: memory the process already had, now page-locked.",
-                bytes(registered)
+                human_bytes(registered)
             ));
         }
         for n in notes {
@@ -118,7 +109,11 @@ pub fn section(out: &mut String, r: &Report, width: usize, p: &Paint) {
         }
     }
     out.push('\n');
+}
 
+/// Workers, not the job's root, that initialised CUDA.
+fn workers_part(out: &mut String, r: &Report, width: usize, p: &Paint) {
+    let g = &r.gpu;
     let workers: Vec<&GpuProcess> = g.processes.iter().filter(|x| x.worker_init).collect();
     if !workers.is_empty() {
         let _ = writeln!(
@@ -152,7 +147,11 @@ pub fn section(out: &mut String, r: &Report, width: usize, p: &Paint) {
         }
         out.push('\n');
     }
+}
 
+/// Each CUDA out-of-memory error, with what was held then.
+fn cuda_ooms_part(out: &mut String, r: &Report, width: usize, p: &Paint) {
+    let g = &r.gpu;
     if !g.cuda_ooms.is_empty() {
         let _ = writeln!(out, "  {}", p.red("CUDA out of memory:"));
         for o in &g.cuda_ooms {
@@ -163,24 +162,36 @@ pub fn section(out: &mut String, r: &Report, width: usize, p: &Paint) {
                 esc(&o.comm),
                 o.tid,
                 o.op.name(),
-                bytes(o.requested_bytes),
+                human_bytes(o.requested_bytes),
                 o.error,
-                bytes(o.held.device),
-                bytes(o.held.pinned),
-                bytes(o.held.managed)
+                human_bytes(o.held.device),
+                human_bytes(o.held.pinned),
+                human_bytes(o.held.managed)
             );
             let others: Vec<String> = o
                 .holders
                 .iter()
                 .filter(|h| h.held.device > 0)
-                .map(|h| format!("pid {} ({}) {}", h.pid, esc(&h.comm), bytes(h.held.device)))
+                .map(|h| {
+                    format!(
+                        "pid {} ({}) {}",
+                        h.pid,
+                        esc(&h.comm),
+                        human_bytes(h.held.device)
+                    )
+                })
                 .collect();
             if !others.is_empty() {
                 let _ = write!(s, " Device memory in use then: {}.", others.join(", "));
             }
             match (o.nvml_used_bytes, o.nvml_total_bytes) {
                 (Some(u), Some(t)) => {
-                    let _ = write!(s, " NVML: {} of {} used on the GPUs.", bytes(u), bytes(t));
+                    let _ = write!(
+                        s,
+                        " NVML: {} of {} used on the GPUs.",
+                        human_bytes(u),
+                        human_bytes(t)
+                    );
                 }
                 _ => s.push_str(" No NVML sample before it."),
             }
@@ -190,7 +201,11 @@ pub fn section(out: &mut String, r: &Report, width: usize, p: &Paint) {
         }
         out.push('\n');
     }
+}
 
+/// NVIDIA Xid errors from the kernel log.
+fn xid_part(out: &mut String, r: &Report, p: &Paint) {
+    let g = &r.gpu;
     if !g.xid.is_empty() {
         let _ = writeln!(out, "  {}", p.red("NVIDIA Xid errors:"));
         for x in &g.xid {
@@ -216,7 +231,11 @@ pub fn section(out: &mut String, r: &Report, width: usize, p: &Paint) {
         }
         out.push('\n');
     }
+}
 
+/// Memory after each notable step.
+fn timeline_part(out: &mut String, r: &Report, p: &Paint) {
+    let g = &r.gpu;
     if !g.timeline.is_empty() {
         let _ = writeln!(
             out,
@@ -229,7 +248,7 @@ pub fn section(out: &mut String, r: &Report, width: usize, p: &Paint) {
         );
         for row in &g.timeline {
             let what = if let Some(req) = row.requested_bytes {
-                format!("{} ({} asked)", row.what, bytes(req))
+                format!("{} ({} asked)", row.what, human_bytes(req))
             } else if row.notable {
                 row.what.clone()
             } else {
@@ -243,11 +262,13 @@ pub fn section(out: &mut String, r: &Report, width: usize, p: &Paint) {
                 for (i, (name, peak, now)) in kinds.into_iter().enumerate() {
                     match (row.delta[i], peak > now) {
                         (0, false) => {}
-                        (0, true) => parts.push(format!("{name} peak {}", bytes(peak))),
-                        (d, false) => parts.push(format!("{name} {}", signed(d))),
-                        (d, true) => {
-                            parts.push(format!("{name} {} (peak {})", signed(d), bytes(peak)))
-                        }
+                        (0, true) => parts.push(format!("{name} peak {}", human_bytes(peak))),
+                        (d, false) => parts.push(format!("{name} {}", signed_bytes(d))),
+                        (d, true) => parts.push(format!(
+                            "{name} {} (peak {})",
+                            signed_bytes(d),
+                            human_bytes(peak)
+                        )),
                     }
                 }
                 format!("{}: {}", row.what, parts.join(", "))
@@ -257,9 +278,9 @@ pub fn section(out: &mut String, r: &Report, width: usize, p: &Paint) {
                 format!("+{:.2} s", r.since_start_s(row.ts_ns)),
                 row.pid,
                 esc(&row.comm),
-                bytes(row.held.device),
-                bytes(row.held.pinned),
-                bytes(row.held.managed),
+                human_bytes(row.held.device),
+                human_bytes(row.held.pinned),
+                human_bytes(row.held.managed),
                 row.host_rss_kb.map_or("-".into(), human_kb)
             );
             let _ = writeln!(
@@ -284,7 +305,12 @@ pub fn section(out: &mut String, r: &Report, width: usize, p: &Paint) {
         }
         out.push('\n');
     }
+}
 
+/// NVML's samples, the GPU sources used and not, attach errors and lost
+/// events.
+fn sources_part(out: &mut String, r: &Report, width: usize, p: &Paint) {
+    let g = &r.gpu;
     if g.nvml_samples > 0 {
         let devs: Vec<String> = g
             .nvml_devices
@@ -294,8 +320,8 @@ pub fn section(out: &mut String, r: &Report, width: usize, p: &Paint) {
                     "GPU {} {}: peak {} of {} used",
                     d.index,
                     esc(&d.name),
-                    bytes(d.peak_used_bytes),
-                    bytes(d.total_bytes)
+                    human_bytes(d.peak_used_bytes),
+                    human_bytes(d.total_bytes)
                 )
             })
             .collect();
@@ -350,7 +376,6 @@ pub fn section(out: &mut String, r: &Report, width: usize, p: &Paint) {
         }
     );
     let _ = writeln!(out, "  {}", if lost > 0 { p.yellow(&line) } else { line });
-    out.push('\n');
 }
 
 fn total(k: &GpuAtKill) -> Held {
@@ -407,8 +432,8 @@ pub fn kill_lines(out: &mut String, r: &Report, i: usize, width: usize) {
             " pid {} ({}) pinned {} of host buffers in the {window} before the kill, {} pinned at the kill.",
             top.pid,
             esc(&top.comm),
-            bytes(top.grew[1] as u64),
-            bytes(top.held.pinned)
+            human_bytes(top.grew[1] as u64),
+            human_bytes(top.held.pinned)
         );
     }
     let t = total(k);
@@ -416,9 +441,9 @@ pub fn kill_lines(out: &mut String, r: &Report, i: usize, width: usize) {
         let _ = write!(
             s,
             " At the kill the recorded processes held {} of device memory, {} pinned host, {} managed.",
-            bytes(t.device),
-            bytes(t.pinned),
-            bytes(t.managed)
+            human_bytes(t.device),
+            human_bytes(t.pinned),
+            human_bytes(t.managed)
         );
     }
     for line in wrap(&s, width.saturating_sub(2)) {
@@ -437,8 +462,8 @@ pub fn verdict(out: &mut String, r: &Report) {
             o.pid,
             esc(&o.comm),
             o.op.name(),
-            bytes(o.requested_bytes),
-            bytes(o.held.device)
+            human_bytes(o.requested_bytes),
+            human_bytes(o.held.device)
         );
     }
     if g.cuda_ooms.len() > 3 {
@@ -463,19 +488,5 @@ pub fn verdict(out: &mut String, r: &Report) {
             g.xid.len(),
             codes.join(", ")
         );
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn byte_sizes() {
-        assert_eq!(bytes(0), "0");
-        assert_eq!(bytes(160 << 20), "160 MiB");
-        assert_eq!(bytes(1 << 40), "1 TiB");
-        assert_eq!(bytes(3 << 39), "1.5 TiB");
-        assert_eq!(signed(-(8 << 20)), "-8 MiB");
     }
 }

@@ -6,23 +6,10 @@ use std::fmt::Write as _;
 
 use crate::model::leaks::{Domain, Projection, Trend, Verdict};
 use crate::model::{Report, ns_to_s};
-use crate::render::{human_kb, human_rate};
+use crate::units::{eta, human_kb, human_rate, human_span, secs_whole, signed_rate};
 
-use super::{Paint, TextOptions, finish, secs_whole, wrap};
+use super::style::{MIN_WIDTH, Paint, TextOptions, finish, wrap};
 use crate::term::escape as esc;
-
-/// A time to come, as people plan by it: `~45 s`, `~12 min`, `~3.5 h`.
-pub fn eta(s: f64) -> String {
-    if s < 90.0 {
-        format!("~{s:.0} s")
-    } else if s < 90.0 * 60.0 {
-        format!("~{:.0} min", s / 60.0)
-    } else if s < 48.0 * 3600.0 {
-        format!("~{:.1} h", s / 3600.0)
-    } else {
-        format!("~{:.1} days", s / 86_400.0)
-    }
-}
 
 /// At most `n` characters, the last an ellipsis when cut.
 fn clip(s: &str, n: usize) -> String {
@@ -32,10 +19,32 @@ fn clip(s: &str, n: usize) -> String {
     }
 }
 
-/// `+8 MiB/s`, `-120 KiB/s`.
-fn signed_rate(kb_per_s: f64) -> String {
-    let sign = if kb_per_s < 0.0 { "-" } else { "+" };
-    format!("{sign}{}", human_rate(kb_per_s.abs()))
+/// `leak suspected: python3 (pid 700) has climbed +2 MiB/s for 40 s (fit
+/// 0.99); at this rate the job's cgroup limit of 100 MiB is reached in ~30 s`.
+pub fn warning_text(w: &crate::decode::LeakWarning, now_ns: u64) -> String {
+    let who = match (w.pid, &w.group) {
+        (Some(pid), _) => format!("{} (pid {pid})", esc(&w.comm)),
+        (None, Some(g)) => format!("{} ({} processes)", esc(g), w.members),
+        (None, None) => esc(&w.comm).into_owned(),
+    };
+    let mut s = format!(
+        "leak suspected: {who} has climbed +{} for {} (fit {:.2})",
+        human_rate(w.slope_bytes_per_s as f64 / 1024.0),
+        human_span(now_ns.saturating_sub(w.since_ns)),
+        w.fit_permille as f64 / 1000.0
+    );
+    if let (Some(secs), Some(limit)) = (w.projected_oom_s, w.limit_kb) {
+        s.push_str(&format!(
+            "; at this rate {} of {} is reached in {}",
+            match w.limit_of.as_deref() {
+                Some("cgroup") => "the job's cgroup limit",
+                _ => "RAM plus swap",
+            },
+            human_kb(limit),
+            eta(secs as f64)
+        ));
+    }
+    s
 }
 
 /// `python3 (pid 700)`, `DataLoader workers (12 processes, pt_data_worker)`.
@@ -132,16 +141,12 @@ fn warnings_part(out: &mut String, r: &Report, width: usize, p: &Paint) {
     }
     let _ = writeln!(out, "{}", p.bold("Leak warnings given while recording:"));
     for (ts, w) in &r.leak_warnings {
-        let mut line = format!(
-            "+{:.1} s  {}",
-            r.since_start_s(*ts),
-            crate::status::warning_text(w, *ts)
-        );
+        let mut line = format!("+{:.1} s  {}", r.since_start_s(*ts), warning_text(w, *ts));
         if let Some(k) = r.kills.iter().find(|k| k.ts_ns >= *ts) {
             line.push_str(&format!(
                 "; the kill of pid {} came {} later",
                 k.victim.pid,
-                crate::compact::human_span(k.ts_ns - ts)
+                human_span(k.ts_ns - ts)
             ));
         }
         for (i, l) in wrap(&line, width.saturating_sub(4)).iter().enumerate() {
@@ -179,7 +184,7 @@ fn leaks_part(out: &mut String, r: &Report, width: usize, p: &Paint) {
 /// `report --leaks`: the section alone, with every trend kept.
 pub fn report(r: &Report, o: &TextOptions) -> String {
     let p = Paint(o.color);
-    let width = o.width.max(super::MIN_WIDTH);
+    let width = o.width.max(MIN_WIDTH);
     let mut out = String::new();
     let l = &r.leaks;
     if l.suspected() {
@@ -378,13 +383,5 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("Nothing still running is leaking"), "{t}");
-    }
-
-    #[test]
-    fn eta_reads_like_a_plan() {
-        assert_eq!(eta(45.2), "~45 s");
-        assert_eq!(eta(720.0), "~12 min");
-        assert_eq!(eta(3.5 * 3600.0), "~3.5 h");
-        assert_eq!(eta(3.0 * 86_400.0), "~3.0 days");
     }
 }

@@ -1,0 +1,97 @@
+//! The short verdict `record` prints on stderr when the job ends.
+
+use std::fmt::Write as _;
+
+use super::run::{job_outcome, lost_detail};
+use super::style::finish;
+use super::{gpu, leaks};
+use crate::model::{Cause, Constraint, Report};
+use crate::render::death_phrase;
+use crate::term::escape as esc;
+use crate::units::{human_kb, secs_whole};
+
+/// Growers named in the verdict.
+const VERDICT_GROWERS: usize = 3;
+
+/// Kills spelled out in the verdict; the rest are counted.
+const VERDICT_KILLS: usize = 3;
+
+/// The short verdict `record` prints on stderr when the job ends.
+pub fn verdict(r: &Report) -> String {
+    let mut out = String::new();
+    for k in r.kills.iter().take(VERDICT_KILLS) {
+        let v = &k.victim;
+        let mut what = match k.constraint {
+            Constraint::Memcg => "memcg OOM".to_string(),
+            Constraint::None => "global OOM".to_string(),
+            Constraint::Unknown => "OOM".to_string(),
+            c => format!("OOM ({})", c.as_str()),
+        };
+        if let Some(m) = &k.memcg {
+            let _ = write!(what, " in {}", esc(m));
+        }
+        if let Some(l) = k.memcg_limit_kb {
+            let _ = write!(what, " (limit {})", human_kb(l));
+        }
+        let _ = writeln!(
+            out,
+            "trainbpf: {what} killed pid {} ({}), RSS {}{}",
+            v.pid,
+            esc(&v.comm),
+            human_kb(v.rss.resident_kb()),
+            if v.in_job { "" } else { ", outside the job" }
+        );
+        if !k.growers.is_empty() {
+            let top = k
+                .growers
+                .iter()
+                .take(VERDICT_GROWERS)
+                .map(|g| format!("{}({}) +{}", esc(&g.comm), g.pid, human_kb(g.grew_kb)))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let _ = writeln!(
+                out,
+                "trainbpf: grew most in the {} before: {top}",
+                secs_whole(k.window_ns)
+            );
+        }
+    }
+    if r.kills.len() > VERDICT_KILLS {
+        let _ = writeln!(
+            out,
+            "trainbpf: … and {} more OOM kills",
+            r.kills.len() - VERDICT_KILLS
+        );
+    }
+    if r.kills.is_empty() {
+        let _ = writeln!(out, "trainbpf: no OOM kill recorded");
+    }
+    let _ = writeln!(out, "trainbpf: job {}", job_outcome(r));
+    // The root's cause, and any other process that did not simply exit.
+    let root = r.job.as_ref().map(|j| j.pid);
+    for d in r
+        .deaths
+        .iter()
+        .filter(|d| Some(d.pid) == root || d.cause != Cause::Exit)
+        .take(VERDICT_KILLS + 1)
+    {
+        let _ = writeln!(
+            out,
+            "trainbpf: pid {} ({}) {}",
+            d.pid,
+            esc(&d.comm),
+            death_phrase(d)
+        );
+    }
+    gpu::verdict(&mut out, r);
+    leaks::verdict(&mut out, r);
+    if r.lost_events() > 0 {
+        let _ = writeln!(
+            out,
+            "trainbpf: lost events: {}{}",
+            r.lost_events(),
+            lost_detail(r)
+        );
+    }
+    finish(out, false)
+}
