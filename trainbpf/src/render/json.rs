@@ -1,336 +1,200 @@
 //! The report as JSON, schema `trainbpf.report/1` (docs/report-json.md).
 //!
-//! The schema is written out here key by key rather than derived from the
-//! model's types, so that a change to the model cannot silently change what
-//! scripts reading the JSON see.
+//! The JSON is a tree of view structs, one module per report section, each
+//! built from the model here rather than derived from the model's own types:
+//! a change to the model cannot silently change what scripts reading the
+//! JSON see. docs/report.schema.json is generated from these structs
+//! ([`schema`]; their doc comments are its descriptions), and an
+//! unprivileged test (tests/report_json.rs) fails when the checked-in file
+//! and the generated one differ.
+//!
+//! Two rules keep the output what it has always been:
+//! - Fields are declared in alphabetical order, the order serde_json's map
+//!   has always printed the keys in. Serialized directly or through a
+//!   `serde_json::Value`, the bytes are the same (a unit test holds that).
+//! - Every key is always present: an unknown value is `null`, never a
+//!   missing key. No field is skipped, and the schema is generated for the
+//!   serialize side, where an `Option` field is required and nullable.
 
-use serde_json::{Value, json};
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde_json::Value;
 
-use crate::decode::{ExitStatus, OomRecordKind};
-use crate::model::{Death, Grower, Kill, Process, Report, ns_to_s};
-use crate::render::{death_phrase, rfc3339_ms};
+use crate::decode::ExitStatus;
+use crate::model::{Report, ns_to_s};
+use crate::render::rfc3339_ms;
 
 /// The `gpu` object.
 mod gpu;
-/// The `leaks` array and `leak_projection`.
+/// `kills[]`, with the victim, growers, ranking and pressure.
+mod kills;
+/// The `leaks` array, `leak_projection` and `leak_warnings`.
 mod leaks;
+/// `job`, `processes[]`, `deaths[]`, `groups[]`, `shared_memory[]`,
+/// `top_memory[]` and `smaps_cost`.
+mod processes;
+/// The `recording` object and the `lost` breakdown.
+mod recording;
+/// The `run` object: the whole run, from the bounded series.
+mod run;
 
 /// Adding keys keeps this; removing or renaming one, or changing a type or
 /// unit, bumps it.
 pub const SCHEMA: &str = "trainbpf.report/1";
 
+/// `trainbpf report --json`, schema trainbpf.report/1, as
+/// docs/report-json.md describes it. Every key is always present (an
+/// unknown value is null, never a missing key); objects allow more keys,
+/// since adding a key keeps /1. Sizes are kB (1024 bytes) in keys ending in
+/// `_kb`, bytes in keys ending in `_bytes`; `*_s` values are seconds, to the
+/// millisecond, and `time_s`, `born_s` and `died_s` count from the
+/// recording's first event.
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(title = "trainbpf report --json", extend("$id" = SCHEMA))]
+pub struct JsonReport {
+    /// The `sum_check` object at the job cgroup's highest usage: the job
+    /// processes' honest growth since the start against the cgroup's.
+    pub attribution_at_peak: Option<kills::SumCheck>,
+    /// Every job process that ended, with its cause, in time order.
+    pub deaths: Vec<processes::Death>,
+    /// GPU and pinned host memory per process, CUDA OOMs, Xid errors, NVML.
+    pub gpu: gpu::Gpu,
+    /// The job's processes that play one role, over the whole run.
+    pub groups: Vec<processes::Group>,
+    /// The recorded command; null if the recording holds no job-start
+    /// record.
+    pub job: Option<processes::Job>,
+    /// One entry per OOM kill, in time order; empty if none.
+    pub kills: Vec<kills::Kill>,
+    /// What the leaks' `projected_oom_s` and `limit_kb` come from; null when
+    /// the recording has no memory-pressure samples.
+    pub leak_projection: Option<leaks::LeakProjection>,
+    /// The leaks `record` warned of on stderr while the job ran, each
+    /// process or group once; empty when none was given.
+    pub leak_warnings: Vec<leaks::LeakWarning>,
+    /// Suspected memory leaks, steepest first: job processes and role
+    /// groups whose honest memory climbed steadily; empty if none.
+    pub leaks: Vec<leaks::Leak>,
+    /// The breakdown of `lost_events`.
+    pub lost: recording::Lost,
+    /// Events the report could not see: ring-buffer records the kernel
+    /// dropped, records that did not decode, samples dropped while the disk
+    /// was full, and job processes the kernel's maps had no room for. 0
+    /// means nothing was lost.
+    pub lost_events: u64,
+    /// The job's processes, by birth.
+    pub processes: Vec<processes::Process>,
+    /// What was recorded and how.
+    pub recording: recording::Recording,
+    /// The whole run, from the charts' bounded series.
+    pub run: run::Run,
+    /// The schema's name and version.
+    #[schemars(extend("const" = SCHEMA))]
+    pub schema: &'static str,
+    /// Shared-memory objects (POSIX `/dev/shm`, SysV, memfd), each once
+    /// however many processes map it, biggest first.
+    pub shared_memory: Vec<processes::SharedObject>,
+    /// What the USS/PSS sampling cost the recorder.
+    pub smaps_cost: processes::SmapsCost,
+    /// Up to 10 processes, any on the machine, by peak resident memory.
+    #[schemars(length(max = 10))]
+    pub top_memory: Vec<processes::TopMemory>,
+}
+
+impl JsonReport {
+    pub fn new(r: &Report) -> JsonReport {
+        JsonReport {
+            attribution_at_peak: r.attribution_at_peak.as_ref().map(kills::SumCheck::new),
+            deaths: r
+                .deaths
+                .iter()
+                .map(|d| processes::Death::new(r, d))
+                .collect(),
+            gpu: gpu::Gpu::new(r),
+            groups: r.groups.iter().map(processes::Group::new).collect(),
+            job: r.job.as_ref().map(processes::Job::new),
+            kills: r.kills.iter().map(|k| kills::Kill::new(r, k)).collect(),
+            leak_projection: leaks::LeakProjection::new(r),
+            leak_warnings: leaks::LeakWarning::all(r),
+            leaks: leaks::Leak::all(r),
+            lost: recording::Lost::new(r),
+            lost_events: r.lost_events(),
+            processes: r
+                .processes
+                .iter()
+                .map(|p| processes::Process::new(r, p))
+                .collect(),
+            recording: recording::Recording::new(r),
+            run: run::Run::new(r),
+            schema: SCHEMA,
+            shared_memory: processes::SharedObject::all(r),
+            smaps_cost: processes::SmapsCost {
+                rounds: r.smaps_rounds,
+                total_us: r.smaps_cost_us,
+            },
+            top_memory: processes::TopMemory::all(r),
+        }
+    }
+}
+
+/// The report as a JSON value (what `report --json` prints, pretty).
 pub fn render(r: &Report) -> Value {
-    let h = &r.header;
-    let a = &h.attach;
-    json!({
-        "schema": SCHEMA,
-        "recording": {
-            "trainbpf_version": h.trainbpf_version,
-            "kernel": h.kernel,
-            "hostname": h.hostname,
-            "attach": {
-                "oom_context": a.oom_context,
-                "oom_victim": a.oom_victim,
-                "memory": a.memory,
-                "faults": a.faults,
-                "lifecycle": a.lifecycle,
-                "printk": a.printk,
-                "signals": a.signals,
-                "oom_score_adj": a.oom_score_adj,
-                "stalls": a.stalls,
-                "pages": a.pages,
-                "page_cache": a.page_cache,
-                "forks": a.forks,
-            },
-            "fallbacks": h.fallbacks.iter()
-                .map(|f| json!({"probe": f.probe, "reason": f.reason}))
-                .collect::<Vec<_>>(),
-            "start": r.first_ns.and_then(|t| r.realtime_ns(t)).map(rfc3339_ms),
-            "duration_s": secs(r.duration_ns()),
-            "events": r.events,
-            "window_s": secs(r.window_ns),
-            "stopped_early": r.stopped_early.as_ref()
-                .map(|s| json!({"offset": s.offset, "reason": s.reason})),
-            "skipped": r.skipped.ranges.iter()
-                .map(|s| json!({"offset": s.offset, "bytes": s.bytes, "reason": s.reason}))
-                .collect::<Vec<_>>(),
-            "skipped_ranges": r.skipped.count,
-            "skipped_bytes": r.skipped.bytes,
-            "compaction": r.compaction.as_ref().map(|c| json!({
-                "count": c.count,
-                "full_from_s": r.since_start_s(c.full_from_ns),
-                "tiers": c.tiers.iter()
-                    .map(|[older, bucket]| json!({"older_than_s": older, "bucket_s": bucket}))
-                    .collect::<Vec<_>>(),
-                "kill_window_bucket_s": c.kill_window_bucket_s,
-                "samples_folded": c.samples_folded,
-                "bytes_before": c.bytes_before,
-                "bytes_after": c.bytes_after,
-                "max_size_bytes": c.max_size,
-            })),
-        },
-        "job": r.job.as_ref().map(|j| json!({
-            "pid": j.pid,
-            "argv": j.argv,
-            "cwd": j.cwd,
-            "uid": j.uid,
-            "exit": j.exit.map(exit),
-            "cgroup": j.cgroup,
-            "memory_limit_bytes": j.memory_limit_bytes,
-        })),
-        "kills": r.kills.iter().map(|k| kill(r, k)).collect::<Vec<_>>(),
-        "processes": r.processes.iter().map(|p| process(r, p)).collect::<Vec<_>>(),
-        "deaths": r.deaths.iter().map(|d| death(r, d)).collect::<Vec<_>>(),
-        "groups": r.groups.iter().map(|g| json!({
-            "role": g.role,
-            "pids": g.pids,
-            "count": g.pids.len(),
-            "honest_kb": g.honest_kb,
-            "peak_rss_kb": g.grew_kb,
-        })).collect::<Vec<_>>(),
-        "shared_memory": r.shared_memory.iter().map(|o| json!({
-            "kind": o.kind,
-            "name": o.name,
-            "id": o.id,
-            "size_kb": o.size_kb,
-            "resident_kb": o.resident_kb,
-            "owner_pid": o.owner_tgid,
-            "mappers": o.mappers,
-        })).collect::<Vec<_>>(),
-        "attribution_at_peak": r.attribution_at_peak.as_ref().map(sum_check),
-        "smaps_cost": {
-            "rounds": r.smaps_rounds,
-            "total_us": r.smaps_cost_us,
-        },
-        "top_memory": r.top_memory.iter().map(|u| json!({
-            "pid": u.pid,
-            "comm": u.comm,
-            "peak_rss_kb": u.peak_rss_kb,
-            "in_job": u.in_job,
-        })).collect::<Vec<_>>(),
-        "run": run(r),
-        "gpu": gpu::render(r),
-        "leaks": leaks::leaks(r),
-        "leak_warnings": leaks::warnings(r),
-        "leak_projection": leaks::projection(r),
-        "lost_events": r.lost_events(),
-        "lost": {
-            "by_kind": r.lost.by_kind.iter().enumerate()
-                .map(|(i, n)| (kind_name(i), json!(n)))
-                .collect::<serde_json::Map<_, _>>(),
-            "by_ring": {
-                "main": r.lost.by_ring().0,
-                "precious": r.lost.by_ring().1,
-            },
-            "undecodable": r.lost.undecodable.saturating_add(r.undecodable),
-            "proc_map_full": r.lost.proc_map_full,
-            "job_map_full": r.lost.job_map_full,
-            "other_map_full": r.lost.other_map_full,
-            "dropped_disk_full": r.lost.dropped_disk_full,
-        },
-    })
+    // Only a map with non-string keys can fail to convert, and there is none.
+    serde_json::to_value(JsonReport::new(r)).unwrap_or(Value::Null)
 }
 
-fn kill(r: &Report, k: &Kill) -> Value {
-    let v = &k.victim;
-    json!({
-        "time": k.realtime_ns.map(rfc3339_ms),
-        "time_s": secs_since(r, k.ts_ns),
-        "victim": {
-            "pid": v.pid,
-            "comm": v.comm,
-            "anon_rss_kb": v.rss.anon_kb,
-            "file_rss_kb": v.rss.file_kb,
-            "shmem_rss_kb": v.rss.shmem_kb,
-            "swap_kb": v.rss.swap_kb,
-            "total_vm_kb": v.total_vm_kb,
-            "pgtables_kb": v.pgtables_kb,
-            "oom_score_adj": v.oom_score_adj,
-            "uid": v.uid,
-            "in_job": v.in_job,
-            "tree": v.tree.iter()
-                .map(|n| json!({"pid": n.pid, "comm": n.comm}))
-                .collect::<Vec<_>>(),
-        },
-        "constraint": k.constraint.as_str(),
-        "memcg": k.memcg,
-        "task_memcg": k.task_memcg,
-        "memcg_usage_kb": k.memcg_usage_kb,
-        "memcg_limit_kb": k.memcg_limit_kb,
-        // A process id like every other `pid` here; the thread is `tid`.
-        "trigger": {"pid": k.trigger.tgid, "tid": k.trigger.pid, "comm": k.trigger.comm},
-        "source": k.sources.iter().map(|s| s.probe.as_str()).collect::<Vec<_>>().join("+"),
-        "sources": k.sources.iter().map(|s| json!({
-            "record": match s.record {
-                OomRecordKind::Kill => "oom_kill_process",
-                OomRecordKind::Victim => "mark_victim",
-            },
-            "probe": s.probe,
-        })).collect::<Vec<_>>(),
-        "kernel_points": k.kernel_points,
-        "totalpages": k.totalpages,
-        "candidates": k.ranking.as_ref().map_or(Vec::new(), |rk| rk.candidates.iter().map(|c| json!({
-            "pid": c.pid,
-            "comm": c.comm,
-            "points": c.points,
-            "rss_kb": c.rss_kb,
-            "swap_kb": c.swap_kb,
-            "pgtables_kb": c.pgtables_kb,
-            "oom_score_adj": c.oom_score_adj,
-            "in_job": c.in_job,
-            "is_victim": c.is_victim,
-        })).collect::<Vec<_>>()),
-        "ranking": k.ranking.as_ref().map(|rk| json!({
-            "reconstructed": true,
-            "totalpages": rk.totalpages,
-            "totalpages_source": rk.totalpages_source.as_str(),
-            "victim_points": rk.victim_points,
-            "agrees_with_kernel": rk.agrees_with_kernel,
-        })),
-        "pressure": k.pressure.as_ref().map(|p| json!({
-            "span_s": secs(p.span_ns),
-            "mem_available_start_kb": p.available_start_kb,
-            "mem_available_at_kill_kb": p.available_at_kill_kb,
-            "mem_available_min_kb": p.available_min_kb,
-            "mem_total_kb": p.mem_total_kb,
-            "swap_used_kb": p.swap_used_kb,
-            "swap_total_kb": p.swap_total_kb,
-            "shmem_kb": p.shmem_kb,
-            "committed_as_kb": p.committed_as_kb,
-            "commit_limit_kb": p.commit_limit_kb,
-            "overcommit_memory": p.overcommit_memory,
-            "cgroup_usage_kb": p.cgroup_usage_kb,
-            "cgroup_limit_kb": p.cgroup_limit_kb,
-            "cgroup_limit_hits": p.cgroup_max_events,
-            "psi_some_avg10": p.psi_some_avg10,
-            "psi_full_avg10": p.psi_full_avg10,
-            "psi_some_stall_ms": p.psi_some_stall_ms,
-            "stall_ms": {"direct_reclaim": p.stall_ms[0], "memcg_reclaim": p.stall_ms[1], "compaction": p.stall_ms[2]},
-            "stalls": {"direct_reclaim": p.stalls[0], "memcg_reclaim": p.stalls[1], "compaction": p.stalls[2]},
-            "reclaim_freed_kb": p.reclaim_freed_kb,
-        })),
-        "window_s": secs(k.window_ns),
-        "groups": k.groups.iter().map(|g| json!({
-            "role": g.role,
-            "pids": g.pids,
-            "count": g.pids.len(),
-            "honest_kb": g.honest_kb,
-            "grew_kb": g.grew_kb,
-            "window_s": secs(g.window_ns),
-        })).collect::<Vec<_>>(),
-        "sum_check": k.sum_check.as_ref().map(sum_check),
-        "growers": k.growers.iter().map(grower).collect::<Vec<_>>(),
-        "kernel_log": k.kernel_log,
-    })
+/// The JSON Schema of [`JsonReport`], as docs/report.schema.json holds it.
+pub fn schema() -> schemars::Schema {
+    schemars::generate::SchemaSettings::draft2020_12()
+        .for_serialize()
+        .into_generator()
+        .into_root_schema_for::<JsonReport>()
 }
 
-fn sum_check(s: &crate::model::SumCheck) -> Value {
-    json!({
-        "cgroup_delta_kb": s.cgroup_delta_kb,
-        "attributed_kb": s.attributed_kb,
-        "unattributed_kb": s.unattributed_kb,
-        "unattributed": {
-            "page_cache_delta_kb": s.file_delta_kb,
-            "kernel_delta_kb": s.kernel_delta_kb,
-        },
-        "ratio": s.ratio().map(|r| (r * 1000.0).round() / 1000.0),
-    })
+/// [`schema`] as the text of docs/report.schema.json.
+pub fn schema_text() -> String {
+    let mut s = serde_json::to_string_pretty(&schema()).unwrap_or_default();
+    s.push('\n');
+    s
 }
 
-/// The whole run, from the bounded series: the charted processes' peaks
-/// and the job processes that came and went.
-fn run(r: &Report) -> Value {
-    let s = &r.series;
-    json!({
-        "duration_s": secs(r.duration_ns()),
-        "peaks": s.job_first().iter().map(|p| json!({
-            "pid": p.pid,
-            "comm": p.comm,
-            "in_job": p.in_job,
-            "peak_rss_kb": p.peak_kb,
-            "peak_s": secs_since(r, p.peak_ns),
-            "born_s": p.born_ns.map(|t| secs_since(r, t)),
-            "died_s": p.died_ns.map(|t| secs_since(r, t)),
-            "oom_killed": p.oom_killed,
-        })).collect::<Vec<_>>(),
-        "folded": {"count": s.folded.count, "peak_rss_kb": s.folded.peak_kb},
-        "came_and_went": s.came_and_went.iter().map(|c| json!({
-            "comm": c.comm,
-            "count": c.count,
-            "shortest_s": secs(c.shortest_ns),
-            "longest_s": secs(c.longest_ns),
-            "peak_rss_kb": c.peak_kb,
-        })).collect::<Vec<_>>(),
-        "uncharted": {"job": s.uncharted_job, "outside": s.uncharted_outside},
-    })
+/// A wall-clock time: RFC 3339 UTC with milliseconds
+/// (`2025-03-01T12:34:56.789Z`), from the recording's clock pair.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(transparent)]
+pub struct Time(
+    #[schemars(pattern(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z$"))]
+    String,
+);
+
+impl Time {
+    /// Null without a clock pair.
+    fn at(r: &Report, mono_ns: u64) -> Option<Time> {
+        r.realtime_ns(mono_ns).map(Time::real)
+    }
+
+    fn real(realtime_ns: u64) -> Time {
+        Time(rfc3339_ms(realtime_ns))
+    }
 }
 
-fn grower(g: &Grower) -> Value {
-    json!({
-        "pid": g.pid,
-        "comm": g.comm,
-        "grew_kb": g.grew_kb,
-        "honest_kb": g.honest_kb,
-        "window_s": secs(g.window_ns),
-        "rate_kb_per_s": g.rate_kb_per_s.map(|r| (r * 10.0).round() / 10.0),
-        "rss_kb": g.rss_kb,
-        "in_job": g.in_job,
-        "born_in_window": g.born_in_window,
-        "victim": g.is_victim,
-    })
+/// How a process ended, as `wait(2)` reported it: `{"code": N}` or
+/// `{"signal": N}`.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Exit {
+    /// It exited with this code.
+    Code(i32),
+    /// This signal ended it.
+    Signal(i32),
 }
 
-fn process(r: &Report, p: &Process) -> Value {
-    json!({
-        "pid": p.pid,
-        "comm": p.comm,
-        "parent": p.parent.map(|k| k.tgid),
-        "exec": p.exec,
-        "born_s": p.born_ns.map(|t| secs_since(r, t)),
-        "died_s": p.died_ns.map(|t| secs_since(r, t)),
-        "exit": p.exit.map(exit),
-        "peak_rss_kb": p.peak_rss_kb,
-        "oom_killed": p.oom_killed,
-        "oom_score_adj": p.oom_score_adj,
-        "honest_kb": p.honest_kb,
-        "honest_peak_kb": p.honest_peak_kb,
-        "page_cache_kb": p.page_cache_kb,
-        "uss_kb": p.uss_kb,
-        "pss_kb": p.pss_kb,
-    })
-}
-
-fn death(r: &Report, d: &Death) -> Value {
-    json!({
-        "pid": d.pid,
-        "comm": d.comm,
-        "time": r.realtime_ns(d.ts_ns).map(rfc3339_ms),
-        "time_s": secs_since(r, d.ts_ns),
-        "cause": d.cause.as_str(),
-        "signal": d.signal,
-        "code": d.code,
-        "sender": d.sender.as_ref().map(|s| json!({
-            "pid": s.pid,
-            "comm": s.comm,
-            "exe": s.exe,
-            "uid": s.uid,
-            "terminal": s.terminal.as_ref().map(|t| json!({
-                "tty": t.tty,
-                "session": t.session,
-                "foreground_group": t.foreground_pgrp,
-            })),
-            "forwarded_by": s.forwarded_by,
-        })),
-        "memcg": d.memcg,
-        "memcg_limit_kb": d.memcg_limit_kb,
-        "phrase": death_phrase(d),
-    })
-}
-
-fn exit(s: ExitStatus) -> Value {
-    match s {
-        ExitStatus::Code(c) => json!({"code": c}),
-        ExitStatus::Signal(n) => json!({"signal": n}),
+impl From<ExitStatus> for Exit {
+    fn from(s: ExitStatus) -> Exit {
+        match s {
+            ExitStatus::Code(c) => Exit::Code(c),
+            ExitStatus::Signal(n) => Exit::Signal(n),
+        }
     }
 }
 
@@ -347,32 +211,29 @@ fn secs_since(r: &Report, ts: u64) -> f64 {
     (d / 1e6).round() / 1000.0
 }
 
-/// Names for the kernel record kinds that index `Lost::by_kind`.
-fn kind_name(i: usize) -> String {
-    use trainbpf_common as c;
-    let name = match u16::try_from(i).unwrap_or(u16::MAX) {
-        c::KIND_FORK => "fork",
-        c::KIND_EXEC => "exec",
-        c::KIND_EXIT => "exit",
-        c::KIND_MEM => "mem",
-        c::KIND_OOM_VICTIM => "oom_victim",
-        c::KIND_OOM_KILL => "oom_kill",
-        c::KIND_PRINTK => "printk",
-        c::KIND_SIGNAL => "signal",
-        c::KIND_OOM_ADJ => "oom_adj",
-        c::KIND_CUDA => "cuda",
-        c::KIND_XID => "xid",
-        c::KIND_NV_PAGES => "nv_pages",
-        _ => return format!("kind_{i}"),
-    };
-    name.to_string()
+/// To a tenth: a rate or a projection, whose hundredths are noise.
+fn tenths(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
     use crate::recording::ClockPair;
     use crate::render::fixture::sample_report;
+
+    #[test]
+    fn fields_are_in_the_printed_key_order() {
+        // serde_json's map sorts keys; the structs must list them in that
+        // order for a direct serialization to print the same bytes.
+        for r in [sample_report(), full_report(), gpu::tests::gpu_report()] {
+            let direct = serde_json::to_string_pretty(&JsonReport::new(&r)).unwrap();
+            let through_value = serde_json::to_string_pretty(&render(&r)).unwrap();
+            assert_eq!(direct, through_value);
+        }
+    }
 
     #[test]
     fn has_the_documented_keys() {
@@ -478,5 +339,186 @@ mod tests {
         assert!(v["kills"][0].get("kernel_points").is_some());
         // Without a clock pair there is no wall-clock time to give.
         assert!(v["kills"][0]["time"].is_null());
+    }
+
+    /// The sample with every optional section filled: the ranking, the
+    /// pressure, the sum check, groups, leaks and their warnings,
+    /// compaction, shared memory, a damaged file.
+    fn full_report() -> Report {
+        use crate::model::leaks::{Domain, Projection, Trend, Verdict};
+        use crate::model::{PressureBefore, RankedCandidate, Ranking, SumCheck, TotalSource};
+        let mut r = sample_report();
+        let sum = SumCheck {
+            ts_ns: 20_000_000_000,
+            cgroup_delta_kb: 300_000,
+            attributed_kb: 280_000,
+            unattributed_kb: 20_000,
+            file_delta_kb: Some(12),
+            kernel_delta_kb: None,
+        };
+        let group = crate::model::Group {
+            role: "DataLoader workers".into(),
+            pids: vec![812, 813],
+            honest_kb: 250_000,
+            grew_kb: 256_000,
+            window_ns: 12_000_000_000,
+        };
+        let k = &mut r.kills[0];
+        k.ranking = Some(Ranking {
+            candidates: vec![RankedCandidate {
+                pid: 812,
+                start_ns: 5,
+                comm: "pt_data_worker".into(),
+                in_job: true,
+                points: 64_900,
+                rss_kb: 257_024,
+                swap_kb: 0,
+                pgtables_kb: 700,
+                oom_score_adj: -5,
+                is_victim: true,
+            }],
+            totalpages: 76_800,
+            totalpages_source: TotalSource::Machine,
+            victim_points: Some(64_900),
+            agrees_with_kernel: Some(true),
+        });
+        k.pressure = Some(PressureBefore {
+            span_ns: 10_000_000_000,
+            available_start_kb: 9000,
+            available_at_kill_kb: 100,
+            available_min_kb: 100,
+            mem_total_kb: 16 << 20,
+            swap_used_kb: 0,
+            swap_total_kb: 0,
+            shmem_kb: 12,
+            committed_as_kb: 1 << 20,
+            commit_limit_kb: 8 << 20,
+            overcommit_memory: Some(0),
+            cgroup_usage_kb: Some(307_200),
+            cgroup_limit_kb: None,
+            cgroup_max_events: Some(3),
+            psi_some_avg10: Some(12.5),
+            psi_full_avg10: None,
+            psi_some_stall_ms: Some(3300),
+            stall_ms: [3300, 1, 2],
+            stalls: [10, 0, 0],
+            reclaim_freed_kb: 4,
+        });
+        k.sum_check = Some(sum.clone());
+        k.groups = vec![group.clone()];
+        r.groups = vec![group];
+        r.attribution_at_peak = Some(sum);
+        let trend = Trend {
+            pid: None,
+            start_ns: 0,
+            comm: "pt_data_worker".into(),
+            group: Some("DataLoader workers".into()),
+            members: 2,
+            alive: true,
+            slope_kb_per_s: 100.0,
+            fit: 0.9,
+            since_ns: 2_500_000_000,
+            until_ns: 22_000_000_000,
+            growth_kb: 2000,
+            size_kb: 200_000,
+            verdict: Verdict::Leak,
+        };
+        r.leaks.trends = vec![trend];
+        r.leaks.projection = Some(Projection {
+            domain: Domain::Cgroup,
+            limit_kb: 307_200,
+            usage_kb: 300_000,
+            slope_kb_per_s: 100.0,
+            seconds: None,
+        });
+        r.leak_warnings = vec![(
+            10_000_000_000,
+            crate::decode::LeakWarning {
+                pid: Some(812),
+                comm: "pt_data_worker".into(),
+                limit_of: Some("cgroup".into()),
+                projected_oom_s: Some(72),
+                ..Default::default()
+            },
+        )];
+        r.compaction = Some(crate::decode::Compaction {
+            count: 1,
+            tiers: vec![[3600, 10]],
+            ..Default::default()
+        });
+        // Built from its serde form, so that this test need not know which
+        // module the sampler's types live in.
+        r.shared_memory = serde_json::from_value(json!([{
+            "kind": "posix", "name": "/dev/shm/x", "id": 7, "size_kb": 4,
+            "resident_kb": 4, "owner_tgid": 812, "mappers": 2
+        }]))
+        .unwrap();
+        r.stopped_early = Some(crate::recording::Stop {
+            offset: 4096,
+            reason: "frame checksum mismatch".into(),
+        });
+        r.processes[0].exit = Some(ExitStatus::Code(1));
+        r
+    }
+
+    #[test]
+    fn a_full_report_matches_the_schema() {
+        let v = render(&full_report());
+        let schema = schema().to_value();
+        let validator = jsonschema::draft202012::new(&schema).unwrap();
+        let errors: Vec<String> = validator
+            .iter_errors(&v)
+            .map(|e| format!("{e} at {}", e.instance_path()))
+            .collect();
+        assert!(errors.is_empty(), "{errors:#?}");
+        let k = &v["kills"][0];
+        assert_eq!(k["ranking"]["totalpages_source"], "mem_total_plus_swap");
+        assert_eq!(k["ranking"]["reconstructed"], true);
+        assert_eq!(k["sources"][0]["record"], "oom_kill_process");
+        assert_eq!(k["pressure"]["stall_ms"]["direct_reclaim"], 3300);
+        assert_eq!(k["pressure"]["cgroup_limit_hits"], 3);
+        assert_eq!(k["sum_check"]["unattributed"]["page_cache_delta_kb"], 12);
+        assert_eq!(v["groups"][0]["peak_rss_kb"], 256_000);
+        assert_eq!(v["groups"][0]["count"], 2);
+        assert_eq!(v["shared_memory"][0]["kind"], "posix");
+        assert_eq!(v["shared_memory"][0]["owner_pid"], 812);
+        assert_eq!(v["leak_warnings"][0]["limit_of"], "cgroup");
+        assert_eq!(v["recording"]["compaction"]["tiers"][0]["bucket_s"], 10);
+        assert_eq!(v["processes"][0]["exit"], json!({"code": 1}));
+        // The schema is not vacuous: a kill without a victim fails, and so
+        // does a constraint the kernel does not have.
+        let mut bad = v.clone();
+        bad["kills"][0].as_object_mut().unwrap().remove("victim");
+        assert!(!validator.is_valid(&bad));
+        let mut bad = v;
+        bad["kills"][0]["constraint"] = json!("oom");
+        assert!(!validator.is_valid(&bad));
+    }
+
+    #[test]
+    fn every_property_is_required() {
+        // The output never leaves a key out, so the schema must not let a
+        // reader think it might.
+        fn check(v: &Value, at: &str) {
+            match v {
+                Value::Object(m) => {
+                    if let Some(Value::Object(props)) = m.get("properties") {
+                        let req = m.get("required").and_then(Value::as_array);
+                        for k in props.keys() {
+                            assert!(
+                                req.is_some_and(|r| r.iter().any(|x| x == k)),
+                                "{at}.{k} is not required"
+                            );
+                        }
+                    }
+                    for (k, x) in m {
+                        check(x, &format!("{at}/{k}"));
+                    }
+                }
+                Value::Array(a) => a.iter().for_each(|x| check(x, at)),
+                _ => {}
+            }
+        }
+        check(&schema().to_value(), "#");
     }
 }

@@ -1,76 +1,160 @@
-//! The report's `leaks` array and `leak_projection` object
-//! (docs/report-json.md, "leaks[]"). Written out key by key, like the rest
-//! of the schema.
+//! The report's `leaks` array, `leak_projection` object and
+//! `leak_warnings` (docs/report-json.md, "leaks[]").
 
-use serde_json::{Value, json};
+use schemars::JsonSchema;
+use serde::Serialize;
 
 use crate::model::Report;
+use crate::model::leaks::Domain as ModelDomain;
 
-use super::{secs, secs_since};
+use super::{secs, secs_since, tenths};
 
-/// Suspected leaks, steepest first.
-/// The warnings `record` gave while the job ran.
-pub fn warnings(r: &Report) -> Value {
-    Value::Array(
-        r.leak_warnings
-            .iter()
-            .map(|(ts, w)| {
-                json!({
-                    "time_s": secs_since(r, *ts),
-                    "pid": w.pid,
-                    "comm": w.comm,
-                    "group": w.group,
-                    "slope_kb_per_s": (w.slope_bytes_per_s as f64 / 102.4).round() / 10.0,
-                    "fit": w.fit_permille as f64 / 1000.0,
-                    "since": secs_since(r, w.since_ns),
-                    "projected_oom_s": w.projected_oom_s,
-                    "limit_kb": w.limit_kb,
-                    "limit_of": w.limit_of,
-                })
-            })
-            .collect(),
-    )
+/// A warning `record` gave while the job ran.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct LeakWarning {
+    pub comm: String,
+    /// The trend's fit, 0 to 1.
+    pub fit: f64,
+    /// The role group; null for a process.
+    pub group: Option<String>,
+    /// The limit the projection ran into (kB).
+    pub limit_kb: Option<u64>,
+    /// What the limit is.
+    #[schemars(extend("enum" = ["cgroup", "machine", null]))]
+    pub limit_of: Option<String>,
+    /// Null for a role group.
+    pub pid: Option<u32>,
+    /// Seconds from the warning until the limit, at the slope.
+    pub projected_oom_s: Option<u64>,
+    /// When the climb began, seconds since the recording start.
+    pub since: f64,
+    pub slope_kb_per_s: f64,
+    /// When the warning was given, seconds since the recording start.
+    pub time_s: f64,
 }
 
-pub fn leaks(r: &Report) -> Value {
-    let p = r.leaks.projection.as_ref();
-    let v: Vec<Value> = r
-        .leaks
-        .leaks()
-        .map(|t| {
-            json!({
-                "pid": t.pid,
-                "comm": t.comm,
-                "group": t.group,
-                "slope_kb_per_s": (t.slope_kb_per_s * 10.0).round() / 10.0,
-                "fit": (t.fit * 1000.0).round() / 1000.0,
-                "since": secs_since(r, t.since_ns),
-                "projected_oom_s": p.and_then(|p| p.seconds).map(|s| (s * 10.0).round() / 10.0),
-                "limit_kb": p.map(|p| p.limit_kb),
-                "members": t.members,
-                "alive": t.alive,
-                "span_s": secs(t.until_ns.saturating_sub(t.since_ns)),
-                "growth_kb": t.growth_kb,
-                "size_kb": t.size_kb,
+impl LeakWarning {
+    pub fn all(r: &Report) -> Vec<LeakWarning> {
+        r.leak_warnings
+            .iter()
+            .map(|(ts, w)| LeakWarning {
+                comm: w.comm.clone(),
+                fit: w.fit_permille as f64 / 1000.0,
+                group: w.group.clone(),
+                limit_kb: w.limit_kb,
+                limit_of: w.limit_of.clone(),
+                pid: w.pid,
+                projected_oom_s: w.projected_oom_s,
+                since: secs_since(r, w.since_ns),
+                slope_kb_per_s: (w.slope_bytes_per_s as f64 / 102.4).round() / 10.0,
+                time_s: secs_since(r, *ts),
             })
-        })
-        .collect();
-    Value::Array(v)
+            .collect()
+    }
+}
+
+/// A suspected leak: a sustained climb of a job process's (or role
+/// group's) honest memory.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Leak {
+    /// Still running when the recording ended (a group: any member).
+    pub alive: bool,
+    /// Its latest command name; for a group, its latest member's.
+    pub comm: String,
+    /// Share of the variance the trend explains, 0 to 1.
+    #[schemars(range(min = 0, max = 1))]
+    pub fit: f64,
+    /// The role group: the process's (null when it has none), or the
+    /// group's own.
+    pub group: Option<String>,
+    /// `slope_kb_per_s × span_s`.
+    pub growth_kb: i64,
+    /// The limit the projection runs into: the job cgroup's limit, or
+    /// MemTotal plus SwapTotal.
+    pub limit_kb: Option<u64>,
+    /// Processes in the group; 1 for a process.
+    pub members: usize,
+    /// Null for a role group.
+    pub pid: Option<u32>,
+    /// Seconds from the end of the recording until the leaks still running
+    /// reach `limit_kb`; the same in every entry; null when nothing leaking
+    /// is alive at the end, or no limit is known.
+    pub projected_oom_s: Option<f64>,
+    /// When the sustained climb began, seconds since the recording start.
+    pub since: f64,
+    /// The largest the process (or group) was: RSS or honest memory.
+    pub size_kb: u64,
+    /// The climb's rate, kB per second.
+    pub slope_kb_per_s: f64,
+    /// Seconds from `since` to its end.
+    pub span_s: f64,
+}
+
+impl Leak {
+    /// Suspected leaks, steepest first.
+    pub fn all(r: &Report) -> Vec<Leak> {
+        let p = r.leaks.projection.as_ref();
+        r.leaks
+            .leaks()
+            .map(|t| Leak {
+                alive: t.alive,
+                comm: t.comm.clone(),
+                fit: (t.fit * 1000.0).round() / 1000.0,
+                group: t.group.clone(),
+                growth_kb: t.growth_kb,
+                limit_kb: p.map(|p| p.limit_kb),
+                members: t.members,
+                pid: t.pid,
+                projected_oom_s: p.and_then(|p| p.seconds).map(tenths),
+                since: secs_since(r, t.since_ns),
+                size_kb: t.size_kb,
+                slope_kb_per_s: tenths(t.slope_kb_per_s),
+                span_s: secs(t.until_ns.saturating_sub(t.since_ns)),
+            })
+            .collect()
+    }
 }
 
 /// The projection the `leaks` entries share, with what it was made from.
-pub fn projection(r: &Report) -> Value {
-    match &r.leaks.projection {
-        None => Value::Null,
-        Some(p) => json!({
-            "domain": p.domain.as_str(),
-            "limit_kb": p.limit_kb,
-            "usage_kb": p.usage_kb,
-            "slope_kb_per_s": (p.slope_kb_per_s * 10.0).round() / 10.0,
-            "seconds": p.seconds.map(|s| (s * 10.0).round() / 10.0),
-            "min_span_s": secs(r.leaks.min_span_ns),
-        }),
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct LeakProjection {
+    pub domain: Domain,
+    /// The limit (kB).
+    pub limit_kb: u64,
+    /// The leak span the trends were judged by (`--leak-span`), seconds.
+    pub min_span_s: f64,
+    /// `(limit_kb - usage_kb) / slope_kb_per_s`; null when the slope is 0.
+    pub seconds: Option<f64>,
+    /// The live leaks' summed slope; 0 when none.
+    pub slope_kb_per_s: f64,
+    /// Usage at the end (kB), projected from the recent samples.
+    pub usage_kb: u64,
+}
+
+impl LeakProjection {
+    pub fn new(r: &Report) -> Option<LeakProjection> {
+        r.leaks.projection.as_ref().map(|p| LeakProjection {
+            domain: match p.domain {
+                ModelDomain::Cgroup => Domain::Cgroup,
+                ModelDomain::Machine => Domain::Machine,
+            },
+            limit_kb: p.limit_kb,
+            min_span_s: secs(r.leaks.min_span_ns),
+            seconds: p.seconds.map(tenths),
+            slope_kb_per_s: tenths(p.slope_kb_per_s),
+            usage_kb: p.usage_kb,
+        })
     }
+}
+
+/// What a leak projection runs into.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Domain {
+    /// The job's memory cgroup.
+    Cgroup,
+    /// MemTotal plus SwapTotal.
+    Machine,
 }
 
 #[cfg(test)]

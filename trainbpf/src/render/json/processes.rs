@@ -1,0 +1,311 @@
+//! The report's job and its processes (docs/report-json.md, "job",
+//! "processes[]", "deaths[]", "top_memory[]"), with the role groups, the
+//! shared-memory objects and what the USS/PSS sampling cost.
+
+use schemars::JsonSchema;
+use serde::Serialize;
+
+use crate::model::{self, Report};
+use crate::render::death_phrase;
+
+use super::{Exit, Time, secs_since};
+
+/// The recorded command.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Job {
+    /// The command line.
+    pub argv: Vec<String>,
+    /// The memory cgroup created for `--memory-limit`, as the kernel names
+    /// it; null without one.
+    pub cgroup: Option<String>,
+    pub cwd: String,
+    /// How the main process ended; null if the recording ended first.
+    pub exit: Option<Exit>,
+    /// The `--memory-limit`, bytes.
+    pub memory_limit_bytes: Option<u64>,
+    /// The job's main process.
+    pub pid: u32,
+    pub uid: u32,
+}
+
+impl Job {
+    pub fn new(j: &model::Job) -> Job {
+        Job {
+            argv: j.argv.clone(),
+            cgroup: j.cgroup.clone(),
+            cwd: j.cwd.clone(),
+            exit: j.exit.map(Exit::from),
+            memory_limit_bytes: j.memory_limit_bytes,
+            pid: j.pid,
+            uid: j.uid,
+        }
+    }
+}
+
+/// A process of the job's tree that the recorder saw.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Process {
+    /// Its birth, seconds since the recording start.
+    pub born_s: Option<f64>,
+    /// Latest command name.
+    pub comm: String,
+    /// Its exit, seconds since the recording start; null if still running
+    /// at the end.
+    pub died_s: Option<f64>,
+    /// The last file it exec'd; ends in `…` when the path was cut.
+    pub exec: Option<String>,
+    /// How it ended, decoded from the wait status.
+    pub exit: Option<Exit>,
+    /// Memory it allocated minus freed in its own context, at its last
+    /// record (kB); null without page-allocation probes.
+    pub honest_kb: Option<i64>,
+    /// The most `honest_kb` reached.
+    pub honest_peak_kb: Option<i64>,
+    /// The OOM killer chose it.
+    pub oom_killed: bool,
+    /// The last `oom_score_adj` written while recording; null if it never
+    /// changed.
+    #[schemars(range(min = -1000, max = 1000))]
+    pub oom_score_adj: Option<i32>,
+    /// Page cache it brought in minus what it removed, in its own context
+    /// (kB); null without the page-cache probes.
+    pub page_cache_kb: Option<i64>,
+    /// Parent's pid; null for the job's main process.
+    pub parent: Option<u32>,
+    /// The largest resident memory seen (kB).
+    pub peak_rss_kb: u64,
+    pub pid: u32,
+    /// Proportional set size from its last smaps_rollup sample (kB).
+    pub pss_kb: Option<u64>,
+    /// Unique set size from its last smaps_rollup sample (kB).
+    pub uss_kb: Option<u64>,
+}
+
+impl Process {
+    pub fn new(r: &Report, p: &model::Process) -> Process {
+        Process {
+            born_s: p.born_ns.map(|t| secs_since(r, t)),
+            comm: p.comm.clone(),
+            died_s: p.died_ns.map(|t| secs_since(r, t)),
+            exec: p.exec.clone(),
+            exit: p.exit.map(Exit::from),
+            honest_kb: p.honest_kb,
+            honest_peak_kb: p.honest_peak_kb,
+            oom_killed: p.oom_killed,
+            oom_score_adj: p.oom_score_adj,
+            page_cache_kb: p.page_cache_kb,
+            parent: p.parent.map(|k| k.tgid),
+            peak_rss_kb: p.peak_rss_kb,
+            pid: p.pid,
+            pss_kb: p.pss_kb,
+            uss_kb: p.uss_kb,
+        }
+    }
+}
+
+/// A job process that ended while recording.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Death {
+    pub cause: Cause,
+    /// The exit code for `exit`; otherwise the signal's `si_code` when the
+    /// signal was seen.
+    pub code: Option<i32>,
+    pub comm: String,
+    /// For OOM kills: the memory cgroup.
+    pub memcg: Option<String>,
+    /// For OOM kills: the memory cgroup's limit (kB).
+    pub memcg_limit_kb: Option<u64>,
+    /// The cause in words, as the text report prints it.
+    pub phrase: String,
+    pub pid: u32,
+    /// Who sent the fatal signal (for an OOM kill, the task whose
+    /// allocation triggered it); null when no signal record matched.
+    pub sender: Option<Sender>,
+    /// The fatal signal; null for an exit.
+    pub signal: Option<i32>,
+    pub time: Option<Time>,
+    /// Seconds since the recording start.
+    pub time_s: f64,
+}
+
+impl Death {
+    pub fn new(r: &Report, d: &model::Death) -> Death {
+        Death {
+            cause: d.cause.into(),
+            code: d.code,
+            comm: d.comm.clone(),
+            memcg: d.memcg.clone(),
+            memcg_limit_kb: d.memcg_limit_kb,
+            phrase: death_phrase(d),
+            pid: d.pid,
+            sender: d.sender.as_ref().map(|s| Sender {
+                comm: s.comm.clone(),
+                exe: s.exe.clone(),
+                forwarded_by: s.forwarded_by,
+                pid: s.pid,
+                terminal: s.terminal.as_ref().map(|t| Terminal {
+                    foreground_group: t.foreground_pgrp,
+                    session: t.session,
+                    tty: t.tty.clone(),
+                }),
+                uid: s.uid,
+            }),
+            signal: d.signal,
+            time: Time::at(r, d.ts_ns),
+            time_s: secs_since(r, d.ts_ns),
+        }
+    }
+}
+
+/// Why a process ended.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Cause {
+    /// The kernel's OOM killer, machine out of memory.
+    OomGlobal,
+    /// The kernel's OOM killer, a memory cgroup at its limit.
+    OomMemcg,
+    /// A signal from a process: `kill`, systemd-oomd, earlyoom, kubelet,
+    /// the job's launcher.
+    Signal,
+    /// SIGSEGV, SIGBUS, SIGABRT, SIGILL, SIGFPE, SIGTRAP, SIGSYS.
+    Crash,
+    Exit,
+}
+
+impl From<model::Cause> for Cause {
+    fn from(c: model::Cause) -> Cause {
+        match c {
+            model::Cause::OomGlobal => Cause::OomGlobal,
+            model::Cause::OomMemcg => Cause::OomMemcg,
+            model::Cause::Signal => Cause::Signal,
+            model::Cause::Crash => Cause::Crash,
+            model::Cause::Exit => Cause::Exit,
+        }
+    }
+}
+
+/// Who sent a fatal signal.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Sender {
+    /// Empty for a signal a terminal generated.
+    pub comm: String,
+    /// Null when the sender had exited before the recorder could read it.
+    pub exe: Option<String>,
+    /// The recorder's pid, when it passed on a signal someone sent it.
+    pub forwarded_by: Option<u32>,
+    /// 0 for a signal a terminal generated.
+    pub pid: u32,
+    /// The terminal that generated the signal (Ctrl-C, Ctrl-\, Ctrl-Z,
+    /// hangup); else null.
+    pub terminal: Option<Terminal>,
+    pub uid: Option<u32>,
+}
+
+/// A terminal, when the key was typed.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Terminal {
+    /// Its foreground process group.
+    pub foreground_group: u32,
+    /// Its session.
+    pub session: u32,
+    /// E.g. `/dev/pts/3`.
+    pub tty: String,
+}
+
+/// The job's processes that play one role, over the whole run.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Group {
+    pub count: usize,
+    pub honest_kb: i64,
+    pub peak_rss_kb: u64,
+    pub pids: Vec<u32>,
+    pub role: String,
+}
+
+impl Group {
+    pub fn new(g: &model::Group) -> Group {
+        Group {
+            count: g.pids.len(),
+            honest_kb: g.honest_kb,
+            peak_rss_kb: g.grew_kb,
+            pids: g.pids.clone(),
+            role: g.role.clone(),
+        }
+    }
+}
+
+/// A shared-memory object.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct SharedObject {
+    /// Inode (POSIX, memfd) or shmid (SysV): the object's identity.
+    pub id: u64,
+    #[schemars(extend("enum" = ["posix", "sysv", "memfd"]))]
+    pub kind: String,
+    /// Job processes mapping or holding it when sampled.
+    pub mappers: u32,
+    pub name: String,
+    /// The creator (SysV cpid) or the first job process seen mapping or
+    /// holding it.
+    pub owner_pid: Option<u32>,
+    /// Pages actually allocated (kB).
+    pub resident_kb: u64,
+    pub size_kb: u64,
+}
+
+impl SharedObject {
+    pub fn all(r: &Report) -> Vec<SharedObject> {
+        r.shared_memory
+            .iter()
+            .map(|o| SharedObject {
+                id: o.id,
+                kind: serde_name(&o.kind),
+                mappers: o.mappers,
+                name: o.name.clone(),
+                owner_pid: o.owner_tgid,
+                resident_kb: o.resident_kb,
+                size_kb: o.size_kb,
+            })
+            .collect()
+    }
+}
+
+/// A unit enum's serde name: the kinds the sampler defines name
+/// themselves, and the renderer need not import the sampler to say them.
+fn serde_name<T: Serialize>(t: &T) -> String {
+    match serde_json::to_value(t) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => String::new(),
+    }
+}
+
+/// One of the processes, any on the machine, with the largest peaks.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct TopMemory {
+    pub comm: String,
+    pub in_job: bool,
+    pub peak_rss_kb: u64,
+    pub pid: u32,
+}
+
+impl TopMemory {
+    pub fn all(r: &Report) -> Vec<TopMemory> {
+        r.top_memory
+            .iter()
+            .map(|u| TopMemory {
+                comm: u.comm.clone(),
+                in_job: u.in_job,
+                peak_rss_kb: u.peak_rss_kb,
+                pid: u.pid,
+            })
+            .collect()
+    }
+}
+
+/// What the USS/PSS sampling cost the recorder.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct SmapsCost {
+    pub rounds: u64,
+    /// Microseconds, in all.
+    pub total_us: u64,
+}

@@ -1,0 +1,295 @@
+//! The report's `recording` object and the `lost` breakdown
+//! (docs/report-json.md, "recording" and "lost"): what was recorded, how,
+//! and what the recording could not see.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::Serialize;
+
+use crate::model::Report;
+
+use super::{Time, secs};
+
+/// What was recorded and how.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Recording {
+    /// The attach point used per probe.
+    pub attach: Attach,
+    /// Set when `record --max-size` downsampled older history
+    /// (recording-format.md, "Bounded flight recording"); else null.
+    pub compaction: Option<Compaction>,
+    /// Seconds from the first event to the last.
+    pub duration_s: f64,
+    /// Events read.
+    pub events: u64,
+    /// Probes tried and not used, and why.
+    pub fallbacks: Vec<Fallback>,
+    /// The recorded machine's host name.
+    pub hostname: String,
+    /// `uname -r` of the recorded machine.
+    pub kernel: String,
+    /// Damaged stretches in the middle of the file that the reader stepped
+    /// over, reading on from the next good frame; empty for an intact file;
+    /// the first 256.
+    pub skipped: Vec<Skip>,
+    /// Bytes in all the skipped stretches.
+    pub skipped_bytes: u64,
+    /// How many stretches were skipped, listed or not.
+    pub skipped_ranges: u64,
+    /// Wall-clock time of the first event; null without a clock pair or an
+    /// event.
+    pub start: Option<Time>,
+    /// The reader stopped before the end of the file (a damaged or
+    /// cut-short tail, with no good frame after it); the report covers
+    /// everything before it. Null when it read to the end.
+    pub stopped_early: Option<Stop>,
+    /// Version of the recorder.
+    pub trainbpf_version: String,
+    /// The look-back window used for growers (`report --window`), seconds.
+    #[schemars(range(min = 0))]
+    pub window_s: f64,
+}
+
+impl Recording {
+    pub fn new(r: &Report) -> Recording {
+        let h = &r.header;
+        Recording {
+            attach: Attach::new(r),
+            compaction: r.compaction.as_ref().map(|c| Compaction {
+                bytes_after: c.bytes_after,
+                bytes_before: c.bytes_before,
+                count: c.count,
+                full_from_s: r.since_start_s(c.full_from_ns),
+                kill_window_bucket_s: c.kill_window_bucket_s,
+                max_size_bytes: c.max_size,
+                samples_folded: c.samples_folded,
+                tiers: c
+                    .tiers
+                    .iter()
+                    .map(|&[older_than_s, bucket_s]| Tier {
+                        bucket_s,
+                        older_than_s,
+                    })
+                    .collect(),
+            }),
+            duration_s: secs(r.duration_ns()),
+            events: r.events,
+            fallbacks: h
+                .fallbacks
+                .iter()
+                .map(|f| Fallback {
+                    probe: f.probe.clone(),
+                    reason: f.reason.clone(),
+                })
+                .collect(),
+            hostname: h.hostname.clone(),
+            kernel: h.kernel.clone(),
+            skipped: r
+                .skipped
+                .ranges
+                .iter()
+                .map(|s| Skip {
+                    bytes: s.bytes,
+                    offset: s.offset,
+                    reason: s.reason.clone(),
+                })
+                .collect(),
+            skipped_bytes: r.skipped.bytes,
+            skipped_ranges: r.skipped.count,
+            start: r.first_ns.and_then(|t| r.realtime_ns(t)).map(Time::real),
+            stopped_early: r.stopped_early.as_ref().map(|s| Stop {
+                offset: s.offset,
+                reason: s.reason.clone(),
+            }),
+            trainbpf_version: h.trainbpf_version.clone(),
+            window_s: secs(r.window_ns),
+        }
+    }
+}
+
+/// The attach point used per probe: a string such as
+/// `"fentry:oom_kill_process"`, or null when that probe could not attach.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Attach {
+    /// Always null: user page faults are not counted.
+    pub faults: Option<String>,
+    /// Where forks are seen.
+    pub forks: Option<String>,
+    /// Process fork, exec and exit.
+    pub lifecycle: Option<String>,
+    /// Where RSS is read: the page probes, or `"tp_btf:rss_stat"` where
+    /// those are missing.
+    pub memory: Option<String>,
+    /// `oom_kill_process`.
+    pub oom_context: Option<String>,
+    /// Writes to `oom_score_adj`.
+    pub oom_score_adj: Option<String>,
+    /// `mark_victim`.
+    pub oom_victim: Option<String>,
+    /// Page-cache additions and removals.
+    pub page_cache: Option<String>,
+    /// Page allocations and frees, per process.
+    pub pages: Option<String>,
+    /// The kernel log.
+    pub printk: Option<String>,
+    /// Signals delivered.
+    pub signals: Option<String>,
+    /// Allocation stalls (reclaim, compaction).
+    pub stalls: Option<String>,
+}
+
+impl Attach {
+    fn new(r: &Report) -> Attach {
+        let a = &r.header.attach;
+        Attach {
+            faults: a.faults.clone(),
+            forks: a.forks.clone(),
+            lifecycle: a.lifecycle.clone(),
+            memory: a.memory.clone(),
+            oom_context: a.oom_context.clone(),
+            oom_score_adj: a.oom_score_adj.clone(),
+            oom_victim: a.oom_victim.clone(),
+            page_cache: a.page_cache.clone(),
+            pages: a.pages.clone(),
+            printk: a.printk.clone(),
+            signals: a.signals.clone(),
+            stalls: a.stalls.clone(),
+        }
+    }
+}
+
+/// A probe tried and not used.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Fallback {
+    pub probe: String,
+    pub reason: String,
+}
+
+/// Where the reader stopped.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Stop {
+    /// The byte offset of the first unreadable frame.
+    pub offset: u64,
+    /// Why, e.g. `"frame checksum mismatch"`.
+    pub reason: String,
+}
+
+/// A damaged stretch the reader stepped over.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Skip {
+    /// Bytes skipped.
+    pub bytes: u64,
+    /// Where the damage starts.
+    pub offset: u64,
+    /// Why its first frame was refused, e.g. `"bad frame magic"`.
+    pub reason: String,
+}
+
+/// What `record --max-size` did to older history.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Compaction {
+    /// The last compaction's output.
+    pub bytes_after: u64,
+    /// The last compaction's input.
+    pub bytes_before: u64,
+    /// Compactions so far.
+    pub count: u64,
+    /// Seconds from the start: samples from here on were kept whole at the
+    /// last compaction.
+    pub full_from_s: f64,
+    /// The 5 minutes before each kill: 0 when kept whole, else folded to
+    /// this resolution because the budget required it.
+    pub kill_window_bucket_s: u64,
+    /// The `--max-size`, bytes.
+    pub max_size_bytes: u64,
+    /// Samples folded, in all.
+    pub samples_folded: u64,
+    /// How older samples were folded at the last compaction.
+    pub tiers: Vec<Tier>,
+}
+
+/// Samples older than `older_than_s` at the last compaction were folded to
+/// one per process per `bucket_s`, with that bucket's peaks.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Tier {
+    pub bucket_s: u64,
+    pub older_than_s: u64,
+}
+
+/// The breakdown of `lost_events`.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Lost {
+    /// Ring-buffer records the kernel could not reserve, by record kind:
+    /// `fork`, `exec`, `exit`, `mem`, `oom_victim`, `oom_kill`, `printk`,
+    /// `signal`, `oom_adj`, `cuda`, `xid`, `nv_pages` (`kind_N` for a kind
+    /// this version doesn't name).
+    pub by_kind: BTreeMap<String, u64>,
+    /// The same losses by ring buffer.
+    pub by_ring: ByRing,
+    /// Memory, pressure and NVML samples the recorder dropped because the
+    /// disk was full and the events it held in memory reached their bound.
+    pub dropped_disk_full: u64,
+    /// Times the job membership map was full. Counted in `lost_events`.
+    pub job_map_full: u64,
+    /// Times the per-process map had no room for a process outside the
+    /// job. Not in `lost_events`.
+    pub other_map_full: u64,
+    /// Times the kernel's per-process map had no room for a job process:
+    /// its memory went untracked. Counted in `lost_events`.
+    pub proc_map_full: u64,
+    /// Records that did not decode, in the collector and in the file.
+    pub undecodable: u64,
+}
+
+impl Lost {
+    pub fn new(r: &Report) -> Lost {
+        let l = &r.lost;
+        let (main, precious) = l.by_ring();
+        Lost {
+            by_kind: l
+                .by_kind
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| (kind_name(i), n))
+                .collect(),
+            by_ring: ByRing { main, precious },
+            dropped_disk_full: l.dropped_disk_full,
+            job_map_full: l.job_map_full,
+            other_map_full: l.other_map_full,
+            proc_map_full: l.proc_map_full,
+            undecodable: l.undecodable.saturating_add(r.undecodable),
+        }
+    }
+}
+
+/// Ring-buffer losses by ring.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ByRing {
+    /// Memory, fork, exec, `oom_score_adj`, GPU.
+    pub main: u64,
+    /// OOM kills, exits, signals, the kernel's OOM log lines: a ring of
+    /// their own, so that a burst of memory records cannot crowd them out.
+    pub precious: u64,
+}
+
+/// Names for the kernel record kinds that index `Lost::by_kind`.
+fn kind_name(i: usize) -> String {
+    use trainbpf_common as c;
+    let name = match u16::try_from(i).unwrap_or(u16::MAX) {
+        c::KIND_FORK => "fork",
+        c::KIND_EXEC => "exec",
+        c::KIND_EXIT => "exit",
+        c::KIND_MEM => "mem",
+        c::KIND_OOM_VICTIM => "oom_victim",
+        c::KIND_OOM_KILL => "oom_kill",
+        c::KIND_PRINTK => "printk",
+        c::KIND_SIGNAL => "signal",
+        c::KIND_OOM_ADJ => "oom_adj",
+        c::KIND_CUDA => "cuda",
+        c::KIND_XID => "xid",
+        c::KIND_NV_PAGES => "nv_pages",
+        _ => return format!("kind_{i}"),
+    };
+    name.to_string()
+}
