@@ -49,6 +49,10 @@
 //! role group, and the trends of ended processes that matter
 //! (`MAX_DONE`); a fit is O(n²) over at most `FIT_POINTS` points, tried
 //! from at most `STARTS` places per series.
+//!
+//! `line` holds the series, `fit` the repeated median and the leak tests,
+//! `project` the projection, and `builder` the streaming side that feeds
+//! and bounds them.
 
 mod builder;
 mod fit;

@@ -3,12 +3,12 @@
 //!
 //! The rest of the model keeps only a window's worth of samples; charts need
 //! the whole run, and a 24-hour recording holds millions of samples. So every
-//! line here lives on one shared time grid of at most [`BUCKETS`] buckets:
-//! when the run outgrows the grid, the bucket width doubles and each line
-//! merges its buckets pairwise (lazily, the next time it is touched). A bucket
-//! keeps the min, max and last value it saw, so a peak is never averaged
-//! away. Memory is therefore bounded by the number of lines, and that is
-//! bounded too:
+//! line here lives on one shared time grid (`model/grid.rs`, which the leak
+//! model uses too) of at most [`BUCKETS`] buckets: when the run outgrows it,
+//! the bucket width doubles and each line merges its buckets pairwise
+//! (lazily, the next time it is touched). A bucket keeps the min, max and
+//! last value it saw, so a peak is never averaged away. Memory is therefore
+//! bounded by the number of lines, and that is bounded too:
 //!
 //! - job processes alive now: each its own line, up to [`MAX_LIVE_JOB`];
 //! - job processes that ended: the [`MAX_DONE`] with the largest peaks keep
@@ -22,6 +22,10 @@
 //! The window before a kill is taken from the model's per-process tracks when
 //! the kill closes, at [`WINDOW_POINTS`] columns, so its resolution does not
 //! depend on the length of the run.
+//!
+//! `line` holds a line's buckets and reads them back as columns, `procs`
+//! who gets a line, `window` the window before a kill, and `builder` the
+//! streaming side that keeps it all bounded.
 
 mod builder;
 mod line;
