@@ -27,6 +27,7 @@ pub use attribution::{Group, SumCheck};
 mod before;
 pub use before::PressureBefore;
 mod deaths;
+mod grid;
 /// Robust trends of honest memory, suspected leaks, time to the limit.
 pub mod leaks;
 pub use badness::{Candidate as RankedCandidate, Ranking, TotalSource};
