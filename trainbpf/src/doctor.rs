@@ -9,7 +9,7 @@
 //!
 //! As root it may leave tracefs and securityfs mounted: `record` mounts
 //! tracefs itself, and unmounting under a running tracer would break it.
-
+//!
 //! One module per group of checks, each with its facts, its parsers, its
 //! verdicts and the part of [`gather`] that reads them: [`memory`]
 //! (overcommit, swap, shm, PSI, huge pages), [`cgroup`], [`oom_score_adj`],
