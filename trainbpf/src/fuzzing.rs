@@ -205,14 +205,30 @@ pub(crate) fn hdr(kind: u16, tgid: u32, ts: u64) -> c::Header {
 /// worker grows and is OOM-killed, with pressure, smaps, shared memory,
 /// signals and a few GPU calls. The fuzzer's starting point.
 pub fn seed() -> Vec<u8> {
-    const S: u64 = 1_000_000_000;
     let mut w = Writer::new(Vec::new(), &seed_header()).expect("writing to memory");
-    let user = |w: &mut Writer<Vec<u8>>, ts: u64, kind: u16, body: serde_json::Value| {
-        let bytes = serde_json::to_vec(&json!({"ts_ns": ts, "body": body})).expect("plain data");
-        w.record(kind, &bytes);
-    };
+    seed_job_start(&mut w);
+    seed_growth(&mut w);
+    seed_samples(&mut w);
+    let t = 7 * S;
+    seed_kill(&mut w, t);
+    seed_end(&mut w, t);
+    w.flush().expect("memory");
+    w.get_ref().clone()
+}
+
+/// A second, in the seed's nanoseconds.
+const S: u64 = 1_000_000_000;
+
+/// A userspace record, as the collector writes it.
+fn user(w: &mut Writer<Vec<u8>>, ts: u64, kind: u16, body: serde_json::Value) {
+    let bytes = serde_json::to_vec(&json!({"ts_ns": ts, "body": body})).expect("plain data");
+    w.record(kind, &bytes);
+}
+
+/// The job starts in its cgroup and forks the worker.
+fn seed_job_start(w: &mut Writer<Vec<u8>>) {
     user(
-        &mut w,
+        w,
         S,
         decode::KIND_JOB_START,
         json!({"job_start": {"pid": 700, "start_ns": 0, "argv": ["python3", "train.py"],
@@ -220,7 +236,7 @@ pub fn seed() -> Vec<u8> {
             "memory_limit_bytes": 300u64 << 20}}),
     );
     user(
-        &mut w,
+        w,
         S,
         decode::KIND_CGROUP,
         json!({"cgroup": {"id": 77, "path": "/trainbpf-1"}}),
@@ -237,12 +253,16 @@ pub fn seed() -> Vec<u8> {
     exec.filename = comm("/usr/bin/python3");
     w.record(c::KIND_EXEC, &pod_bytes(&exec));
     user(
-        &mut w,
+        w,
         S + 2,
         decode::KIND_PROC_INFO,
         json!({"proc_info": {"tgid": 701, "cmdline": ["python3", "-c", "w"], "rank": 0, "local_rank": 0}}),
     );
     w.flush().expect("memory");
+}
+
+/// Both processes grow over five seconds, with pressure and CUDA calls.
+fn seed_growth(w: &mut Writer<Vec<u8>>) {
     for (i, pages) in [1_000i64, 20_000, 40_000, 60_000, 76_000]
         .into_iter()
         .enumerate()
@@ -271,7 +291,7 @@ pub fn seed() -> Vec<u8> {
             w.record(c::KIND_MEM, &pod_bytes(&m));
         }
         user(
-            &mut w,
+            w,
             ts,
             decode::KIND_PRESSURE,
             json!({"pressure": {"mem_total_kb": 16u64 << 20, "mem_available_kb": 8u64 << 20,
@@ -291,15 +311,19 @@ pub fn seed() -> Vec<u8> {
         w.record(c::KIND_CUDA, &pod_bytes(&cuda));
         w.flush().expect("memory");
     }
+}
+
+/// USS/PSS, shared memory, and the worker's oom_score_adj raised.
+fn seed_samples(w: &mut Writer<Vec<u8>>) {
     user(
-        &mut w,
+        w,
         6 * S,
         decode::KIND_SMAPS,
         json!({"smaps": {"procs": [{"tgid": 701, "rss_kb": 304000, "pss_kb": 300000,
             "uss_kb": 299000, "shared_kb": 5000, "swap_kb": 0}], "cost_us": 120}}),
     );
     user(
-        &mut w,
+        w,
         6 * S,
         decode::KIND_SHM,
         json!({"shm": [{"kind": "posix", "name": "/torch_1", "id": 5, "size_kb": 4096,
@@ -311,7 +335,10 @@ pub fn seed() -> Vec<u8> {
     adj.writer_tgid = 700;
     adj.comm = comm("pt_data_worker");
     w.record(c::KIND_OOM_ADJ, &pod_bytes(&adj));
-    let t = 7 * S;
+}
+
+/// The kernel's log line and the OOM records of the worker's kill, at `t`.
+fn seed_kill(w: &mut Writer<Vec<u8>>, t: u64) {
     let mut pk: c::PrintkEvent = zeroed();
     pk.hdr = hdr(c::KIND_PRINTK, 701, t);
     let msg = "Memory cgroup out of memory: Killed process 701 (pt_data_worker) total-vm:400000kB, anon-rss:304000kB, file-rss:400kB, shmem-rss:0kB, UID:1000 pgtables:600kB oom_score_adj:300";
@@ -345,6 +372,11 @@ pub fn seed() -> Vec<u8> {
         e.trigger_comm = comm("pt_data_worker");
         w.record(kind, &pod_bytes(&e));
     }
+}
+
+/// After the kill: a SIGTERM to the main process, both exits, the loss
+/// counts and the job's end.
+fn seed_end(w: &mut Writer<Vec<u8>>, t: u64) {
     let mut sig: c::SignalEvent = zeroed();
     sig.hdr = hdr(c::KIND_SIGNAL, 700, t + 100_000);
     sig.target_pid = 700;
@@ -355,7 +387,7 @@ pub fn seed() -> Vec<u8> {
     sig.comm = comm("python3");
     w.record(c::KIND_SIGNAL, &pod_bytes(&sig));
     user(
-        &mut w,
+        w,
         t + 100_000,
         decode::KIND_EXE,
         json!({"exe": {"tgid": 1, "exe": "/usr/lib/systemd/systemd", "uid": 0}}),
@@ -375,25 +407,18 @@ pub fn seed() -> Vec<u8> {
     let mut by_kind = vec![0u64; c::KIND_MAX as usize];
     by_kind[c::KIND_MEM as usize] = 3;
     user(
-        &mut w,
+        w,
         t + 300_000,
         decode::KIND_LOST,
         json!({"lost": {"by_kind": by_kind, "undecodable": 1, "proc_map_full": 0, "job_map_full": 0}}),
     );
+    user(w, t + 300_000, decode::KIND_NOTE, json!({"note": "seed"}));
     user(
-        &mut w,
-        t + 300_000,
-        decode::KIND_NOTE,
-        json!({"note": "seed"}),
-    );
-    user(
-        &mut w,
+        w,
         t + 400_000,
         decode::KIND_JOB_EXIT,
         json!({"job_exit": {"pid": 700, "status": {"code": 1}}}),
     );
-    w.flush().expect("memory");
-    w.get_ref().clone()
 }
 
 /// A deterministic xorshift generator: the mutation loop needs no crate and

@@ -15,11 +15,15 @@
 //!   pages and at each page table; `tp_btf/rss_stat` (5.5+) only where they
 //!   are missing, since a third program on every fault costs the job more;
 //! - kernel log: `printk:console`.
+//!
+//! This file loads the object and fills in its globals; `loader/attach.rs`
+//! attaches the probes in that order, one step per group, and
+//! `loader/features.rs` is `doctor`'s trial of each program type.
 
 use aya::{
     Btf, Ebpf, EbpfLoader,
     maps::{HashMap, MapData, PerCpuArray, RingBuf},
-    programs::{BtfTracePoint, FEntry, KProbe, ProgramError, TracePoint},
+    programs::ProgramError,
 };
 use trainbpf_common::{Config, Counters};
 
@@ -27,6 +31,12 @@ use crate::{
     kernel::{self, KernelBtf},
     recording::{Attach, Fallback},
 };
+
+mod attach;
+mod features;
+pub use attach::RSS_VIA_PAGES;
+use attach::{attach_kill_context, attach_lifecycle, attach_memory, attach_printk, attach_victim};
+pub use features::{Features, Probe, Unavailable, probe_features};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -239,170 +249,18 @@ pub fn load(t: &Tunables, page_size: u64) -> Result<Loaded, LoadError> {
             reason,
         })
     };
-
-    // Kill context.
-    let fentry = "fentry:oom_kill_process";
-    let kprobe = "kprobe:oom_kill_process";
-    let try_fentry = matches!(t.oom_probe, OomProbe::Auto | OomProbe::Fentry);
-    let try_kprobe = matches!(t.oom_probe, OomProbe::Auto | OomProbe::Kprobe);
-    let first = if try_fentry {
-        attach_fentry(&mut ebpf, &btf, "oom_kill_fentry", "oom_kill_process")
-    } else {
-        Err(format!("skipped (--oom-probe {:?})", t.oom_probe).to_lowercase())
-    };
-    match first {
-        Ok(()) => attach.oom_context = Some(fentry.into()),
-        Err(e) => {
-            fell(fentry, e);
-            if !try_kprobe {
-                fell(
-                    kprobe,
-                    format!("skipped (--oom-probe {:?})", t.oom_probe).to_lowercase(),
-                );
-            } else if !kernel::kprobes_available() {
-                fell(
-                    kprobe,
-                    "kernel has no kprobes (CONFIG_KPROBES unset: /sys/bus/event_source/devices/kprobe missing)"
-                        .into(),
-                );
-            } else {
-                match attach_kprobe(&mut ebpf, "oom_kill_kprobe", "oom_kill_process") {
-                    Ok(()) => attach.oom_context = Some(kprobe.into()),
-                    Err(e) => fell(kprobe, e),
-                }
-            }
-        }
-    }
-
-    // Victim.
-    let tp_btf = "tp_btf:mark_victim";
-    let classic = "tracepoint:oom:mark_victim";
-    let btf_ok = if mark_victim_has_task {
-        match attach_tp_btf(&mut ebpf, &btf, "mark_victim_btf", "mark_victim") {
-            Ok(()) => true,
-            Err(e) => {
-                fell(tp_btf, e);
-                false
-            }
-        }
-    } else {
-        fell(
-            tp_btf,
-            "this kernel's mark_victim passes a pid, not a task_struct (before 6.8)".into(),
-        );
-        false
-    };
-    if btf_ok {
-        attach.oom_victim = Some(tp_btf.into());
-    } else {
-        match attach_tp(&mut ebpf, "mark_victim_tp", "oom", "mark_victim", &tracefs) {
-            Ok(()) => attach.oom_victim = Some(classic.into()),
-            Err(e) => fell(classic, e),
-        }
-    }
-    if attach.oom_context.is_none() && attach.oom_victim.is_none() {
-        return Err(LoadError::Attach {
-            probe: "any OOM-kill probe".into(),
-            reason: "none of fentry, kprobe, tp_btf or tracepoint could attach".into(),
-        });
-    }
-
-    // Lifecycle: no fallback; without it there is no job tree.
-    for (prog, tp) in [
-        ("sched_fork", "sched_process_fork"),
-        ("sched_exec", "sched_process_exec"),
-        ("sched_exit", "sched_process_exit"),
-    ] {
-        attach_tp_btf(&mut ebpf, &btf, prog, tp).map_err(|reason| LoadError::Attach {
-            probe: format!("tp_btf:{tp}"),
-            reason,
-        })?;
-    }
-    attach.lifecycle = Some("tp_btf:sched_process_{fork,exec,exit}".into());
-
-    match attach_tp_btf(&mut ebpf, &btf, "signal_generate", "signal_generate") {
-        Ok(()) => attach.signals = Some("tp_btf:signal_generate".into()),
-        Err(e) => fell("tp_btf:signal_generate", e),
-    }
-    match attach_tp_btf(&mut ebpf, &btf, "oom_adj_update", "oom_score_adj_update") {
-        Ok(()) => attach.oom_score_adj = Some("tp_btf:oom_score_adj_update".into()),
-        Err(e) => fell("tp_btf:oom_score_adj_update", e),
-    }
-    // Allocation stalls: optional; the report says when they are missing.
-    let mut stalls = Vec::new();
-    for (prog, tp) in [
-        ("direct_reclaim_begin", "mm_vmscan_direct_reclaim_begin"),
-        ("direct_reclaim_end", "mm_vmscan_direct_reclaim_end"),
-        ("memcg_reclaim_begin", "mm_vmscan_memcg_reclaim_begin"),
-        ("memcg_reclaim_end", "mm_vmscan_memcg_reclaim_end"),
-        ("compaction_begin", "mm_compaction_begin"),
-        ("compaction_end", "mm_compaction_end"),
-    ] {
-        match attach_tp_btf(&mut ebpf, &btf, prog, tp) {
-            Ok(()) => stalls.push(tp),
-            Err(e) => fell(&format!("tp_btf:{tp}"), e),
-        }
-    }
-    if !stalls.is_empty() {
-        attach.stalls = Some(format!("tp_btf:{}", stalls.join(",")));
-    }
-    // Honest growth: pages allocated and freed in each process's context.
-    let mut pages = Vec::new();
-    for (prog, tp) in [
-        ("page_alloc", "mm_page_alloc"),
-        // Not mm_page_free_batched: a batched free passes through
-        // free_pages_prepare too, so mm_page_free already saw it.
-        ("page_free", "mm_page_free"),
-    ] {
-        match attach_tp_btf(&mut ebpf, &btf, prog, tp) {
-            Ok(()) => pages.push(tp),
-            Err(e) => fell(&format!("tp_btf:{tp}"), e),
-        }
-    }
-    if !pages.is_empty() {
-        attach.pages = Some(format!("tp_btf:{}", pages.join(",")));
-    }
-    // Page cache brought in by a process is not its growth: both ends, or
-    // neither (one alone would drift).
-    if pages.len() == 2 {
-        let add = "mm_filemap_add_to_page_cache";
-        let del = "mm_filemap_delete_from_page_cache";
-        match attach_cache(&mut ebpf, &btf, add, del) {
-            Ok(()) => attach.page_cache = Some(format!("tp_btf:{add},{del}")),
-            Err(e) => fell(&format!("tp_btf:{add}"), e),
-        }
-        // A forked child's page tables, allocated in the parent's
-        // context, are taken back out of it at sched_process_fork.
-        if config.mm_pgtables_bytes >= 0 {
-            attach.forks = Some("tp_btf:sched_process_fork (the child's page tables)".into());
-        }
-    }
-    // RSS: read by the page probes at each batch of a process's pages and at
-    // each page table it allocates. `rss_stat` would see every counter
-    // move, but a third program on every fault cost a fork storm over 5%
-    // (BENCHMARKS.md); it stands in only where the page probes are missing.
-    if pages.len() == 2 {
-        attach.memory = Some(RSS_VIA_PAGES.into());
-    } else {
-        match attach_tp_btf(&mut ebpf, &btf, "rss_stat", "rss_stat") {
-            Ok(()) => attach.memory = Some("tp_btf:rss_stat".into()),
-            Err(e) => fell("tp_btf:rss_stat", e),
-        }
-    }
-    // `attach.faults` stays null: user page faults are not counted. A probe
-    // on `exceptions:page_fault_user` cost the job 5 to 8% in a fault storm,
-    // and no report used the count.
-    if config.tp_console_msg >= 0 {
-        match attach_tp(&mut ebpf, "printk_console", "printk", "console", &tracefs) {
-            Ok(()) => attach.printk = Some("tracepoint:printk:console".into()),
-            Err(e) => fell("tracepoint:printk:console", e),
-        }
-    } else {
-        fell(
-            "tracepoint:printk:console",
-            "no format file in tracefs".into(),
-        );
-    }
+    attach_kill_context(&mut ebpf, &btf, t, &mut attach, &mut fell);
+    attach_victim(
+        &mut ebpf,
+        &btf,
+        &tracefs,
+        mark_victim_has_task,
+        &mut attach,
+        &mut fell,
+    )?;
+    attach_lifecycle(&mut ebpf, &btf, &mut attach, &mut fell)?;
+    attach_memory(&mut ebpf, &btf, &config, &mut attach, &mut fell);
+    attach_printk(&mut ebpf, &config, &tracefs, &mut attach, &mut fell);
 
     let take = |ebpf: &mut Ebpf, name: &str| {
         ebpf.take_map(name)
@@ -456,74 +314,6 @@ fn load_object(
     Ok((ebpf, btf))
 }
 
-fn program<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T, String>
-where
-    &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = ProgramError>,
-{
-    let p = ebpf
-        .program_mut(name)
-        .ok_or_else(|| format!("program {name} missing from the object"))?;
-    p.try_into().map_err(|e: ProgramError| why(&e))
-}
-
-/// `attach.memory` when the page probes read the RSS counters.
-pub const RSS_VIA_PAGES: &str =
-    "tp_btf:mm_page_alloc,mm_page_free (RSS read per 256 pages, or 8 with a page table)";
-
-fn attach_fentry(ebpf: &mut Ebpf, btf: &Btf, prog: &str, func: &str) -> Result<(), String> {
-    let p: &mut FEntry = program(ebpf, prog)?;
-    p.load(func, btf).map_err(|e| why(&e))?;
-    p.attach().map_err(|e| why(&e))?;
-    Ok(())
-}
-
-fn attach_kprobe(ebpf: &mut Ebpf, prog: &str, func: &str) -> Result<(), String> {
-    let p: &mut KProbe = program(ebpf, prog)?;
-    p.load().map_err(|e| why(&e))?;
-    p.attach(func, 0).map_err(|e| why(&e))?;
-    Ok(())
-}
-
-fn attach_tp_btf(ebpf: &mut Ebpf, btf: &Btf, prog: &str, tp: &str) -> Result<(), String> {
-    let p: &mut BtfTracePoint = program(ebpf, prog)?;
-    p.load(tp, btf).map_err(|e| why(&e))?;
-    p.attach().map_err(|e| why(&e))?;
-    Ok(())
-}
-
-/// Both page-cache probes or neither: one alone would count one side.
-fn attach_cache(ebpf: &mut Ebpf, btf: &Btf, add: &str, del: &str) -> Result<(), String> {
-    for (prog, tp) in [("cache_add", add), ("cache_del", del)] {
-        let p: &mut BtfTracePoint = program(ebpf, prog)?;
-        p.load(tp, btf).map_err(|e| why(&e))?;
-    }
-    let p: &mut BtfTracePoint = program(ebpf, "cache_add")?;
-    let first = p.attach().map_err(|e| why(&e))?;
-    let p: &mut BtfTracePoint = program(ebpf, "cache_del")?;
-    if let Err(e) = p.attach() {
-        let p: &mut BtfTracePoint = program(ebpf, "cache_add")?;
-        let _ = p.detach(first);
-        return Err(why(&e));
-    }
-    Ok(())
-}
-
-fn attach_tp(
-    ebpf: &mut Ebpf,
-    prog: &str,
-    category: &str,
-    name: &str,
-    tracefs: &Result<(), String>,
-) -> Result<(), String> {
-    if let Err(e) = tracefs {
-        return Err(format!("tracefs unavailable: {e}"));
-    }
-    let p: &mut TracePoint = program(ebpf, prog)?;
-    p.load().map_err(|e| why(&e))?;
-    p.attach(category, name).map_err(|e| why(&e))?;
-    Ok(())
-}
-
 /// One line for `record`'s start-up message and the report: what is used,
 /// and what was given up.
 pub fn describe(attach: &Attach, fallbacks: &[Fallback]) -> String {
@@ -543,232 +333,4 @@ pub fn describe(attach: &Attach, fallbacks: &[Fallback]) -> String {
         s.push_str(&format!("\n  fallback: {} not used: {}", f.probe, f.reason));
     }
     s
-}
-
-/// Why a feature probed by [`probe_features`] is unavailable.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Unavailable {
-    /// The kernel refused with EPERM or EACCES: missing privileges, a
-    /// security policy, or a kernel that forbids this program type.
-    Denied(String),
-    /// The kernel does not have it (not configured, or too old).
-    Missing(String),
-    /// It failed for another reason.
-    Failed(String),
-}
-
-impl Unavailable {
-    pub fn reason(&self) -> &str {
-        match self {
-            Unavailable::Denied(r) | Unavailable::Missing(r) | Unavailable::Failed(r) => r,
-        }
-    }
-
-    /// Classifies by the errno found in the error's source chain, so that
-    /// "the kernel said no" (EPERM) reads differently from a real failure.
-    fn from_error(e: &(dyn std::error::Error + 'static), reason: String) -> Self {
-        let mut cur = Some(e);
-        while let Some(err) = cur {
-            if let Some(io) = err.downcast_ref::<std::io::Error>()
-                && matches!(io.raw_os_error(), Some(libc::EPERM | libc::EACCES))
-            {
-                return Unavailable::Denied(reason);
-            }
-            cur = err.source();
-        }
-        Unavailable::Failed(reason)
-    }
-}
-
-/// The outcome of trying one feature.
-pub type Probe = Result<(), Unavailable>;
-
-/// What this kernel lets trainbpf do, found by trying it with the real
-/// object rather than guessing from version numbers: fentry in particular
-/// can be compiled in and still be refused (EPERM) at load time.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Features {
-    /// `fentry/oom_kill_process`, loaded and attached.
-    pub fentry: Probe,
-    /// `kprobe/oom_kill_process`, loaded and attached.
-    pub kprobe: Probe,
-    /// `tp_btf/mark_victim` with a `task_struct *` (6.8+).
-    pub tp_btf: Probe,
-    /// The classic `oom:mark_victim` tracepoint (needs tracefs).
-    pub tracepoint: Probe,
-    /// A BPF ring buffer map (5.8+).
-    pub ringbuf: Probe,
-    /// Fields of the classic `oom:mark_victim` record: `pid` alone before
-    /// 6.8, the victim's memory figures since. Empty when tracefs is absent.
-    pub mark_victim_fields: Vec<String>,
-}
-
-/// Loads the object with the same `CONFIG` fill as [`load`] and tries each
-/// OOM attach point. Needs the privileges `record` needs; without them every
-/// probe reads [`Unavailable::Denied`]. Nothing stays attached: the links
-/// and maps go when the `Ebpf` is dropped on return.
-pub fn probe_features() -> Features {
-    // Mounted first: the classic tracepoint's fields are read from it.
-    let tracefs = kernel::ensure_tracefs();
-    let fields: Vec<String> = kernel::tp_format("oom", "mark_victim")
-        .map(|f| f.into_iter().map(|f| f.name).collect())
-        .unwrap_or_default();
-    let all_fail = |why: Unavailable| Features {
-        fentry: Err(why.clone()),
-        kprobe: Err(why.clone()),
-        tp_btf: Err(why.clone()),
-        tracepoint: Err(why.clone()),
-        ringbuf: ringbuf_supported(),
-        mark_victim_fields: fields.clone(),
-    };
-    let kbtf = match KernelBtf::open() {
-        Ok(k) => k,
-        Err(e) => return all_fail(Unavailable::Missing(e.to_string())),
-    };
-    // Thresholds don't matter here: nothing is recorded.
-    let t = Tunables {
-        rss_threshold_bytes: 4 << 20,
-        rss_relative_shift: 6,
-        heartbeat_ms: 5000,
-        ring_bytes: 0,
-        proc_map_entries: DEFAULT_PROC_MAP_ENTRIES,
-        oom_probe: OomProbe::Auto,
-        all_processes: false,
-    };
-    let config = match config(&kbtf, &t, 4096) {
-        Ok(c) => c,
-        Err(e) => return all_fail(Unavailable::Missing(e.to_string())),
-    };
-    // The object's own ring size (the record default), so the ring buffer
-    // map is created just as `record` creates it.
-    let mut ebpf = match EbpfLoader::new()
-        .override_global("CONFIG", &config, true)
-        .load(OBJECT)
-    {
-        Ok(e) => e,
-        Err(e) => {
-            let why = format!("loading the eBPF object: {e}");
-            return all_fail(Unavailable::from_error(&e, why));
-        }
-    };
-    let btf = match Btf::from_sys_fs() {
-        Ok(b) => b,
-        Err(e) => return all_fail(Unavailable::Missing(format!("aya BTF: {e}"))),
-    };
-
-    let fentry = tried(
-        probe_program::<FEntry>(&mut ebpf, "oom_kill_fentry").and_then(
-            |p| -> Result<(), ProbeErr> {
-                p.load("oom_kill_process", &btf)?;
-                p.attach()?;
-                Ok(())
-            },
-        ),
-    );
-    let kprobe = if !kernel::kprobes_available() {
-        Err(Unavailable::Missing(
-            "CONFIG_KPROBES unset: /sys/bus/event_source/devices/kprobe missing".into(),
-        ))
-    } else {
-        tried(
-            probe_program::<KProbe>(&mut ebpf, "oom_kill_kprobe").and_then(
-                |p| -> Result<(), ProbeErr> {
-                    p.load()?;
-                    p.attach("oom_kill_process", 0)?;
-                    Ok(())
-                },
-            ),
-        )
-    };
-    // Same test as `load`: before 6.8 the program would load but read a
-    // pid as if it were a task_struct pointer.
-    let tp_btf = if !kbtf.tp_first_arg_is("mark_victim", "task_struct") {
-        Err(Unavailable::Missing(
-            "this kernel's mark_victim passes a pid, not a task_struct (before 6.8)".into(),
-        ))
-    } else {
-        tried(
-            probe_program::<BtfTracePoint>(&mut ebpf, "mark_victim_btf").and_then(
-                |p| -> Result<(), ProbeErr> {
-                    p.load("mark_victim", &btf)?;
-                    p.attach()?;
-                    Ok(())
-                },
-            ),
-        )
-    };
-    let tracepoint = match &tracefs {
-        Err(e) => Err(Unavailable::Missing(format!("tracefs unavailable: {e}"))),
-        Ok(()) => tried(
-            probe_program::<TracePoint>(&mut ebpf, "mark_victim_tp").and_then(
-                |p| -> Result<(), ProbeErr> {
-                    p.load()?;
-                    p.attach("oom", "mark_victim")?;
-                    Ok(())
-                },
-            ),
-        ),
-    };
-    // The object holds EVENTS, a ring buffer: it loaded, so the map exists.
-    let ringbuf = match ebpf.map("EVENTS") {
-        Some(aya::maps::Map::RingBuf(_)) => Ok(()),
-        _ => Err(Unavailable::Failed(
-            "the object's EVENTS ring buffer is missing".into(),
-        )),
-    };
-    Features {
-        fentry,
-        kprobe,
-        tp_btf,
-        tracepoint,
-        ringbuf,
-        mark_victim_fields: fields,
-    }
-}
-
-/// A program of the object as its concrete type, for [`probe_features`]:
-/// errors stay [`ProgramError`]s so their errno can be classified.
-fn probe_program<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T, ProbeErr>
-where
-    &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = ProgramError>,
-{
-    let p = ebpf
-        .program_mut(name)
-        .ok_or_else(|| ProbeErr::Missing(format!("program {name} missing from the object")))?;
-    Ok(p.try_into()?)
-}
-
-/// An error while probing: aya's, or a program the object lacks.
-enum ProbeErr {
-    Program(ProgramError),
-    Missing(String),
-}
-
-impl From<ProgramError> for ProbeErr {
-    fn from(e: ProgramError) -> Self {
-        ProbeErr::Program(e)
-    }
-}
-
-fn tried(r: Result<(), ProbeErr>) -> Probe {
-    match r {
-        Ok(()) => Ok(()),
-        Err(ProbeErr::Program(e)) => Err(Unavailable::from_error(&e, why(&e))),
-        Err(ProbeErr::Missing(m)) => Err(Unavailable::Failed(m)),
-    }
-}
-
-/// Asks the kernel for a ring buffer map alone, for when the object did not
-/// load and so says nothing about ring buffers.
-fn ringbuf_supported() -> Probe {
-    match aya::sys::is_map_supported(aya::maps::MapType::RingBuf) {
-        Ok(true) => Ok(()),
-        Ok(false) => Err(Unavailable::Missing(
-            "the kernel has no BPF ring buffer (5.8+)".into(),
-        )),
-        Err(e) => {
-            let why = e.to_string();
-            Err(Unavailable::from_error(&e, why))
-        }
-    }
 }

@@ -1,0 +1,502 @@
+//! `collect`: the recorder's run from the probes' first record to the
+//! job's end, in steps: start the job (or take in the attached one), drain
+//! the rings until the job ends, follow the workers it orphaned, and close
+//! the recording.
+
+use std::{
+    ffi::OsString,
+    fs::{self, File},
+    io,
+    time::{Duration, Instant},
+};
+
+use aya::maps::{MapData, PerCpuArray};
+use nix::sys::signalfd::SignalFd;
+use tokio::io::unix::AsyncFd;
+use trainbpf_common as common;
+
+use super::{
+    RecordError, Target,
+    collector::{Collector, FLUSH_BYTES},
+    io_err, mono_ns,
+};
+use crate::{
+    decode::{CgroupName, ExitStatus, JobExit, JobStart, UserBody},
+    job::{self, Invoker, MemCgroup},
+    loader::Loaded,
+    recording::Writer,
+};
+
+/// The kernel's map of the job's processes.
+type JobMap = aya::maps::HashMap<MapData, u32, u32>;
+
+#[allow(
+    clippy::too_many_arguments,
+    reason = "each is a different part the collector owns; a struct of them would only rename the list"
+)]
+pub(super) async fn collect(
+    loaded: Loaded,
+    writer: Writer<File>,
+    target: Target,
+    attached: Attached,
+    invoker: Invoker,
+    job_adj: i32,
+    cgroup: Option<&MemCgroup>,
+    sigfd: SignalFd,
+    status: crate::status::Status,
+    flight: Option<crate::compact::Flight>,
+) -> Result<(Option<ExitStatus>, File), RecordError> {
+    let Loaded {
+        mut ebpf,
+        events,
+        precious,
+        counters,
+        mut job,
+        attach,
+        ..
+    } = loaded;
+    let job_memcg = match (&target, cgroup) {
+        (_, Some(cg)) => Some((cg.dir.clone(), cg.rel.clone(), cg.v2)),
+        (Target::Pid(p), None) => job::memcg_of_pid(*p),
+        (Target::Cgroup(dir), None) => job::memcg_of_dir(dir),
+        _ => None,
+    };
+    let mut c = Collector::new(writer, job_memcg, flight, status);
+    let rings =
+        crate::rings::Rings::new(events, precious).map_err(io_err("polling the ring buffers"))?;
+    // SAFETY: the fd is owned by the value moved in, and stays open until
+    // the AsyncFd (and its registration) is dropped.
+    let sigfd = unsafe { AsyncFd::register_with_interest(sigfd, tokio::io::Interest::READABLE) }
+        .map_err(|e| io_err("polling the signalfd")(e.into()))?;
+
+    // The GPU probes go on before the job starts, so that a libcuda it loads
+    // from a known place is probed from its first call.
+    let (gpu, records) =
+        crate::gpu::GpuProbes::start(&mut ebpf, attach.printk.is_some(), mono_ns());
+    for (kind, bytes) in records {
+        c.writer.record(kind, &bytes);
+    }
+    eprintln!("trainbpf: {}", gpu.describe());
+
+    let (pid, child) = start_job(
+        &mut c, &mut job, &target, &attached, &invoker, job_adj, cgroup,
+    )?;
+
+    // The kernel programs submit routine records without waking us (a
+    // wake-up per record cost the job a context switch each): this tick
+    // drains them, so a record waits 50 ms at most; a quarter-full ring or
+    // an OOM record wakes us at once.
+    let mut tick = tokio::time::interval(Duration::from_millis(50));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut s = Session {
+        c,
+        rings,
+        sigfd,
+        ebpf,
+        counters,
+        job,
+        gpu,
+        tick,
+        target,
+        attached,
+        pid,
+        child,
+    };
+    let (status, stopping) = s.until_the_job_ends().await?;
+    s.c.status.clear();
+    s.follow_orphans(stopping).await?;
+    s.close(status)
+}
+
+/// Adds a process to the kernel's job map, whose members the probes record.
+fn seed(job: &mut JobMap, pid: u32) -> Result<(), RecordError> {
+    job.insert(pid, 1, 0).map_err(|e| RecordError::Io {
+        what: "adding the job to the kernel's job map".into(),
+        source: io::Error::other(e.to_string()),
+    })
+}
+
+/// Starts the job, or takes in the processes of the attached one, and
+/// writes the job's start; returns its main process (0 for `--cgroup` and
+/// `--all`) and, for a spawned job, the child to wait for.
+fn start_job(
+    c: &mut Collector,
+    job: &mut JobMap,
+    target: &Target,
+    attached: &Attached,
+    invoker: &Invoker,
+    job_adj: i32,
+    cgroup: Option<&MemCgroup>,
+) -> Result<(u32, Option<tokio::process::Child>), RecordError> {
+    let job_memcg = c.job_memcg.clone();
+    let (pid, argv, pending) = match target {
+        Target::Run(argv) => {
+            let pending = job::spawn(argv, job_adj)?;
+            seed(job, pending.pid)?;
+            (pending.pid, argv.clone(), Some(pending))
+        }
+        Target::Pid(p) => {
+            // The process and every descendant alive now; the kernel adds
+            // those born from here on.
+            for t in crate::procfs::descendants(*p) {
+                if !attached.watcher.may_watch(t) {
+                    continue;
+                }
+                seed(job, t)?;
+                c.job.insert(t);
+                if let Some(info) = crate::procfs::proc_info(t) {
+                    c.user(UserBody::ProcInfo(info));
+                }
+            }
+            let argv = crate::procfs::proc_info(*p)
+                .map(|i| i.cmdline.into_iter().map(OsString::from).collect())
+                .unwrap_or_default();
+            (*p, argv, None)
+        }
+        Target::Cgroup(_) => {
+            for t in attached.procs() {
+                seed(job, t)?;
+                c.job.insert(t);
+            }
+            (0, Vec::new(), None)
+        }
+        Target::All => (0, Vec::new(), None),
+    };
+    if let Some(cg) = cgroup {
+        cg.add(pid)?;
+        c.known_cgroups.insert(cg.id());
+        let (id, path) = (cg.id(), cg.rel.clone());
+        c.user(UserBody::Cgroup(CgroupName { id, path }));
+    }
+    c.poll_pressure();
+    c.user(UserBody::JobStart(JobStart {
+        pid,
+        // The kernel's start time isn't visible from here; the report
+        // matches the root by pid from this record on.
+        start_ns: 0,
+        argv: argv
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
+        cwd: std::env::current_dir()
+            .map(|d| d.display().to_string())
+            .unwrap_or_default(),
+        uid: invoker.uid,
+        gid: invoker.gid,
+        cgroup: match (&target, &job_memcg) {
+            (_, Some((_, rel, _))) => Some(rel.clone()),
+            (Target::Cgroup(dir), None) => Some(dir.display().to_string()),
+            _ => None,
+        },
+        memory_limit_bytes: job_memcg.as_ref().and_then(|(dir, _, v2)| {
+            let f = if *v2 {
+                "memory.max"
+            } else {
+                "memory.limit_in_bytes"
+            };
+            fs::read_to_string(dir.join(f)).ok()?.trim().parse().ok()
+        }),
+        attached: match target {
+            Target::Run(_) => None,
+            Target::Pid(_) => Some("pid".into()),
+            Target::Cgroup(_) => Some("cgroup".into()),
+            Target::All => Some("all".into()),
+        },
+    }));
+    if pid != 0 {
+        c.job.insert(pid);
+        c.root = pid;
+    }
+    c.flush()?;
+    if !matches!(target, Target::Run(_)) {
+        eprintln!("trainbpf: attached; Ctrl-C detaches and leaves the job running");
+    }
+    let child = match pending {
+        Some(p) => Some(p.release()?),
+        None => None,
+    };
+    Ok((pid, child))
+}
+
+/// Everything the collect loop drives once the job runs.
+struct Session {
+    c: Collector,
+    rings: crate::rings::Rings,
+    sigfd: AsyncFd<SignalFd>,
+    /// Owns the programs and their links: dropping it detaches them.
+    ebpf: aya::Ebpf,
+    counters: PerCpuArray<MapData, common::Counters>,
+    job: JobMap,
+    gpu: crate::gpu::GpuProbes,
+    tick: tokio::time::Interval,
+    target: Target,
+    attached: Attached,
+    /// The job's main process; 0 for `--cgroup` and `--all`.
+    pid: u32,
+    /// The spawned job; `None` for an attached one.
+    child: Option<tokio::process::Child>,
+}
+
+impl Session {
+    /// Drains the rings and runs the samplers until the job's main process
+    /// ends, an attached job is gone, or a signal detaches the recorder.
+    /// Returns the job's status (`None`: detached) and whether someone
+    /// asked the job to stop.
+    async fn until_the_job_ends(&mut self) -> Result<(Option<ExitStatus>, bool), RecordError> {
+        let pid = self.pid;
+        let Session {
+            c,
+            rings,
+            sigfd,
+            ebpf,
+            counters,
+            job,
+            gpu,
+            tick,
+            target,
+            attached,
+            child,
+            ..
+        } = self;
+        let mut last_flush = Instant::now();
+        // Set once someone asked the job to stop (Ctrl-C, kill, systemd): the
+        // recorder then does not wait for orphaned workers to finish too.
+        let mut stopping = false;
+        let status = loop {
+            tokio::select! {
+                r = rings.readable() => {
+                    r.map_err(io_err("ring buffer"))?;
+                    c.drain(rings);
+                    if c.writer.pending() > FLUSH_BYTES {
+                        c.flush()?;
+                        last_flush = Instant::now();
+                    }
+                }
+                _ = tick.tick() => {
+                    c.drain(rings);
+                    c.poll_lost(counters);
+                    reap_orphans(Some(pid));
+                    if attached_done(target, &c.job) {
+                        break c.root_exit;
+                    }
+                    if last_flush.elapsed() >= Duration::from_secs(1) || c.writer.pending() > FLUSH_BYTES {
+                        // Processes moved into the cgroup later (docker exec, a
+                        // new unit process) join the job here; their children
+                        // join in the kernel, at fork.
+                        for t in attached.procs() {
+                            if c.job.insert(t) {
+                                seed(job, t)?;
+                            }
+                        }
+                        c.poll_pressure();
+                        c.leak_warnings();
+                        c.poll_procfs();
+                        for (kind, bytes) in gpu.tick(ebpf, job, mono_ns()) {
+                            c.writer.record(kind, &bytes);
+                        }
+                        c.flush()?;
+                        last_flush = Instant::now();
+                    }
+                }
+                guard = sigfd.readable() => {
+                    let mut guard = guard.map_err(io_err("signalfd"))?;
+                    let mut detach = false;
+                    while let Ok(Some(info)) = guard.get_inner().read_signal() {
+                        // Who really sent it is written first: the kernel's
+                        // record of the kill passed on names the recorder.
+                        let fwd = child.is_some() && crate::forward::should_forward(&info);
+                        c.user(UserBody::SignalReceived(crate::forward::received(
+                            &info,
+                            fwd.then_some(pid),
+                        )));
+                        if fwd {
+                            crate::forward::forward(pid, &info);
+                        } else if child.is_none() {
+                            detach = true;
+                        }
+                        stopping = true;
+                    }
+                    guard.clear_ready();
+                    if detach {
+                        eprintln!("trainbpf: detached; the job runs on");
+                        break None;
+                    }
+                }
+                st = wait_child(child) => {
+                    let st = st.map_err(io_err("waiting for the job"))?;
+                    use std::os::unix::process::ExitStatusExt;
+                    break Some(match (st.code(), st.signal()) {
+                        (Some(code), _) => ExitStatus::Code(code),
+                        (None, Some(sig)) => ExitStatus::Signal(sig),
+                        _ => ExitStatus::Code(-1),
+                    });
+                }
+            }
+        };
+        Ok((status, stopping))
+    }
+
+    /// After the main process: the last records trailing its exit, then
+    /// the workers it orphaned, until they exit or the recorder is told to
+    /// stop.
+    async fn follow_orphans(&mut self, stopping: bool) -> Result<(), RecordError> {
+        let pid = self.pid;
+        let Session {
+            c,
+            rings,
+            sigfd,
+            ebpf,
+            counters,
+            job,
+            gpu,
+            tick,
+            child,
+            ..
+        } = self;
+        // Exits of the last workers and the kill's log lines trail the main
+        // process's exit by a little: keep reading briefly.
+        let until = Instant::now() + Duration::from_millis(300);
+        while Instant::now() < until {
+            c.drain(rings);
+            reap_orphans(None);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // Workers orphaned by the main process's death are still the job: the
+        // recorder is their subreaper and records them until they exit.
+        c.job.remove(&pid);
+        c.job.retain(|&t| crate::procfs::alive(t));
+        if child.is_none() {
+            // Attached: nothing of the job is the recorder's to wait for.
+        } else if stopping && !c.job.is_empty() {
+            eprintln!(
+                "trainbpf: asked to stop; {} job processes run on unrecorded",
+                c.job.len()
+            );
+        } else if !c.job.is_empty() {
+            eprintln!(
+                "trainbpf: the job's main process ended; recording its {} remaining processes until they exit (Ctrl-C to stop)",
+                c.job.len()
+            );
+            let mut last_flush = Instant::now();
+            'orphans: loop {
+                tokio::select! {
+                    _ = tick.tick() => {
+                        c.drain(rings);
+                        c.poll_lost(counters);
+                        reap_orphans(None);
+                        c.job.retain(|&t| crate::procfs::alive(t));
+                        if c.job.is_empty() {
+                            break 'orphans;
+                        }
+                        if last_flush.elapsed() >= Duration::from_secs(1) {
+                            c.poll_pressure();
+                            c.poll_procfs();
+                            for (kind, bytes) in gpu.tick(ebpf, job, mono_ns()) {
+                                c.writer.record(kind, &bytes);
+                            }
+                            c.flush()?;
+                            last_flush = Instant::now();
+                        }
+                    }
+                    guard = sigfd.readable() => {
+                        let mut guard = guard.map_err(io_err("signalfd"))?;
+                        let info = guard.get_inner().read_signal();
+                        guard.clear_ready();
+                        let stop = matches!(info, Ok(Some(_)));
+                        if let Ok(Some(info)) = info {
+                            c.user(UserBody::SignalReceived(crate::forward::received(&info, None)));
+                        }
+                        if stop {
+                            eprintln!("trainbpf: stopped waiting; {} job processes run on", c.job.len());
+                            break 'orphans;
+                        }
+                    }
+                }
+            }
+            c.drain(rings);
+        }
+        Ok(())
+    }
+
+    /// The last records, the job's end, and the recording's last flush.
+    fn close(self, status: Option<ExitStatus>) -> Result<(Option<ExitStatus>, File), RecordError> {
+        let Session {
+            mut c,
+            mut rings,
+            counters,
+            mut gpu,
+            pid,
+            ..
+        } = self;
+        c.drain(&mut rings);
+        c.poll_lost(&counters);
+        for (kind, bytes) in gpu.finish(mono_ns()) {
+            c.writer.record(kind, &bytes);
+        }
+        match status {
+            Some(status) => c.user(UserBody::JobExit(JobExit { pid, status })),
+            None => c.user(UserBody::Note("detached: the job ran on".into())),
+        }
+        c.finish()?;
+        let _ = c.writer.get_ref().sync_all();
+        Ok((status, c.writer.into_inner()))
+    }
+}
+
+/// The spawned job's end; never, for an attached one.
+async fn wait_child(
+    child: &mut Option<tokio::process::Child>,
+) -> io::Result<std::process::ExitStatus> {
+    match child {
+        Some(c) => c.wait().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// What an attached recorder may watch, and the `--cgroup` it reads.
+pub(super) struct Attached {
+    pub(super) watcher: crate::attach::Watcher,
+    pub(super) cgroup: Option<crate::attach::CgroupDir>,
+}
+
+impl Attached {
+    /// The processes in the `--cgroup` now that the invoker may watch;
+    /// none without one.
+    fn procs(&self) -> Vec<u32> {
+        let Some(cg) = &self.cgroup else {
+            return Vec::new();
+        };
+        cg.procs()
+            .into_iter()
+            .filter(|&t| self.watcher.may_watch(t))
+            .collect()
+    }
+}
+
+/// An attached job is over when its processes are gone (`--pid`), or its
+/// cgroup is (`--cgroup`); `--all` and a spawned job never end here.
+fn attached_done(target: &Target, job: &std::collections::HashSet<u32>) -> bool {
+    match target {
+        Target::Pid(_) => job.iter().all(|&t| !crate::procfs::alive(t)),
+        Target::Cgroup(dir) => !dir.exists(),
+        Target::Run(_) | Target::All => false,
+    }
+}
+
+/// Reaps children that were re-parented to the recorder (its subreaper
+/// role), except `keep`, which tokio waits for. WNOWAIT peeks first so that
+/// the main process's status is never taken from under tokio.
+fn reap_orphans(keep: Option<u32>) {
+    use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
+    for _ in 0..64 {
+        let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+        let Ok(st) = waitid(Id::All, flags) else {
+            return;
+        };
+        let Some(pid) = st.pid() else { return };
+        if matches!(st, WaitStatus::StillAlive) || Some(pid.as_raw() as u32) == keep {
+            return;
+        }
+        let _ = waitpid(pid, Some(WaitPidFlag::WNOHANG));
+    }
+}

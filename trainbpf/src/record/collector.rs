@@ -1,0 +1,375 @@
+//! The collector: what happens to each record off the rings, and the
+//! samplers that run beside them (loss counters, pressure, USS/PSS and
+//! shared memory), and the flushes that keep the file current.
+
+use std::{
+    fs::{self, File},
+    path::PathBuf,
+    time::{Duration, Instant},
+};
+
+use aya::maps::MapData;
+use trainbpf_common as common;
+
+use super::{RecordError, io_err, mono_ns};
+use crate::{
+    decode::{self, CgroupName, ExitStatus, Lost, UserBody},
+    job,
+    recording::Writer,
+};
+
+/// What the recorder keeps while it records: the writer, what it has
+/// named already, the job's processes, and the samplers' last readings.
+pub(super) struct Collector {
+    pub(super) writer: Writer<File>,
+    /// The job's memory cgroup, sampled with the pressure: the one made for
+    /// `--memory-limit`, or the one an attached job runs in (its limit is
+    /// what a leak runs into).
+    pub(super) job_memcg: Option<(PathBuf, String, bool)>,
+    /// Keeps the file under `--max-size`.
+    flight: Option<crate::compact::Flight>,
+    pub(super) known_cgroups: std::collections::HashSet<u64>,
+    known_exes: std::collections::HashSet<u32>,
+    last_lost: Lost,
+    last_sync: Instant,
+    last_pressure: Option<crate::pressure::Pressure>,
+    stall: ([u64; 3], [u64; 3]),
+    /// What the job's threads freed inside reclaim or compaction, kB.
+    reclaim_freed_kb: u64,
+    /// The job's live processes, from the lifecycle records.
+    pub(super) job: std::collections::HashSet<u32>,
+    /// The job's main process, and how it ended as the kernel saw it (for
+    /// an attached job, which the recorder cannot wait for).
+    pub(super) root: u32,
+    pub(super) root_exit: Option<ExitStatus>,
+    /// Reads smaps_rollup and shared memory off the draining thread.
+    sampler: crate::sampler::Sampler,
+    last_procfs: Instant,
+    procfs_every: Duration,
+    /// The terminal's status line (src/status.rs).
+    pub(super) status: crate::status::Status,
+}
+
+impl Collector {
+    pub(super) fn new(
+        writer: Writer<File>,
+        job_memcg: Option<(PathBuf, String, bool)>,
+        flight: Option<crate::compact::Flight>,
+        status: crate::status::Status,
+    ) -> Collector {
+        Collector {
+            writer,
+            job_memcg,
+            flight,
+            known_cgroups: Default::default(),
+            known_exes: Default::default(),
+            last_lost: Lost {
+                by_kind: vec![0; common::KIND_MAX as usize],
+                ..Default::default()
+            },
+            last_sync: Instant::now(),
+            last_pressure: None,
+            stall: ([0; 3], [0; 3]),
+            reclaim_freed_kb: 0,
+            job: Default::default(),
+            root: 0,
+            root_exit: None,
+            sampler: crate::sampler::Sampler::start(),
+            status,
+            last_procfs: Instant::now(),
+            procfs_every: PROCFS_EVERY,
+        }
+    }
+
+    pub(super) fn user(&mut self, body: UserBody) {
+        let (kind, bytes) = decode::encode_user(mono_ns(), body);
+        self.writer.record(kind, &bytes);
+    }
+
+    /// Names a cgroup id once, while the directory still exists.
+    fn name_cgroup(&mut self, id: u64) {
+        if id == 0 || !self.known_cgroups.insert(id) {
+            return;
+        }
+        if let Some(path) = job::cgroup_path_by_id(id) {
+            self.user(UserBody::Cgroup(CgroupName { id, path }));
+        }
+    }
+
+    /// Names a signal sender's executable now: it may be gone by report
+    /// time. Once per process.
+    fn name_exe(&mut self, tgid: u32) {
+        if tgid == 0 || !self.known_exes.insert(tgid) {
+            return;
+        }
+        let exe = fs::read_link(format!("/proc/{tgid}/exe"))
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+        let uid = fs::read_to_string(format!("/proc/{tgid}/status"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("Uid:"))
+                    .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            });
+        self.user(UserBody::Exe(decode::ExeName { tgid, exe, uid }));
+    }
+
+    fn on_record(&mut self, bytes: &[u8]) {
+        if bytes.len() < size_of::<common::Header>() {
+            self.last_lost.undecodable += 1;
+            return;
+        }
+        let kind = u16::from_le_bytes([bytes[0], bytes[1]]);
+        self.writer.record(kind, bytes);
+        self.status.on_record(kind, bytes);
+        match kind {
+            common::KIND_FORK | common::KIND_EXEC => {
+                let tgid = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
+                if self.job.len() < MAX_JOB_PROCS {
+                    self.job.insert(tgid);
+                }
+                // Command line and torchrun rank, for grouping; read now,
+                // while the process exists (a worker may live a second).
+                if let Some(info) = crate::procfs::proc_info(tgid) {
+                    self.user(UserBody::ProcInfo(info));
+                }
+            }
+            common::KIND_EXIT => {
+                let tgid = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
+                self.job.remove(&tgid);
+                if tgid == self.root
+                    && let Ok(decode::Timed {
+                        event: decode::Event::Exit { exit_code, .. },
+                        ..
+                    }) = decode::decode(kind, bytes, 4)
+                {
+                    self.root_exit = Some(crate::model::wait_status(exit_code));
+                }
+            }
+            _ => {}
+        }
+        if kind == common::KIND_SIGNAL
+            && let Ok(decode::Timed {
+                event: decode::Event::Signal(s),
+                ..
+            }) = decode::decode(kind, bytes, 4)
+        {
+            self.name_exe(s.sender.tgid);
+        }
+        // Every memory cgroup a process allocates in is named once (a
+        // bounded few): a memcg OOM's growers are those charged to it.
+        if kind == common::KIND_MEM
+            && self.known_cgroups.len() < MAX_NAMED_CGROUPS
+            && let Ok(decode::Timed {
+                event: decode::Event::Mem { memcg_id, .. },
+                ..
+            }) = decode::decode(kind, bytes, 4)
+        {
+            self.name_cgroup(memcg_id);
+        }
+        if (kind == common::KIND_OOM_VICTIM || kind == common::KIND_OOM_KILL)
+            && let Ok(decode::Timed {
+                event: decode::Event::Oom(r),
+                ..
+            }) = decode::decode(kind, bytes, 4)
+        {
+            self.name_cgroup(r.memcg_id);
+            if let Some(oc) = r.oc {
+                self.name_cgroup(oc.memcg_id);
+            }
+        }
+    }
+
+    pub(super) fn drain(&mut self, rings: &mut crate::rings::Rings) -> usize {
+        rings.drain(|bytes| self.on_record(bytes))
+    }
+
+    /// Sums the per-CPU loss counters; writes a record when they moved.
+    pub(super) fn poll_lost(
+        &mut self,
+        counters: &aya::maps::PerCpuArray<MapData, common::Counters>,
+    ) {
+        let Ok(per_cpu) = counters.get(&0, 0) else {
+            return;
+        };
+        let mut lost = Lost {
+            by_kind: vec![0; common::KIND_MAX as usize],
+            undecodable: self.last_lost.undecodable,
+            dropped_disk_full: self.writer.dropped_records(),
+            ..Default::default()
+        };
+        let mut stall = ([0u64; 3], [0u64; 3]);
+        let mut reclaim_pages = 0u64;
+        for c in per_cpu.iter() {
+            reclaim_pages = reclaim_pages.saturating_add(c.reclaim_freed_pages);
+            for (i, v) in c.lost.iter().enumerate() {
+                lost.by_kind[i] += v;
+            }
+            lost.proc_map_full += c.proc_map_full;
+            lost.job_map_full += c.job_map_full;
+            lost.other_map_full += c.other_map_full;
+            for i in 0..3 {
+                stall.0[i] += c.stall_ns[i];
+                stall.1[i] += c.stall_count[i];
+            }
+        }
+        self.stall = stall;
+        let page_kb = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+            .ok()
+            .flatten()
+            .unwrap_or(4096) as u64
+            / 1024;
+        self.reclaim_freed_kb = reclaim_pages.saturating_mul(page_kb);
+        if lost != self.last_lost {
+            self.last_lost = lost.clone();
+            self.user(UserBody::Lost(lost));
+        }
+    }
+
+    /// Every few seconds: USS/PSS of the job's processes (the kernel walks
+    /// their page tables for it, so what it cost is recorded too) and the
+    /// shared-memory objects, each once. The reads run on the sampler's
+    /// thread: a big job's take seconds, and the rings must not wait.
+    pub(super) fn poll_procfs(&mut self) {
+        if let Some(done) = self.sampler.poll() {
+            // smaps_rollup walks page tables: about 50 ms per resident GiB.
+            // Keep it to 1% of a core by sampling less often as the job
+            // grows.
+            self.procfs_every = PROCFS_EVERY.max(done.cost * 100);
+            if !done.procs.is_empty() {
+                let cost_us = done.cost.as_micros() as u64;
+                self.user(UserBody::Smaps(decode::SmapsSample {
+                    procs: done.procs,
+                    cost_us,
+                }));
+            }
+            if !done.shm.is_empty() {
+                self.user(UserBody::Shm(done.shm));
+            }
+        }
+        if self.last_procfs.elapsed() < self.procfs_every {
+            return;
+        }
+        // Forget processes that are gone without an exit record (lost).
+        self.job.retain(|&t| crate::procfs::alive(t));
+        let pids = self.job.iter().take(MAX_SMAPS_PER_ROUND).copied().collect();
+        if self.sampler.request(pids) {
+            self.last_procfs = Instant::now();
+        }
+    }
+
+    /// Samples memory pressure (and the job's memory cgroup); records it
+    /// when it moved.
+    pub(super) fn poll_pressure(&mut self) {
+        let mut p = crate::pressure::sample(
+            self.job_memcg
+                .as_ref()
+                .map(|(dir, _, v2)| (dir.as_path(), *v2)),
+        );
+        (p.stall_ns, p.stall_count) = self.stall;
+        p.reclaim_freed_kb = self.reclaim_freed_kb;
+        self.status.on_pressure(mono_ns(), &p);
+        if self
+            .last_pressure
+            .as_ref()
+            .is_none_or(|last| p.moved_from(last))
+        {
+            self.last_pressure = Some(p.clone());
+            self.user(UserBody::Pressure(Box::new(p)));
+        }
+    }
+
+    pub(super) fn flush(&mut self) -> Result<(), RecordError> {
+        // A full disk is not an error: the writer holds the frames in
+        // memory, within a bound, and says so (docs/recording-format.md).
+        self.writer
+            .flush()
+            .map_err(io_err("writing the recording"))?;
+        self.tell_writer_notices();
+        if let Some(f) = &mut self.flight {
+            let said = f.poll(&mut self.writer, mono_ns());
+            self.tell(said);
+        }
+        // write() already survives a SIGKILL of the recorder; fdatasync now
+        // and then bounds what a power loss can take.
+        if self.last_sync.elapsed() > Duration::from_secs(10) && self.writer.held_bytes() == 0 {
+            let _ = self.writer.get_ref().sync_data();
+            self.last_sync = Instant::now();
+        }
+        Ok(())
+    }
+
+    /// Redraws the status line and warns of leaks suspected since the last
+    /// time: on stderr, and in the recording, so that the report can show
+    /// the warning came before the kill.
+    pub(super) fn leak_warnings(&mut self) {
+        let warnings = self.status.tick();
+        if warnings.is_empty() {
+            return;
+        }
+        self.status.clear();
+        let now = mono_ns();
+        for w in warnings {
+            eprintln!(
+                "trainbpf: warning: {}",
+                crate::status::warning_text(&w, now)
+            );
+            self.user(UserBody::LeakWarning(w));
+        }
+    }
+
+    /// Compaction's news, on their own lines under the status line.
+    fn tell(&mut self, lines: Vec<String>) {
+        if lines.is_empty() {
+            return;
+        }
+        self.status.clear();
+        for l in lines {
+            eprintln!("trainbpf: {l}");
+        }
+    }
+
+    fn tell_writer_notices(&mut self) {
+        for n in self.writer.take_notices() {
+            match n {
+                crate::recording::Notice::Resumed { .. } => eprintln!("trainbpf: {n}"),
+                _ => eprintln!("trainbpf: warning: {n}"),
+            }
+        }
+    }
+
+    /// The last flush: frames still held for a full disk get one more try,
+    /// and what could not be written is said.
+    pub(super) fn finish(&mut self) -> Result<(), RecordError> {
+        self.writer
+            .flush_now()
+            .map_err(io_err("writing the recording"))?;
+        self.tell_writer_notices();
+        if let Some(f) = &mut self.flight {
+            let said = f.finish(&mut self.writer, mono_ns());
+            self.tell(said);
+        }
+        let held = self.writer.held_bytes();
+        if held > 0 {
+            eprintln!(
+                "trainbpf: warning: the disk is still full: {:.1} MiB of events held in memory were not written; the recording ends cleanly after byte {}, and `trainbpf report` reads it up to there",
+                held as f64 / (1 << 20) as f64,
+                self.writer.bytes_written()
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Memory cgroups named from memory records (OOM records always are):
+/// each new one walks the hierarchy once.
+const MAX_NAMED_CGROUPS: usize = 256;
+/// Frame buffer size that forces a flush before the timer: bounds the
+/// recorder's memory in a burst.
+pub(super) const FLUSH_BYTES: usize = 256 << 10;
+/// How often USS/PSS and shared memory are sampled.
+const PROCFS_EVERY: Duration = Duration::from_secs(5);
+/// Bounds on the collector's own bookkeeping of the job's processes.
+const MAX_JOB_PROCS: usize = 65536;
+const MAX_SMAPS_PER_ROUND: usize = 512;
