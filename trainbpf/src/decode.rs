@@ -9,6 +9,9 @@ use trainbpf_common as common;
 
 /// GPU records: kernel kinds 20-29, collector kinds 110-119.
 pub mod gpu;
+/// What the recorder samples from /proc and the cgroup files.
+pub mod samples;
+pub use samples::{CgroupPressure, Pressure, ProcInfo, Psi, ShmKind, ShmObject, Smaps};
 
 /// Record kinds written by the collector itself. Kernel kinds are below 100
 /// (`trainbpf_common::KIND_*`); these never collide with them.
@@ -322,12 +325,12 @@ pub enum Event {
     Lost(Lost),
     Cgroup(CgroupName),
     Exe(ExeName),
-    Pressure(Box<crate::pressure::Pressure>),
+    Pressure(Box<Pressure>),
     /// USS/PSS of the job's live processes.
     Smaps(SmapsSample),
-    ProcInfo(crate::procfs::ProcInfo),
+    ProcInfo(ProcInfo),
     /// Shared-memory objects, each once.
-    Shm(Vec<crate::procfs::ShmObject>),
+    Shm(Vec<ShmObject>),
     /// A CUDA call, an Xid, an NVML sample, what the GPU probes attached.
     Gpu(Box<gpu::GpuEvent>),
     Note(String),
@@ -392,7 +395,7 @@ pub struct Compaction {
 /// One round of /proc/PID/smaps_rollup reads, and what it cost.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SmapsSample {
-    pub procs: Vec<crate::procfs::Smaps>,
+    pub procs: Vec<Smaps>,
     /// Wall time the reads took, µs: the price of USS/PSS.
     pub cost_us: u64,
 }
@@ -719,10 +722,10 @@ pub enum UserBody {
     Cgroup(CgroupName),
     Note(String),
     Exe(ExeName),
-    Pressure(Box<crate::pressure::Pressure>),
+    Pressure(Box<Pressure>),
     Smaps(SmapsSample),
-    ProcInfo(crate::procfs::ProcInfo),
-    Shm(Vec<crate::procfs::ShmObject>),
+    ProcInfo(ProcInfo),
+    Shm(Vec<ShmObject>),
     Compacted(Compaction),
     LeakWarning(LeakWarning),
     SignalReceived(SignalReceived),

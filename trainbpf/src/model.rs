@@ -109,7 +109,7 @@ pub struct Report {
     /// member added, summed (`grew_kb` holds the summed peak RSS here).
     pub groups: Vec<Group>,
     /// Shared-memory objects, each counted once, biggest first.
-    pub shared_memory: Vec<crate::procfs::ShmObject>,
+    pub shared_memory: Vec<crate::decode::ShmObject>,
     /// The job's honest growth against its cgroup at the cgroup's peak.
     pub attribution_at_peak: Option<SumCheck>,
     /// What USS/PSS sampling cost: rounds and total µs.

@@ -9,63 +9,9 @@
 
 use std::{fs, path::Path};
 
-use serde::{Deserialize, Serialize};
-
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Pressure {
-    pub mem_total_kb: u64,
-    pub mem_available_kb: u64,
-    pub swap_total_kb: u64,
-    pub swap_free_kb: u64,
-    pub shmem_kb: u64,
-    pub committed_as_kb: u64,
-    pub commit_limit_kb: u64,
-    /// vm.overcommit_memory: 0 heuristic, 1 always, 2 never.
-    pub overcommit_memory: Option<u32>,
-    pub cgroup: Option<CgroupPressure>,
-    pub psi: Option<Psi>,
-    /// Cumulative stall time and count, all tasks: direct reclaim, memcg
-    /// reclaim, compaction.
-    #[serde(default)]
-    pub stall_ns: [u64; 3],
-    #[serde(default)]
-    pub stall_count: [u64; 3],
-    /// Cumulative: what the job's threads freed inside reclaim or
-    /// compaction (other processes' memory and cache), kB. Not charged to
-    /// them.
-    #[serde(default)]
-    pub reclaim_freed_kb: u64,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CgroupPressure {
-    pub usage_kb: u64,
-    /// None: no limit.
-    pub limit_kb: Option<u64>,
-    /// v2 memory.events `max` (hits of the limit), v1 memory.failcnt.
-    pub max_events: u64,
-    /// v2 memory.events `oom` / `oom_kill`; v1 memory.oom_control `oom_kill`.
-    pub oom_events: u64,
-    pub oom_kill_events: u64,
-    /// From memory.stat: page cache, and kernel memory (v2 `kernel`, v1
-    /// memory.kmem.usage_in_bytes).
-    #[serde(default)]
-    pub file_kb: u64,
-    #[serde(default)]
-    pub kernel_kb: u64,
-}
-
-/// PSI memory: share of time some / all tasks stalled on memory.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Psi {
-    pub some_avg10: f64,
-    pub full_avg10: f64,
-    /// Cumulative stall, µs.
-    pub some_total_us: u64,
-    pub full_total_us: u64,
-}
-
-impl Eq for Psi {}
+/// Defined with the recording's events; re-exported for the collector's
+/// other modules (`record.rs`, `status.rs`).
+pub use crate::decode::samples::{CgroupPressure, Pressure, Psi};
 
 /// `Key:   12345 kB` lines of /proc/meminfo.
 pub fn parse_meminfo(text: &str, p: &mut Pressure) {

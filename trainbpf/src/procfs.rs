@@ -9,21 +9,8 @@ use std::{
     os::unix::fs::MetadataExt,
 };
 
-use serde::{Deserialize, Serialize};
-
-/// Who a process is, for grouping: its command line and, for torchrun, its
-/// rank.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProcInfo {
-    pub tgid: u32,
-    pub cmdline: Vec<String>,
-    pub rank: Option<u32>,
-    pub local_rank: Option<u32>,
-    /// The parent pid when read: for processes the recorder found already
-    /// running (an attach), whose fork it never saw.
-    #[serde(default)]
-    pub ppid: Option<u32>,
-}
+/// Defined with the recording's events; re-exported for `sampler.rs`.
+pub use crate::decode::samples::{ProcInfo, ShmKind, ShmObject, Smaps};
 
 pub fn proc_info(tgid: u32) -> Option<ProcInfo> {
     let raw = fs::read(format!("/proc/{tgid}/cmdline")).ok()?;
@@ -46,20 +33,6 @@ pub fn proc_info(tgid: u32) -> Option<ProcInfo> {
         local_rank: var("LOCAL_RANK"),
         ppid: ppid(tgid),
     })
-}
-
-/// /proc/PID/smaps_rollup: the kernel walks the page tables for this, so it
-/// costs time in proportion to the mapped memory; the recorder samples it
-/// every few seconds and records what it cost.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Smaps {
-    pub tgid: u32,
-    pub rss_kb: u64,
-    pub pss_kb: u64,
-    /// Private_Clean + Private_Dirty: what freeing this process would give back.
-    pub uss_kb: u64,
-    pub shared_kb: u64,
-    pub swap_kb: u64,
 }
 
 pub fn parse_smaps_rollup(tgid: u32, text: &str) -> Smaps {
@@ -91,35 +64,6 @@ pub fn parse_smaps_rollup(tgid: u32, text: &str) -> Smaps {
 pub fn smaps(tgid: u32) -> Option<Smaps> {
     let text = fs::read_to_string(format!("/proc/{tgid}/smaps_rollup")).ok()?;
     Some(parse_smaps_rollup(tgid, &text))
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ShmKind {
-    /// A file in /dev/shm (shm_open, torch's file_system sharing strategy).
-    Posix,
-    /// shmget.
-    Sysv,
-    /// memfd_create (torch's file_descriptor sharing strategy uses
-    /// shared fds too).
-    Memfd,
-}
-
-/// One shared-memory object, however many processes map it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ShmObject {
-    pub kind: ShmKind,
-    pub name: String,
-    /// Inode (POSIX, memfd) or shmid (SysV): the object's identity.
-    pub id: u64,
-    pub size_kb: u64,
-    /// Pages actually allocated (tmpfs blocks, SysV rss).
-    pub resident_kb: u64,
-    /// The creator (SysV cpid) or the first job process seen mapping or
-    /// holding it.
-    pub owner_tgid: Option<u32>,
-    /// Job processes mapping or holding it when sampled.
-    pub mappers: u32,
 }
 
 /// SysV segments: `key shmid perms size cpid lpid nattch uid gid cuid cgid

@@ -1144,9 +1144,8 @@ fn judge(grid: &Grid, series: &[(u32, f64)], size_kb: u64, o: &LeakOptions) -> T
 mod tests {
     use super::*;
     use crate::decode::Rss;
+    use crate::decode::{CgroupPressure, Pressure, ProcInfo};
     use crate::model::{ModelOptions, Report, build};
-    use crate::pressure::{CgroupPressure, Pressure};
-    use crate::procfs::ProcInfo;
     use crate::recording::RecordingHeader;
 
     const MIB: f64 = 1024.0;
