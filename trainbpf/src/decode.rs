@@ -3,6 +3,11 @@
 //! Kernel records arrive as the `#[repr(C)]` structs of `trainbpf-common`;
 //! userspace records (job start and end, lost counts, cgroup names) as JSON.
 //! Every record is length-checked here; nothing downstream sees raw bytes.
+//!
+//! `events` holds what records decode to, `samples` the figures the
+//! collector samples from /proc (filled there, read by the model),
+//! `kernel` the kernel records, `user` the collector's JSON records, `gpu`
+//! the GPU's of both kinds.
 
 use serde::Deserialize;
 use trainbpf_common as common;

@@ -18,6 +18,16 @@
 //!
 //! Times are CLOCK_MONOTONIC ns, as recorded; [`Report::realtime_ns`] turns
 //! them into wall-clock time with the recording header's clock pair.
+//!
+//! This file is the driver: the options, the report, the streaming loop.
+//! The builder's work lives with what it builds: `kills` (a kill's records
+//! merged, closed once settled), `kernel_log` (the kernel's OOM lines
+//! parsed), `growers` (who grew before a kill, and the OOM killer's
+//! ranking, rebuilt in `badness`), `processes` (the job's processes and
+//! the machine's biggest users), `timeline` (each process's memory over
+//! the window), `attribution`, `before` (pressure before a kill),
+//! `deaths`, `series` (charts), `leaks`, `gpu`. The model reads only the
+//! decoded events (`crate::decode`) and the recording's header.
 
 mod attribution;
 mod badness;
