@@ -119,21 +119,14 @@ impl Invoker {
     }
 }
 
-/// Root of the hierarchy that has the memory controller.
+/// Root of the hierarchy that has the memory controller, found as `doctor`
+/// and the job's own cgroup find it: from /proc/self/cgroup and the mount
+/// table, not at a fixed path.
 pub fn memory_hierarchy() -> Option<(PathBuf, bool)> {
-    for root in ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"] {
-        let ctl = Path::new(root).join("cgroup.controllers");
-        if fs::read_to_string(&ctl)
-            .map(|s| s.split_whitespace().any(|c| c == "memory"))
-            .unwrap_or(false)
-        {
-            return Some((PathBuf::from(root), true));
-        }
-    }
-    let v1 = Path::new("/sys/fs/cgroup/memory");
-    v1.join("memory.limit_in_bytes")
-        .exists()
-        .then(|| (v1.to_path_buf(), false))
+    let mounts = crate::doctor::parse_mountinfo(&fs::read_to_string("/proc/self/mountinfo").ok()?);
+    let own = fs::read_to_string("/proc/self/cgroup").ok()?;
+    let (version, _, _, top) = crate::doctor::memory_cgroup_dir(&own, &mounts)?;
+    Some((top, version == 2))
 }
 
 /// The memory cgroup a running process is charged to: its directory, the

@@ -7,112 +7,77 @@
 //! and PSI (/proc/pressure/memory, Linux 4.20+, when booted with it on).
 //! Reclaim and compaction stall totals come from the kernel programs.
 
-use std::{fs, path::Path};
+use std::{collections::BTreeMap, fs, path::Path};
 
-use serde::{Deserialize, Serialize};
+use procfs_core::{PressureRecord, parse_pressure_record};
 
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Pressure {
-    pub mem_total_kb: u64,
-    pub mem_available_kb: u64,
-    pub swap_total_kb: u64,
-    pub swap_free_kb: u64,
-    pub shmem_kb: u64,
-    pub committed_as_kb: u64,
-    pub commit_limit_kb: u64,
-    /// vm.overcommit_memory: 0 heuristic, 1 always, 2 never.
-    pub overcommit_memory: Option<u32>,
-    pub cgroup: Option<CgroupPressure>,
-    pub psi: Option<Psi>,
-    /// Cumulative stall time and count, all tasks: direct reclaim, memcg
-    /// reclaim, compaction.
-    #[serde(default)]
-    pub stall_ns: [u64; 3],
-    #[serde(default)]
-    pub stall_count: [u64; 3],
-    /// Cumulative: what the job's threads freed inside reclaim or
-    /// compaction (other processes' memory and cache), kB. Not charged to
-    /// them.
-    #[serde(default)]
-    pub reclaim_freed_kb: u64,
-}
+/// Defined with the recording's events; re-exported for the collector's
+/// other modules (`record.rs`, `status.rs`).
+pub use crate::decode::samples::{CgroupPressure, Pressure, Psi};
 
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CgroupPressure {
-    pub usage_kb: u64,
-    /// None: no limit.
-    pub limit_kb: Option<u64>,
-    /// v2 memory.events `max` (hits of the limit), v1 memory.failcnt.
-    pub max_events: u64,
-    /// v2 memory.events `oom` / `oom_kill`; v1 memory.oom_control `oom_kill`.
-    pub oom_events: u64,
-    pub oom_kill_events: u64,
-    /// From memory.stat: page cache, and kernel memory (v2 `kernel`, v1
-    /// memory.kmem.usage_in_bytes).
-    #[serde(default)]
-    pub file_kb: u64,
-    #[serde(default)]
-    pub kernel_kb: u64,
-}
-
-/// PSI memory: share of time some / all tasks stalled on memory.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Psi {
-    pub some_avg10: f64,
-    pub full_avg10: f64,
-    /// Cumulative stall, µs.
-    pub some_total_us: u64,
-    pub full_total_us: u64,
-}
-
-impl Eq for Psi {}
-
-/// `Key:   12345 kB` lines of /proc/meminfo.
-pub fn parse_meminfo(text: &str, p: &mut Pressure) {
+/// /proc/meminfo as name → number (kB for sizes, a count for
+/// `HugePages_*`): the one parser of it, which `doctor` uses too. Lines
+/// that do not parse are left out; `procfs_core::Meminfo` is not used
+/// because it refuses the whole file when one of its many required fields
+/// is missing.
+pub fn meminfo(text: &str) -> BTreeMap<String, u64> {
+    let mut m = BTreeMap::new();
     for line in text.lines() {
-        let Some((k, v)) = line.split_once(':') else {
+        let Some((name, rest)) = line.split_once(':') else {
             continue;
         };
-        let v: u64 = v
-            .split_whitespace()
-            .next()
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0);
-        match k {
-            "MemTotal" => p.mem_total_kb = v,
-            "MemAvailable" => p.mem_available_kb = v,
-            "SwapTotal" => p.swap_total_kb = v,
-            "SwapFree" => p.swap_free_kb = v,
-            "Shmem" => p.shmem_kb = v,
-            "Committed_AS" => p.committed_as_kb = v,
-            "CommitLimit" => p.commit_limit_kb = v,
-            _ => {}
+        if let Some(Ok(v)) = rest.split_whitespace().next().map(str::parse) {
+            m.insert(name.trim().to_string(), v);
         }
     }
+    m
 }
 
-/// /proc/pressure/memory: `some avg10=0.00 avg60=… total=N` and `full …`.
-pub fn parse_psi(text: &str) -> Option<Psi> {
-    let mut psi = Psi::default();
-    let mut seen = false;
+/// The figures a pressure sample keeps from /proc/meminfo.
+pub fn parse_meminfo(text: &str, p: &mut Pressure) {
+    let m = meminfo(text);
+    let kb = |name: &str| m.get(name).copied().unwrap_or(0);
+    p.mem_total_kb = kb("MemTotal");
+    p.mem_available_kb = kb("MemAvailable");
+    p.swap_total_kb = kb("SwapTotal");
+    p.swap_free_kb = kb("SwapFree");
+    p.shmem_kb = kb("Shmem");
+    p.committed_as_kb = kb("Committed_AS");
+    p.commit_limit_kb = kb("CommitLimit");
+}
+
+/// /proc/pressure/memory's `some` and `full` lines: the one parser of it,
+/// which `doctor` uses too. `None` when either is missing or unparsable.
+pub fn psi_records(text: &str) -> Option<(PressureRecord, PressureRecord)> {
+    let mut some = None;
+    let mut full = None;
     for line in text.lines() {
-        let mut words = line.split_whitespace();
-        let which = words.next()?;
-        for w in words {
-            let Some((k, v)) = w.split_once('=') else {
-                continue;
-            };
-            match (which, k) {
-                ("some", "avg10") => psi.some_avg10 = v.parse().ok()?,
-                ("full", "avg10") => psi.full_avg10 = v.parse().ok()?,
-                ("some", "total") => psi.some_total_us = v.parse().ok()?,
-                ("full", "total") => psi.full_total_us = v.parse().ok()?,
-                _ => continue,
-            }
-            seen = true;
-        }
+        let slot = match line.split_whitespace().next() {
+            Some("some") => &mut some,
+            Some("full") => &mut full,
+            _ => continue,
+        };
+        *slot = Some(parse_pressure_record(line).ok()?);
     }
-    seen.then_some(psi)
+    Some((some?, full?))
+}
+
+/// A PSI average as the kernel printed it: it prints two decimals, which
+/// `procfs_core` reads into an `f32`; rounding back to two decimals gives
+/// the very `f64` that parsing the printed text would.
+pub fn psi_avg(v: f32) -> f64 {
+    (f64::from(v) * 100.0).round() / 100.0
+}
+
+/// /proc/pressure/memory as a pressure sample keeps it.
+pub fn parse_psi(text: &str) -> Option<Psi> {
+    let (some, full) = psi_records(text)?;
+    Some(Psi {
+        some_avg10: psi_avg(some.avg10),
+        full_avg10: psi_avg(full.avg10),
+        some_total_us: some.total,
+        full_total_us: full.total,
+    })
 }
 
 /// `key value` lines (memory.events, memory.oom_control).
@@ -240,6 +205,22 @@ mod tests {
         assert_eq!(psi.some_avg10, 1.5);
         assert_eq!(psi.full_total_us, 12_749);
         assert_eq!(parse_psi(""), None);
+    }
+
+    /// The kernel prints PSI averages with two decimals; read through
+    /// `procfs_core`'s `f32`, each must still be the `f64` the text says,
+    /// or recordings would change.
+    #[test]
+    fn psi_averages_read_as_printed() {
+        for n in 0..=10_000u32 {
+            let text = format!("{}.{:02}", n / 100, n % 100);
+            let printed: f64 = text.parse().unwrap();
+            assert_eq!(psi_avg(text.parse().unwrap()), printed, "{text}");
+        }
+        assert_eq!(
+            parse_psi("some avg10=1.50 avg60=0.20 avg300=0.00 total=20121\n"),
+            None
+        );
     }
 
     #[test]

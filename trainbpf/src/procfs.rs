@@ -9,21 +9,10 @@ use std::{
     os::unix::fs::MetadataExt,
 };
 
-use serde::{Deserialize, Serialize};
+use procfs_core::{FromBufRead, process::MemoryMaps};
 
-/// Who a process is, for grouping: its command line and, for torchrun, its
-/// rank.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProcInfo {
-    pub tgid: u32,
-    pub cmdline: Vec<String>,
-    pub rank: Option<u32>,
-    pub local_rank: Option<u32>,
-    /// The parent pid when read: for processes the recorder found already
-    /// running (an attach), whose fork it never saw.
-    #[serde(default)]
-    pub ppid: Option<u32>,
-}
+/// Defined with the recording's events; re-exported for `sampler.rs`.
+pub use crate::decode::samples::{ProcInfo, ShmKind, ShmObject, Smaps};
 
 pub fn proc_info(tgid: u32) -> Option<ProcInfo> {
     let raw = fs::read(format!("/proc/{tgid}/cmdline")).ok()?;
@@ -48,78 +37,31 @@ pub fn proc_info(tgid: u32) -> Option<ProcInfo> {
     })
 }
 
-/// /proc/PID/smaps_rollup: the kernel walks the page tables for this, so it
-/// costs time in proportion to the mapped memory; the recorder samples it
-/// every few seconds and records what it cost.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Smaps {
-    pub tgid: u32,
-    pub rss_kb: u64,
-    pub pss_kb: u64,
-    /// Private_Clean + Private_Dirty: what freeing this process would give back.
-    pub uss_kb: u64,
-    pub shared_kb: u64,
-    pub swap_kb: u64,
-}
-
+/// /proc/PID/smaps_rollup's totals. `procfs_core` reads the file: its
+/// figures are bytes, ours kB.
 pub fn parse_smaps_rollup(tgid: u32, text: &str) -> Smaps {
     let mut s = Smaps {
         tgid,
         ..Default::default()
     };
-    for line in text.lines() {
-        let Some((k, v)) = line.split_once(':') else {
-            continue;
-        };
-        let v: u64 = v
-            .split_whitespace()
-            .next()
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0);
-        match k {
-            "Rss" => s.rss_kb = v,
-            "Pss" => s.pss_kb = v,
-            "Private_Clean" | "Private_Dirty" => s.uss_kb += v,
-            "Shared_Clean" | "Shared_Dirty" => s.shared_kb += v,
-            "Swap" => s.swap_kb = v,
-            _ => {}
-        }
-    }
+    let Ok(maps) = MemoryMaps::from_buf_read(text.as_bytes()) else {
+        return s;
+    };
+    let Some(rollup) = maps.iter().next() else {
+        return s;
+    };
+    let kb = |k: &str| rollup.extension.map.get(k).copied().unwrap_or(0) / 1024;
+    s.rss_kb = kb("Rss");
+    s.pss_kb = kb("Pss");
+    s.uss_kb = kb("Private_Clean") + kb("Private_Dirty");
+    s.shared_kb = kb("Shared_Clean") + kb("Shared_Dirty");
+    s.swap_kb = kb("Swap");
     s
 }
 
 pub fn smaps(tgid: u32) -> Option<Smaps> {
     let text = fs::read_to_string(format!("/proc/{tgid}/smaps_rollup")).ok()?;
     Some(parse_smaps_rollup(tgid, &text))
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ShmKind {
-    /// A file in /dev/shm (shm_open, torch's file_system sharing strategy).
-    Posix,
-    /// shmget.
-    Sysv,
-    /// memfd_create (torch's file_descriptor sharing strategy uses
-    /// shared fds too).
-    Memfd,
-}
-
-/// One shared-memory object, however many processes map it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ShmObject {
-    pub kind: ShmKind,
-    pub name: String,
-    /// Inode (POSIX, memfd) or shmid (SysV): the object's identity.
-    pub id: u64,
-    pub size_kb: u64,
-    /// Pages actually allocated (tmpfs blocks, SysV rss).
-    pub resident_kb: u64,
-    /// The creator (SysV cpid) or the first job process seen mapping or
-    /// holding it.
-    pub owner_tgid: Option<u32>,
-    /// Job processes mapping or holding it when sampled.
-    pub mappers: u32,
 }
 
 /// SysV segments: `key shmid perms size cpid lpid nattch uid gid cuid cgid
@@ -201,33 +143,20 @@ impl ShmTracker {
         for pid in pids {
             let mut seen = HashSet::new();
             if let Ok(maps) = fs::read_to_string(format!("/proc/{pid}/maps")) {
-                for line in maps.lines() {
-                    let f: Vec<&str> = line.split_whitespace().collect();
-                    let (Some(inode), Some(path)) = (f.get(4), f.get(5)) else {
-                        continue;
-                    };
-                    let Ok(ino) = inode.parse::<u64>() else {
-                        continue;
-                    };
-                    if path.starts_with("/dev/shm/") {
-                        seen.insert((ShmKind::Posix, ino));
-                    } else if path.starts_with("/SYSV") {
-                        // The maps line's inode is the shmid for SysV.
-                        seen.insert((ShmKind::Sysv, ino));
-                    } else if path.starts_with("/memfd:") {
-                        seen.insert((ShmKind::Memfd, ino));
+                for (kind, ino, path) in shm_mappings(&maps) {
+                    seen.insert((kind, ino));
+                    if kind == ShmKind::Memfd {
                         // Mapped with its fd closed: known by name; its size
                         // comes from an fd if any process still holds one.
-                        objs.entry((ShmKind::Memfd, ino))
-                            .or_insert_with(|| ShmObject {
-                                kind: ShmKind::Memfd,
-                                name: path.to_string(),
-                                id: ino,
-                                size_kb: 0,
-                                resident_kb: 0,
-                                owner_tgid: None,
-                                mappers: 0,
-                            });
+                        objs.entry((kind, ino)).or_insert_with(|| ShmObject {
+                            kind,
+                            name: path.trim_end_matches(" (deleted)").to_string(),
+                            id: ino,
+                            size_kb: 0,
+                            resident_kb: 0,
+                            owner_tgid: None,
+                            mappers: 0,
+                        });
                     }
                 }
             }
@@ -279,6 +208,38 @@ impl ShmTracker {
         self.owners.retain(|k, _| live.contains(k));
         out
     }
+}
+
+/// The shared-memory mappings in a /proc/PID/maps text: kind, inode (the
+/// shmid for SysV) and path. Lines are `start-end perms offset dev inode
+/// path`, and the path is the rest of the line, blanks included.
+/// (`procfs_core::MemoryMaps` reads this format too, but panics on a path
+/// that starts with `/SYSV` and is shorter than a SysV name, which any job
+/// can create.)
+pub fn shm_mappings(maps: &str) -> Vec<(ShmKind, u64, &str)> {
+    let mut out = Vec::new();
+    for line in maps.lines() {
+        let mut f = line.splitn(6, ' ');
+        let (Some(inode), Some(path)) = (f.nth(4), f.next()) else {
+            continue;
+        };
+        let Ok(ino) = inode.parse::<u64>() else {
+            continue;
+        };
+        let path = path.trim_start();
+        let kind = if path.starts_with("/dev/shm/") {
+            ShmKind::Posix
+        } else if path.starts_with("/SYSV") {
+            // The maps line's inode is the shmid for SysV.
+            ShmKind::Sysv
+        } else if path.starts_with("/memfd:") {
+            ShmKind::Memfd
+        } else {
+            continue;
+        };
+        out.push((kind, ino, path));
+    }
+    out
 }
 
 /// `pid` and every process descending from it, from the parent links in
@@ -356,5 +317,28 @@ mod tests {
         assert_eq!(o[0].size_kb, 512 * 1024);
         assert_eq!(o[0].resident_kb, 256 * 1024);
         assert_eq!(o[0].owner_tgid, Some(4242));
+    }
+
+    /// A maps path with blanks was cut at the first one, so `/dev/shm/a b`
+    /// read as `/dev/shm/a`, and a memfd's name lost all after its first
+    /// word.
+    #[test]
+    fn maps_paths_keep_their_blanks() {
+        let maps = "\
+7f0000000000-7f0000100000 rw-s 00000000 00:1a 4242                       /dev/shm/torch batch 1
+7f0000100000-7f0000200000 rw-s 00000000 00:01 1028                       /memfd:torch shm (deleted)
+7f0000200000-7f0000300000 rw-s 00000000 00:01 7                          /SYSV00000000 (deleted)
+7f0000300000-7f0000400000 r-xp 00000000 fd:01 99                         /usr/lib/my lib.so
+7f0000400000-7f0000500000 rw-p 00000000 00:00 0 
+7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0                          [stack]
+";
+        assert_eq!(
+            shm_mappings(maps),
+            vec![
+                (ShmKind::Posix, 4242, "/dev/shm/torch batch 1"),
+                (ShmKind::Memfd, 1028, "/memfd:torch shm (deleted)"),
+                (ShmKind::Sysv, 7, "/SYSV00000000 (deleted)"),
+            ]
+        );
     }
 }

@@ -12,16 +12,7 @@ pub struct Meminfo(pub BTreeMap<String, u64>);
 
 impl Meminfo {
     pub fn parse(text: &str) -> Meminfo {
-        let mut m = BTreeMap::new();
-        for line in text.lines() {
-            let Some((name, rest)) = line.split_once(':') else {
-                continue;
-            };
-            if let Some(Ok(v)) = rest.split_whitespace().next().map(str::parse) {
-                m.insert(name.trim().to_string(), v);
-            }
-        }
-        Meminfo(m)
+        Meminfo(crate::pressure::meminfo(text))
     }
 
     /// A `kB` entry in bytes.
@@ -37,17 +28,9 @@ impl Meminfo {
 /// `some avg10=0.00 avg60=...` → the avg10 and avg60 of the `some` and
 /// `full` lines.
 pub fn parse_psi(text: &str) -> Option<[(f64, f64); 2]> {
-    let line = |kind: &str| -> Option<(f64, f64)> {
-        let l = text.lines().find(|l| l.starts_with(kind))?;
-        let get = |k: &str| -> Option<f64> {
-            l.split_whitespace()
-                .find_map(|w| w.strip_prefix(k))?
-                .parse()
-                .ok()
-        };
-        Some((get("avg10=")?, get("avg60=")?))
-    };
-    Some([line("some ")?, line("full ")?])
+    use crate::pressure::{psi_avg, psi_records};
+    let (some, full) = psi_records(text)?;
+    Some([some, full].map(|r| (psi_avg(r.avg10), psi_avg(r.avg60))))
 }
 
 pub fn check_overcommit(

@@ -12,10 +12,8 @@
 
 use std::collections::HashMap;
 
-use crate::{
-    decode::{ProcKey, SmapsSample},
-    pressure::Pressure,
-    procfs::{ProcInfo, ShmObject, Smaps},
+use crate::decode::{
+    CgroupPressure, Pressure, ProcInfo, ProcKey, ShmKind, ShmObject, Smaps, SmapsSample,
 };
 
 use super::{Grower, Track};
@@ -74,7 +72,7 @@ pub(super) struct Attribution {
     pub smaps_rounds: u64,
     pub smaps_cost_us: u64,
     /// Shared-memory objects by (kind, id), as last seen, with their peak.
-    shm: HashMap<(crate::procfs::ShmKind, u64), ShmObject>,
+    shm: HashMap<(ShmKind, u64), ShmObject>,
     /// The job cgroup's first sample and the sum check at its peak usage.
     first: Option<(u64, Pressure)>,
     pub peak: Option<SumCheck>,
@@ -160,7 +158,7 @@ impl Attribution {
 /// figure at the kill).
 pub(super) fn sum_check(ts: u64, from: &Pressure, to: &Pressure, attributed: i64) -> SumCheck {
     let (a, b) = (from.cgroup.as_ref(), to.cgroup.as_ref());
-    let delta = |f: fn(&crate::pressure::CgroupPressure) -> u64| Some(f(b?) as i64 - f(a?) as i64);
+    let delta = |f: fn(&CgroupPressure) -> u64| Some(f(b?) as i64 - f(a?) as i64);
     let cgroup_delta_kb = delta(|c| c.usage_kb).unwrap_or(0);
     SumCheck {
         ts_ns: ts,
@@ -204,7 +202,6 @@ pub(super) fn groups(growers: &[Grower], roles: impl Fn(&Grower) -> Option<Strin
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pressure::CgroupPressure;
 
     fn grower(pid: u32, comm: &str, honest: i64, rss: u64) -> Grower {
         Grower {

@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 
-use crate::pressure::Pressure;
+use crate::decode::Pressure;
 
 /// Samples kept: the window's worth plus one baseline before it.
 #[derive(Default)]

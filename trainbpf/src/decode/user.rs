@@ -1,0 +1,91 @@
+//! The collector's own records (kinds 100 and up, besides the GPU's): JSON
+//! bodies, one enum for all of them, encoded here and decoded here.
+
+use serde::{Deserialize, Serialize};
+
+use super::{
+    CgroupName, Compaction, DecodeError, Event, ExeName, JobExit, JobStart, KIND_CGROUP,
+    KIND_COMPACTED, KIND_EXE, KIND_JOB_EXIT, KIND_JOB_START, KIND_LEAK_WARNING, KIND_LOST,
+    KIND_NOTE, KIND_PRESSURE, KIND_PROC_INFO, KIND_SHM, KIND_SIGNAL_RECEIVED, KIND_SMAPS,
+    LeakWarning, Lost, Pressure, ProcInfo, ShmObject, SignalReceived, SmapsSample, json,
+};
+
+/// The JSON body of a userspace record.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct UserRecord {
+    pub ts_ns: u64,
+    pub body: UserBody,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UserBody {
+    JobStart(JobStart),
+    JobExit(JobExit),
+    Lost(Lost),
+    Cgroup(CgroupName),
+    Note(String),
+    Exe(ExeName),
+    Pressure(Box<Pressure>),
+    Smaps(SmapsSample),
+    ProcInfo(ProcInfo),
+    Shm(Vec<ShmObject>),
+    Compacted(Compaction),
+    LeakWarning(LeakWarning),
+    SignalReceived(SignalReceived),
+}
+
+impl UserBody {
+    pub fn kind(&self) -> u16 {
+        match self {
+            UserBody::JobStart(_) => KIND_JOB_START,
+            UserBody::JobExit(_) => KIND_JOB_EXIT,
+            UserBody::Lost(_) => KIND_LOST,
+            UserBody::Cgroup(_) => KIND_CGROUP,
+            UserBody::Note(_) => KIND_NOTE,
+            UserBody::Exe(_) => KIND_EXE,
+            UserBody::Pressure(_) => KIND_PRESSURE,
+            UserBody::Smaps(_) => KIND_SMAPS,
+            UserBody::ProcInfo(_) => KIND_PROC_INFO,
+            UserBody::Shm(_) => KIND_SHM,
+            UserBody::Compacted(_) => KIND_COMPACTED,
+            UserBody::LeakWarning(_) => KIND_LEAK_WARNING,
+            UserBody::SignalReceived(_) => KIND_SIGNAL_RECEIVED,
+        }
+    }
+}
+
+/// Encodes a userspace record (the collector's side of `decode`).
+pub fn encode_user(ts_ns: u64, body: UserBody) -> (u16, Vec<u8>) {
+    let kind = body.kind();
+    let bytes = serde_json::to_vec(&UserRecord { ts_ns, body })
+        .expect("serializing plain data cannot fail");
+    (kind, bytes)
+}
+
+/// A collector record's body, checked against its kind.
+pub(super) fn decode(kind: u16, bytes: &[u8]) -> Result<(u64, Event), DecodeError> {
+    let w: UserRecord = json(kind, bytes)?;
+    let ev = match (kind, w.body) {
+        (KIND_JOB_START, UserBody::JobStart(j)) => Event::JobStart(j),
+        (KIND_JOB_EXIT, UserBody::JobExit(j)) => Event::JobExit(j),
+        (KIND_LOST, UserBody::Lost(l)) => Event::Lost(l),
+        (KIND_CGROUP, UserBody::Cgroup(c)) => Event::Cgroup(c),
+        (KIND_NOTE, UserBody::Note(n)) => Event::Note(n),
+        (KIND_EXE, UserBody::Exe(x)) => Event::Exe(x),
+        (KIND_PRESSURE, UserBody::Pressure(p)) => Event::Pressure(p),
+        (KIND_SMAPS, UserBody::Smaps(s)) => Event::Smaps(s),
+        (KIND_PROC_INFO, UserBody::ProcInfo(i)) => Event::ProcInfo(i),
+        (KIND_SHM, UserBody::Shm(o)) => Event::Shm(o),
+        (KIND_COMPACTED, UserBody::Compacted(c)) => Event::Compacted(c),
+        (KIND_LEAK_WARNING, UserBody::LeakWarning(w)) => Event::LeakWarning(w),
+        (KIND_SIGNAL_RECEIVED, UserBody::SignalReceived(r)) => Event::SignalReceived(r),
+        _ => {
+            return Err(DecodeError::Json {
+                kind,
+                msg: "body does not match the record kind".into(),
+            });
+        }
+    };
+    Ok((w.ts_ns, ev))
+}

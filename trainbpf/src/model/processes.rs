@@ -1,0 +1,454 @@
+//! The job and its processes: who forked whom, what each ran, how it
+//! ended, what it held; and the machine's biggest memory users.
+
+use std::collections::HashSet;
+
+use crate::decode::{Event, ExitStatus, JobStart, ProcInfo, ProcKey, Rss};
+
+use super::timeline::Sample;
+use super::{Builder, Group, Grower, attribution};
+
+pub(super) const TOP_MEMORY: usize = 10;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Job {
+    pub pid: u32,
+    pub start_ns: u64,
+    /// When the collector started it (event time).
+    pub started_ns: u64,
+    pub argv: Vec<String>,
+    pub cwd: String,
+    pub uid: u32,
+    pub cgroup: Option<String>,
+    pub memory_limit_bytes: Option<u64>,
+    /// As `wait(2)` reported it; `None` when the recording ends first.
+    pub exit: Option<ExitStatus>,
+    pub exited_ns: Option<u64>,
+}
+
+impl Job {
+    pub fn key(&self) -> ProcKey {
+        ProcKey {
+            tgid: self.pid,
+            start_ns: self.start_ns,
+        }
+    }
+}
+
+/// One process of the job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Process {
+    pub pid: u32,
+    pub start_ns: u64,
+    pub comm: String,
+    pub parent: Option<ProcKey>,
+    /// Last exec'd filename; ends in "…" when the recorder had to cut it.
+    pub exec: Option<String>,
+    pub born_ns: Option<u64>,
+    pub died_ns: Option<u64>,
+    pub exit: Option<ExitStatus>,
+    pub peak_rss_kb: u64,
+    pub oom_killed: bool,
+    /// Last `oom_score_adj` written while recording, if any.
+    pub oom_score_adj: Option<i32>,
+    /// Memory it allocated minus what it freed, in its own context, at its
+    /// last record: what it really added.
+    pub honest_kb: Option<i64>,
+    /// The most it had added at any record: a process that frees its heap
+    /// before exiting still shows what it held.
+    pub honest_peak_kb: Option<i64>,
+    /// Page cache it brought in minus what it removed, in its own context,
+    /// at its last record: left out of `honest_kb` (the kernel gives it back
+    /// without a kill). None in recordings without the page-cache probes,
+    /// where it is part of `honest_kb`.
+    pub page_cache_kb: Option<i64>,
+    /// Unique and proportional memory from its last smaps_rollup sample.
+    pub uss_kb: Option<u64>,
+    pub pss_kb: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemoryUser {
+    pub pid: u32,
+    pub start_ns: u64,
+    pub comm: String,
+    pub peak_rss_kb: u64,
+    pub in_job: bool,
+}
+
+/// Decodes a wait(2) status: low 7 bits a signal, else the exit code in
+/// bits 8–15.
+pub fn wait_status(status: u32) -> ExitStatus {
+    let sig = status & 0x7f;
+    if sig != 0 {
+        ExitStatus::Signal(sig as i32)
+    } else {
+        ExitStatus::Code(((status >> 8) & 0xff) as i32)
+    }
+}
+
+/// A job process's life; kept for the whole recording (it is the output).
+#[derive(Debug, Default)]
+pub(super) struct JobProc {
+    pub(super) comm: String,
+    pub(super) parent: Option<ProcKey>,
+    pub(super) exec: Option<String>,
+    pub(super) fork_ns: Option<u64>,
+    pub(super) died_ns: Option<u64>,
+    pub(super) exit: Option<ExitStatus>,
+    pub(super) peak_kb: u64,
+    pub(super) oom_killed: bool,
+    /// Allocated minus freed in its own context, at its last record, and
+    /// the most it reached.
+    pub(super) net_kb: Option<i64>,
+    pub(super) peak_net_kb: Option<i64>,
+    /// Page cache added minus removed in its context, at its last record.
+    pub(super) cache_kb: Option<i64>,
+}
+
+impl Builder {
+    /// A new start time under a known tgid: the old process has exited even
+    /// if its exit went unrecorded (only job processes report exits).
+    pub(super) fn note_pid(&mut self, key: ProcKey, ts: u64) {
+        if key.start_ns == 0 {
+            return;
+        }
+        let prev = self.current.insert(key.tgid, key.start_ns);
+        if let Some(old) = prev.filter(|&s| s != 0 && s < key.start_ns) {
+            let old = ProcKey {
+                tgid: key.tgid,
+                start_ns: old,
+            };
+            if let Some(tr) = self.tracks.get_mut(&old) {
+                tr.died_ns.get_or_insert(ts.min(key.start_ns.max(1)));
+            }
+        } else if let Some(old) = prev.filter(|&s| s > key.start_ns) {
+            // A late record of the older process: keep the newer as current.
+            self.current.insert(key.tgid, old);
+        }
+    }
+
+    pub(super) fn on_mem(
+        &mut self,
+        ts: u64,
+        proc: ProcKey,
+        in_job: bool,
+        comm: String,
+        rss: Rss,
+        more: Sample,
+    ) {
+        self.note_pid(proc, ts);
+        let horizon = self.horizon();
+        let kb = rss.resident_kb();
+        if in_job || self.job_procs.contains_key(&proc) {
+            let p = self.job_procs.entry(proc).or_default();
+            p.peak_kb = p.peak_kb.max(kb);
+            p.comm.clone_from(&comm);
+            if self.honest {
+                p.net_kb = Some(more.net_kb);
+                p.peak_net_kb = Some(p.peak_net_kb.map_or(more.net_kb, |n| n.max(more.net_kb)));
+                if self.page_cache {
+                    p.cache_kb = Some(more.cache_kb);
+                }
+            }
+        }
+        let tr = self.tracks.entry(proc).or_default();
+        tr.comm = comm;
+        tr.in_job |= in_job;
+        tr.push(
+            Sample {
+                ts,
+                kb,
+                swap_kb: rss.swap_kb,
+                ..more
+            },
+            horizon,
+        );
+    }
+
+    pub(super) fn on_job_start(&mut self, ts: u64, j: JobStart) {
+        let key = ProcKey {
+            tgid: j.pid,
+            start_ns: j.start_ns,
+        };
+        self.note_pid(key, ts);
+        let p = self.job_procs.entry(key).or_default();
+        if p.comm.is_empty() {
+            // Until the first exec or memory record names it.
+            let arg0 = j.argv.first().map(String::as_str).unwrap_or("");
+            p.comm = arg0.rsplit('/').next().unwrap_or(arg0).to_string();
+        }
+        if p.fork_ns.is_none() && j.start_ns == 0 {
+            p.fork_ns = Some(ts);
+        }
+        self.job = Some(Job {
+            pid: j.pid,
+            start_ns: j.start_ns,
+            started_ns: ts,
+            argv: j.argv,
+            cwd: j.cwd,
+            uid: j.uid,
+            cgroup: j.cgroup,
+            memory_limit_bytes: j.memory_limit_bytes,
+            exit: None,
+            exited_ns: None,
+        });
+        // Kernel records of the root can precede this one in the file: the
+        // collector writes its own records as it makes them, the kernel's
+        // as it drains the ring buffer.
+        let earlier = self
+            .job_procs
+            .keys()
+            .filter(|k| k.tgid == j.pid && k.start_ns != 0)
+            .max_by_key(|k| k.start_ns)
+            .copied();
+        if let Some(k) = earlier {
+            self.adopt_root(k);
+        }
+    }
+
+    /// The collector can't see the kernel's start time of the job's root
+    /// and records 0; the first job record under the root's pid names it.
+    /// From then on the root is that process, whatever later reuses its pid.
+    pub(super) fn adopt_root(&mut self, key: ProcKey) {
+        let Some(job) = &mut self.job else {
+            return;
+        };
+        if job.start_ns != 0 || key.tgid != job.pid || key.start_ns == 0 {
+            return;
+        }
+        job.start_ns = key.start_ns;
+        let placeholder = ProcKey {
+            tgid: key.tgid,
+            start_ns: 0,
+        };
+        if let Some(p) = self.job_procs.remove(&placeholder) {
+            let real = self.job_procs.entry(key).or_default();
+            if real.comm.is_empty() {
+                real.comm = p.comm;
+            }
+            real.peak_kb = real.peak_kb.max(p.peak_kb);
+        }
+    }
+
+    /// When the process was born, if known: its fork, else its start time.
+    pub(super) fn born_ns(&self, key: ProcKey) -> Option<u64> {
+        self.job_procs
+            .get(&key)
+            .and_then(|p| p.fork_ns)
+            .or((key.start_ns != 0).then_some(key.start_ns))
+    }
+
+    /// Role groups over the whole run, from each process's last record.
+    pub(super) fn run_groups(&self, processes: &[Process]) -> Vec<Group> {
+        let as_growers: Vec<Grower> = processes
+            .iter()
+            .map(|p| Grower {
+                pid: p.pid,
+                start_ns: p.start_ns,
+                comm: p.comm.clone(),
+                grew_kb: p.peak_rss_kb,
+                honest_kb: p.honest_peak_kb,
+                window_ns: p
+                    .died_ns
+                    .or(self.last)
+                    .unwrap_or(0)
+                    .saturating_sub(p.born_ns.unwrap_or(0)),
+                rate_kb_per_s: None,
+                rss_kb: p.peak_rss_kb,
+                in_job: true,
+                born_in_window: false,
+                is_victim: false,
+            })
+            .collect();
+        attribution::groups(&as_growers, |g| self.role_of(g))
+    }
+
+    /// A grower's role: DataLoader worker, torchrun rank, or its command
+    /// line when it has siblings (groups of one are dropped later).
+    pub(super) fn role_of(&self, g: &Grower) -> Option<String> {
+        let info = self.attribution.info_of(g.pid);
+        attribution::role(&g.comm, info).or_else(|| {
+            let cmd = info?.cmdline.join(" ");
+            (!cmd.is_empty()).then(|| format!("`{}`", truncate_chars(&cmd, 60)))
+        })
+    }
+
+    pub(super) fn comm_of(&self, key: ProcKey) -> String {
+        self.job_procs
+            .get(&key)
+            .map(|p| p.comm.clone())
+            .filter(|c| !c.is_empty())
+            .or_else(|| self.tracks.get(&key).map(|t| t.comm.clone()))
+            .unwrap_or_else(|| "?".into())
+    }
+}
+
+pub(super) fn truncate_chars(s: &str, n: usize) -> String {
+    match s.char_indices().nth(n) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_string(),
+    }
+}
+
+/// Keeps the largest few, one entry per process.
+pub(super) fn top_memory(v: &mut Vec<MemoryUser>) {
+    v.sort_by(|a, b| {
+        b.peak_rss_kb
+            .cmp(&a.peak_rss_kb)
+            .then(a.pid.cmp(&b.pid))
+            .then(a.start_ns.cmp(&b.start_ns))
+    });
+    let mut seen = HashSet::new();
+    v.retain(|u| u.peak_rss_kb > 0 && seen.insert((u.pid, u.start_ns)));
+    v.truncate(TOP_MEMORY);
+}
+
+impl Builder {
+    /// Any job record under the root's pid can name the root's start time.
+    pub(super) fn adopt_from(&mut self, ev: &Event) {
+        match ev {
+            Event::Fork { child, parent, .. } => {
+                self.adopt_root(*parent);
+                self.adopt_root(*child);
+            }
+            Event::Exec { proc, .. } | Event::Exit { proc, .. } => self.adopt_root(*proc),
+            Event::Mem {
+                proc, in_job: true, ..
+            } => self.adopt_root(*proc),
+            Event::Oom(r) if r.in_job => self.adopt_root(r.victim),
+            _ => {}
+        }
+    }
+
+    pub(super) fn on_fork(&mut self, ts: u64, child: ProcKey, parent: ProcKey, comm: String) {
+        self.note_pid(child, ts);
+        let p = self.job_procs.entry(child).or_default();
+        p.parent = Some(parent);
+        p.fork_ns = Some(ts);
+        if p.comm.is_empty() {
+            p.comm = comm;
+        }
+    }
+
+    pub(super) fn on_exec(
+        &mut self,
+        ts: u64,
+        proc: ProcKey,
+        comm: String,
+        filename: String,
+        truncated: bool,
+    ) {
+        self.note_pid(proc, ts);
+        let p = self.job_procs.entry(proc).or_default();
+        p.comm = comm;
+        p.exec = Some(if truncated {
+            format!("{filename}…")
+        } else {
+            filename
+        });
+    }
+
+    pub(super) fn on_exit(&mut self, ts: u64, proc: ProcKey, comm: String, exit_code: u32) {
+        // The name at exit is the newest: a worker renamed after
+        // fork (`pt_data_worker`) may send no memory record since.
+        if let Some(tr) = self.tracks.get_mut(&proc) {
+            tr.died_ns = Some(ts);
+            tr.comm.clone_from(&comm);
+        }
+        let p = self.job_procs.entry(proc).or_default();
+        p.comm = comm;
+        p.died_ns = Some(ts);
+        p.exit = Some(wait_status(exit_code));
+    }
+
+    /// A memory record: the process's sample, with its honest figures.
+    pub(super) fn on_mem_event(&mut self, ts: u64, ev: Event) {
+        let Event::Mem {
+            proc,
+            in_job,
+            comm,
+            rss,
+            oom_score_adj,
+            pgtables_kb,
+            memcg_id,
+            alloc_kb,
+            freed_kb,
+            cache_kb,
+            ..
+        } = ev
+        else {
+            return;
+        };
+        let mut net_kb = alloc_kb as i64 - freed_kb as i64;
+        if self.page_cache {
+            // Added is anonymous, shmem and copy-on-write memory,
+            // all of which the process maps: never more than that.
+            // A parent that writes while a short-lived child still
+            // shares its pages copies them, and the child frees the
+            // originals at its exec or exit: the parent's count
+            // climbs with every fork while its memory does not.
+            net_kb = net_kb.min(
+                rss.anon_kb
+                    .saturating_add(rss.shmem_kb)
+                    .saturating_add(rss.swap_kb) as i64,
+            );
+        }
+        let more = Sample {
+            adj: oom_score_adj,
+            pgtables_kb,
+            memcg_id,
+            net_kb,
+            cache_kb,
+            ..Sample::at(ts, 0)
+        };
+        self.on_mem(ts, proc, in_job, comm, rss, more)
+    }
+
+    pub(super) fn on_proc_info(&mut self, i: ProcInfo) {
+        // A process found running at an attach: its parent from
+        // /proc, since no fork of it was recorded.
+        if let (Some(pp), Some(&start)) = (i.ppid, self.current.get(&i.tgid)) {
+            let key = ProcKey {
+                tgid: i.tgid,
+                start_ns: start,
+            };
+            let parent = self.current.get(&pp).map(|&s| ProcKey {
+                tgid: pp,
+                start_ns: s,
+            });
+            let parent = parent.filter(|k| self.job_procs.contains_key(k));
+            if let (Some(p), Some(parent)) = (self.job_procs.get_mut(&key), parent)
+                && p.parent.is_none()
+            {
+                p.parent = Some(parent);
+            }
+        }
+        self.attribution.on_proc_info(i)
+    }
+
+    /// The job's processes for the report; the caller orders them.
+    pub(super) fn processes(&self) -> Vec<Process> {
+        self.job_procs
+            .iter()
+            .map(|(key, p)| Process {
+                pid: key.tgid,
+                start_ns: key.start_ns,
+                comm: p.comm.clone(),
+                parent: p.parent,
+                exec: p.exec.clone(),
+                born_ns: self.born_ns(*key),
+                died_ns: p.died_ns,
+                exit: p.exit,
+                peak_rss_kb: p.peak_kb,
+                oom_killed: p.oom_killed,
+                oom_score_adj: self.adj.get(key).copied(),
+                honest_kb: p.net_kb,
+                honest_peak_kb: p.peak_net_kb,
+                page_cache_kb: p.cache_kb,
+                uss_kb: self.attribution.smaps_of(key.tgid).map(|s| s.uss_kb),
+                pss_kb: self.attribution.smaps_of(key.tgid).map(|s| s.pss_kb),
+            })
+            .collect()
+    }
+}
