@@ -21,35 +21,19 @@ use aya_ebpf::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns,
         bpf_probe_read_kernel_str_bytes, bpf_probe_read_user,
     },
-    macros::{kprobe, map, tracepoint, uprobe, uretprobe},
-    maps::{HashMap, PerCpuArray},
+    macros::{kprobe, tracepoint, uprobe, uretprobe},
     programs::{ProbeContext, RetProbeContext, TracePointContext},
 };
 use trainbpf_common::*;
 
-use crate::{EVENTS, count_lost, header, in_job, leader_start_ns};
+use crate::{
+    count_lost, header, in_job, leader_start_ns,
+    maps::{CUDA_PENDING, EVENTS, GPU_COUNTERS, Pending},
+};
 
 /// Offsets of `nvidia:nvidia_dev_xid`, set by the loader from tracefs.
 #[unsafe(no_mangle)]
 static GPU_CONFIG: GpuConfig = GpuConfig::UNSET;
-
-/// The GPU probes' own counters (one slot, per CPU).
-#[map]
-static GPU_COUNTERS: PerCpuArray<GpuCounters> = PerCpuArray::with_max_entries(1, 0);
-
-/// Arguments of a CUDA call in flight, by `tid << 8 | op`: keyed by op too,
-/// so a driver call that itself calls another exported entry point pairs
-/// each return with its own entry. Bounded: one entry per thread inside a
-/// call; when full, the call is counted in `pending_full` and not recorded.
-#[map]
-static CUDA_PENDING: HashMap<u64, Pending> = HashMap::with_max_entries(16384, 0);
-
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct Pending {
-    args: [u64; 5],
-    entry_ns: u64,
-}
 
 /// Volatile so the build-time placeholder isn't folded in (see `conf!`).
 #[inline(always)]

@@ -11,10 +11,8 @@ use trainbpf_common::*;
 
 use crate::{
     count_lost, header, in_job, lazy, lazy_precious, leader_start_ns,
-    maps::{COUNTERS, EVENTS, JOB, PRECIOUS},
-    pages,
-    procs::{self, ProcKey},
-    rd, rd_comm,
+    maps::{COUNTERS, EVENTS, JOB, PRECIOUS, ProcKey},
+    pages, procs, rd, rd_comm,
 };
 
 /// `sched_process_fork(struct task_struct *parent, struct task_struct *child)`.

@@ -75,11 +75,7 @@ mod signals;
 /// Reclaim and compaction stalls, and which tasks are in one.
 mod stalls;
 
-use maps::{JOB, PRECIOUS};
-
-// Where `gpu`, `pages`, `procs` and `stalls` still look for them.
-pub(crate) use maps::{COUNTERS, EVENTS};
-pub(crate) use memory::{maybe_emit, read_counters};
+use maps::{COUNTERS, EVENTS, JOB, PRECIOUS};
 
 /// Reads a `T` at `base + off` from kernel memory. An unknown offset (-1) or
 /// a NULL base is an error rather than a read of address -1.

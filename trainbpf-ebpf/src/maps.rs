@@ -1,12 +1,12 @@
-//! The maps that the programs share or that userspace opens by name, in
-//! one place. A map that one module keeps to itself lives beside its
-//! programs: `PROCS`, `STATE` and `PENDING_DELETE` in `procs.rs`,
-//! `PAGE_CACHE` in `pages.rs`, `INSIDE` in `stalls.rs`, `GPU_COUNTERS` and
-//! `CUDA_PENDING` in `gpu.rs`.
+//! Every map the programs use, and the layout of its values, in one place:
+//! what the kernel side holds (and what it costs in memory) reads here. The
+//! logic that reads and writes each lives with its programs: `procs.rs`
+//! (`PROCS`, `STATE`, `PENDING_DELETE`), `pages.rs` (`PAGE_CACHE`),
+//! `stalls.rs` (`INSIDE`), `gpu.rs` (`GPU_COUNTERS`, `CUDA_PENDING`).
 
 use aya_ebpf::{
     macros::map,
-    maps::{HashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, RingBuf},
 };
 use trainbpf_common::*;
 
@@ -47,4 +47,146 @@ pub(crate) struct RssCache {
     _pad: u32,
     /// The counters as written to the process's entry at the last full look.
     pub(crate) seen: [i64; NR_MM_COUNTERS],
+}
+
+// ------------------------------------------------ per-process state (procs.rs)
+
+/// A process: its tgid and its group leader's `start_time`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct ProcKey {
+    pub tgid: u32,
+    pub _pad: u32,
+    pub start_ns: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct ProcState {
+    /// Last values seen, pages, kernel order.
+    pub cur: [i64; NR_MM_COUNTERS],
+    /// Values in the last record sent.
+    pub reported: [i64; NR_MM_COUNTERS],
+    pub last_emit_ns: u64,
+    pub start_ns: u64,
+    pub stall_ns: u64,
+    /// Pages allocated and freed in this process's context (mm_page_alloc,
+    /// mm_page_free), and the net at the last record.
+    pub alloc_pages: u64,
+    pub freed_pages: u64,
+    pub reported_net: i64,
+    /// Pages added to and removed from the page cache in its context: not
+    /// its growth (`alloc - freed - (added - removed)` is).
+    pub cache_added_pages: u64,
+    pub cache_removed_pages: u64,
+    /// The page cache's net at the last record.
+    pub reported_cache: i64,
+    /// `alloc_pages + freed_pages` when its RSS was last read: the pages
+    /// since, from every CPU, decide when to read it again.
+    pub checked_pages: u64,
+}
+
+/// Not an LRU map: an LRU map may evict a busy entry before it is full (its
+/// free lists are per CPU), and a re-created entry restarts the process's
+/// page counts, which would read as memory freed. Its size is set by the
+/// loader (`procs_max`).
+#[map]
+pub(crate) static PROCS: HashMap<ProcKey, ProcState> = HashMap::with_max_entries(32768, 0);
+
+/// Machine-wide counts. An array's lookup the verifier inlines: one load
+/// on the per-page path.
+#[map]
+pub(crate) static STATE: Array<Global> = Array::with_max_entries(1, 0);
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct Global {
+    /// Thread exits, and entries to and exits from reclaim and compaction,
+    /// so far.
+    pub epoch: u64,
+    /// Entries in `PROCS`.
+    pub entries: u64,
+    /// Threads inside reclaim or compaction now (`stalls::INSIDE`).
+    pub inside: u64,
+}
+
+/// The key each CPU's last exit left in `PROCS`, removed at its next exit.
+#[map]
+pub(crate) static PENDING_DELETE: PerCpuArray<ProcKey> = PerCpuArray::with_max_entries(1, 0);
+
+// ------------------------------------------------ per-CPU page batches (pages.rs)
+
+/// Pages allocated and freed by one process on this CPU since they were last
+/// added to its `PROCS` entry. mm_page_alloc and mm_page_free fire for every
+/// page, several times per user fault; a hash lookup and two atomic adds on
+/// each cost the job about 7% in a fault storm, while this per-CPU slot's
+/// lookup the verifier inlines. A process's own pages land in `PROCS` every
+/// `pages::PAGE_BATCH` pages, or when another process allocates on this CPU.
+#[map]
+pub(crate) static PAGE_CACHE: PerCpuArray<PageCache> = PerCpuArray::with_max_entries(1, 0);
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct PageCache {
+    pub(crate) tgid: u32,
+    /// `MODE_*`.
+    pub(crate) mode: u32,
+    /// The thread the slot was filled for (with the epoch, its stack
+    /// below names it on the fast path).
+    pub(crate) pid: u32,
+    pub(crate) _pad: u32,
+    /// The process's `ProcState::start_ns`: with the tgid, its `PROCS` key.
+    pub(crate) start_ns: u64,
+    /// `procs::epoch()` when the slot was filled: a thread has exited, or
+    /// one entered or left reclaim or compaction since, when it moved.
+    pub(crate) epoch: u64,
+    /// The thread's kernel stack: a page event whose frame is not on it
+    /// runs in an interrupt (or softirq), on behalf of nobody in
+    /// particular. `stack_size` is `u64::MAX` where the stack is unknown.
+    pub(crate) stack_lo: u64,
+    pub(crate) stack_size: u64,
+    pub(crate) alloc: u64,
+    pub(crate) freed: u64,
+    /// Pages added to and removed from the page cache (`mm_filemap_*`).
+    pub(crate) cache_added: u64,
+    pub(crate) cache_removed: u64,
+    /// Where the current program's context lies: stored and read back,
+    /// the verifier's way to make a pointer a number.
+    pub(crate) sp: u64,
+}
+
+// ------------------------------------------------ reclaim and compaction (stalls.rs)
+
+/// The threads (by pid) inside reclaim or compaction.
+#[map]
+pub(crate) static INSIDE: HashMap<u32, Inside> = HashMap::with_max_entries(8192, 0);
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct Inside {
+    /// When the outermost stall began.
+    pub(crate) stall_start_ns: u64,
+    /// Nesting depth.
+    pub(crate) stall_depth: u32,
+    pub(crate) _pad: u32,
+}
+
+// ------------------------------------------------ GPU (gpu.rs)
+
+/// The GPU probes' own counters (one slot, per CPU).
+#[map]
+pub(crate) static GPU_COUNTERS: PerCpuArray<GpuCounters> = PerCpuArray::with_max_entries(1, 0);
+
+/// Arguments of a CUDA call in flight, by `tid << 8 | op`: keyed by op too,
+/// so a driver call that itself calls another exported entry point pairs
+/// each return with its own entry. Bounded: one entry per thread inside a
+/// call; when full, the call is counted in `pending_full` and not recorded.
+#[map]
+pub(crate) static CUDA_PENDING: HashMap<u64, Pending> = HashMap::with_max_entries(16384, 0);
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct Pending {
+    pub(crate) args: [u64; 5],
+    pub(crate) entry_ns: u64,
 }

@@ -12,10 +12,8 @@ use trainbpf_common::*;
 
 use crate::{
     count_lost, header, in_job, job_flag, lazy,
-    maps::{EVENTS, RSS_CACHE},
-    pages,
-    procs::{self, ProcState},
-    rd, rd_comm, task_memcg_id,
+    maps::{EVENTS, ProcState, RSS_CACHE},
+    pages, procs, rd, rd_comm, task_memcg_id,
 };
 
 /// `mm->rss_stat[member]`: `percpu_counter.count` on 6.2+ (the value

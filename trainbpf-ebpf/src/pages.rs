@@ -11,27 +11,18 @@ use core::{
 use aya_ebpf::{
     EbpfContext,
     helpers::{bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns},
-    macros::{btf_tracepoint, map},
-    maps::PerCpuArray,
+    macros::btf_tracepoint,
     programs::BtfTracePointContext,
 };
 
 use trainbpf_common::Counters;
 
 use crate::{
-    COUNTERS, PF_EXITING, maybe_emit,
-    procs::{self, ProcKey, ProcState},
-    rd, read_counters, stalls,
+    PF_EXITING,
+    maps::{COUNTERS, PAGE_CACHE, PageCache, ProcKey, ProcState},
+    memory::{maybe_emit, read_counters},
+    procs, rd, stalls,
 };
-
-/// Pages allocated and freed by one process on this CPU since they were last
-/// added to its `PROCS` entry. mm_page_alloc and mm_page_free fire for every
-/// page, several times per user fault; a hash lookup and two atomic adds on
-/// each cost the job about 7% in a fault storm, while this per-CPU slot's
-/// lookup the verifier inlines. A process's own pages land in `PROCS` every
-/// [`PAGE_BATCH`] pages, or when another process allocates on this CPU.
-#[map]
-static PAGE_CACHE: PerCpuArray<PageCache> = PerCpuArray::with_max_entries(1, 0);
 
 /// What a slot does with its thread's pages.
 /// Nothing: a kernel thread's (no mm, no process), an exiting thread's
@@ -43,36 +34,6 @@ const MODE_COUNT: u32 = 1;
 /// A job thread inside reclaim or compaction: what it frees there is other
 /// processes' memory (or cache), counted in `Counters::reclaim_freed_pages`.
 const MODE_RECLAIM: u32 = 2;
-
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct PageCache {
-    tgid: u32,
-    /// `MODE_*`.
-    mode: u32,
-    /// The thread the slot was filled for (with the epoch, its stack
-    /// below names it on the fast path).
-    pid: u32,
-    _pad: u32,
-    /// The process's `ProcState::start_ns`: with the tgid, its `PROCS` key.
-    start_ns: u64,
-    /// `procs::epoch()` when the slot was filled: a thread has exited, or
-    /// one entered or left reclaim or compaction since, when it moved.
-    epoch: u64,
-    /// The thread's kernel stack: a page event whose frame is not on it
-    /// runs in an interrupt (or softirq), on behalf of nobody in
-    /// particular. `stack_size` is `u64::MAX` where the stack is unknown.
-    stack_lo: u64,
-    stack_size: u64,
-    alloc: u64,
-    freed: u64,
-    /// Pages added to and removed from the page cache (`mm_filemap_*`).
-    cache_added: u64,
-    cache_removed: u64,
-    /// Where the current program's context lies: stored and read back,
-    /// the verifier's way to make a pointer a number.
-    sp: u64,
-}
 
 /// Pages (allocated plus freed) a CPU holds for a process before adding them
 /// to its `PROCS` entry, reading its RSS and testing the threshold: a
@@ -274,6 +235,15 @@ pub(crate) fn account(what: u32, pages: u64, page_table: bool, ctx: *mut c_void)
             return 0;
         }
     }
+    refill(c, sp, epoch, what, pages)
+}
+
+/// `account`'s slow path: a page of another thread than the slot's, or of
+/// the same one after the epoch moved. Works out whose pages these are
+/// (an interrupt's, a kernel or exiting thread's, reclaim's, or a process's
+/// entry, made on first sight), refills the slot, and counts the page.
+#[inline(always)]
+fn refill(c: *mut PageCache, sp: u64, epoch: u64, what: u32, pages: u64) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
     let pid = pid_tgid as u32;

@@ -23,76 +23,14 @@ use core::{
     ptr::{addr_of, addr_of_mut},
 };
 
-use aya_ebpf::{
-    macros::map,
-    maps::{Array, HashMap, PerCpuArray},
-};
 use trainbpf_common::*;
 
-use crate::{COUNTERS, PF_EXITING, in_job, rd, read_counters};
-
-/// A process: its tgid and its group leader's `start_time`.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub(crate) struct ProcKey {
-    pub tgid: u32,
-    pub _pad: u32,
-    pub start_ns: u64,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub(crate) struct ProcState {
-    /// Last values seen, pages, kernel order.
-    pub cur: [i64; NR_MM_COUNTERS],
-    /// Values in the last record sent.
-    pub reported: [i64; NR_MM_COUNTERS],
-    pub last_emit_ns: u64,
-    pub start_ns: u64,
-    pub stall_ns: u64,
-    /// Pages allocated and freed in this process's context (mm_page_alloc,
-    /// mm_page_free), and the net at the last record.
-    pub alloc_pages: u64,
-    pub freed_pages: u64,
-    pub reported_net: i64,
-    /// Pages added to and removed from the page cache in its context: not
-    /// its growth (`alloc - freed - (added - removed)` is).
-    pub cache_added_pages: u64,
-    pub cache_removed_pages: u64,
-    /// The page cache's net at the last record.
-    pub reported_cache: i64,
-    /// `alloc_pages + freed_pages` when its RSS was last read: the pages
-    /// since, from every CPU, decide when to read it again.
-    pub checked_pages: u64,
-}
-
-/// Not an LRU map: an LRU map may evict a busy entry before it is full (its
-/// free lists are per CPU), and a re-created entry restarts the process's
-/// page counts, which would read as memory freed. Its size is set by the
-/// loader (`procs_max`).
-#[map]
-static PROCS: HashMap<ProcKey, ProcState> = HashMap::with_max_entries(32768, 0);
-
-/// Machine-wide counts. An array's lookup the verifier inlines: one load
-/// on the per-page path.
-#[map]
-static STATE: Array<Global> = Array::with_max_entries(1, 0);
-
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub(crate) struct Global {
-    /// Thread exits, and entries to and exits from reclaim and compaction,
-    /// so far.
-    pub epoch: u64,
-    /// Entries in `PROCS`.
-    pub entries: u64,
-    /// Threads inside reclaim or compaction now (`stalls::INSIDE`).
-    pub inside: u64,
-}
-
-/// The key each CPU's last exit left in `PROCS`, removed at its next exit.
-#[map]
-static PENDING_DELETE: PerCpuArray<ProcKey> = PerCpuArray::with_max_entries(1, 0);
+use crate::{
+    PF_EXITING, in_job,
+    maps::{COUNTERS, Global, PENDING_DELETE, PROCS, ProcKey, ProcState, STATE},
+    memory::read_counters,
+    rd,
+};
 
 /// `BPF_NOEXIST` (uapi/linux/bpf.h) and the error it gives for a key there.
 const BPF_NOEXIST: u64 = 1;

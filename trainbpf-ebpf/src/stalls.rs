@@ -14,13 +14,15 @@ use core::{
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns},
-    macros::{btf_tracepoint, map},
-    maps::HashMap,
+    macros::btf_tracepoint,
     programs::BtfTracePointContext,
 };
 use trainbpf_common::*;
 
-use crate::{COUNTERS, procs, rd};
+use crate::{
+    maps::{COUNTERS, INSIDE, Inside},
+    procs, rd,
+};
 
 /// `inside` bits: in reclaim or compaction. (Forks are not bracketed: no
 /// tracepoint fires before `copy_process` allocates, and the fork syscalls'
@@ -28,20 +30,6 @@ use crate::{COUNTERS, procs, rd};
 /// 50-60 ns each; `sched_process_fork` takes the child's page tables out
 /// instead.)
 pub(crate) const IN_STALL: u32 = 1;
-
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct Inside {
-    /// When the outermost stall began.
-    stall_start_ns: u64,
-    /// Nesting depth.
-    stall_depth: u32,
-    _pad: u32,
-}
-
-/// The threads (by pid) inside reclaim or compaction.
-#[map]
-static INSIDE: HashMap<u32, Inside> = HashMap::with_max_entries(8192, 0);
 
 /// `IN_*` bits of the current thread; 0 at the cost of one load while no
 /// thread on the machine is inside anything.

@@ -1,0 +1,156 @@
+//! Kinds 20-29 belong to the GPU probes (CUDA driver uprobes, the NVIDIA
+//! driver's Xid tracepoint and its page allocator).
+
+use crate::{COMM_LEN, Header, KIND_MAX};
+
+/// A CUDA driver API call of a job process returned. [`CudaEvent`].
+pub const KIND_CUDA: u16 = 20;
+/// `nvidia:nvidia_dev_xid`: the driver reported an Xid error. [`XidEvent`].
+pub const KIND_XID: u16 = 21;
+/// The NVIDIA driver allocated or freed host pages for a job process
+/// (`nv_alloc_pages`/`nv_free_pages` kprobes). [`NvPagesEvent`].
+pub const KIND_NV_PAGES: u16 = 22;
+
+/// `CudaEvent::op`: which CUDA driver call returned. Explicit and never
+/// reused, like the record kinds; `_ptsz` variants share their base op.
+pub const CU_INIT: u32 = 1;
+pub const CU_PRIMARY_CTX_RETAIN: u32 = 2;
+pub const CU_CTX_CREATE_V2: u32 = 3;
+pub const CU_CTX_CREATE_V3: u32 = 4;
+pub const CU_CTX_CREATE_V4: u32 = 5;
+pub const CU_MEM_ALLOC: u32 = 10;
+pub const CU_MEM_FREE: u32 = 11;
+pub const CU_MEM_ALLOC_ASYNC: u32 = 12;
+pub const CU_MEM_FREE_ASYNC: u32 = 13;
+pub const CU_MEM_ALLOC_FROM_POOL: u32 = 14;
+pub const CU_MEM_ALLOC_MANAGED: u32 = 15;
+pub const CU_MEM_ALLOC_HOST: u32 = 20;
+pub const CU_MEM_HOST_ALLOC: u32 = 21;
+pub const CU_MEM_FREE_HOST: u32 = 22;
+pub const CU_MEM_HOST_REGISTER: u32 = 23;
+pub const CU_MEM_HOST_UNREGISTER: u32 = 24;
+pub const CU_MEM_CREATE: u32 = 30;
+pub const CU_MEM_RELEASE: u32 = 31;
+pub const CU_MEM_MAP: u32 = 32;
+pub const CU_MEM_UNMAP: u32 = 33;
+
+/// `NvPagesEvent::op`.
+pub const NV_PAGES_ALLOC: u32 = 1;
+pub const NV_PAGES_FREE: u32 = 2;
+
+/// Bytes of an Xid's PCI device name (`0000:3b:00.0`) kept.
+pub const XID_DEV_LEN: usize = 32;
+/// Bytes of an Xid's message kept.
+pub const XID_MSG_LEN: usize = 192;
+
+/// One CUDA driver call, written when it returns: the entry's arguments are
+/// paired with the result, so a pointer or handle is recorded only when the
+/// call succeeded (`result` 0) and a failed allocation keeps its requested
+/// size and error (CUDA_ERROR_OUT_OF_MEMORY is 2).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CudaEvent {
+    /// `ts_ns` is the return.
+    pub hdr: Header,
+    /// `CU_*`.
+    pub op: u32,
+    /// `CUresult`.
+    pub result: u32,
+    /// The calling thread.
+    pub tid: u32,
+    /// `CUdevice` of a context call, location id of `cuMemCreate`; -1 when
+    /// the call names none (`cuMemAlloc` uses the current context's).
+    pub device: i32,
+    /// Bytes requested (allocations, registers, map/unmap); `cuInit` flags.
+    pub size: u64,
+    /// What the call returned through its out-pointer (device pointer, host
+    /// pointer, allocation handle, context) or the pointer/handle it was
+    /// given (frees, unmaps, releases, `cuMemHostRegister`, `cuMemMap`'s VA).
+    pub ptr: u64,
+    /// `cuMemMap`'s allocation handle; `cuMemAllocFromPoolAsync`'s pool.
+    pub handle: u64,
+    /// Flags (managed, host alloc, register), stream, `cuMemMap`'s offset,
+    /// or `cuMemCreate`'s location type (1 device, 2+ host).
+    pub aux: u64,
+    /// When the call entered (CLOCK_MONOTONIC ns).
+    pub entry_ns: u64,
+    pub comm: [u8; COMM_LEN],
+}
+
+/// An Xid error from the driver's own tracepoint (driver 575 and later).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct XidEvent {
+    /// `tgid` is `current`, usually not the process the Xid is about: the
+    /// message names that one (`pid=…, name=…`).
+    pub hdr: Header,
+    pub code: u32,
+    /// Bytes of `msg` that hold text.
+    pub msg_len: u32,
+    /// PCI name of the GPU.
+    pub dev: [u8; XID_DEV_LEN],
+    pub msg: [u8; XID_MSG_LEN],
+}
+
+/// The NVIDIA driver's own host-page allocations for a job process.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NvPagesEvent {
+    pub hdr: Header,
+    /// `NV_PAGES_*`.
+    pub op: u32,
+    /// `page_count` as the driver passed it (OS pages).
+    pub page_count: u32,
+    pub tid: u32,
+    pub _pad: u32,
+}
+
+/// Per-CPU counters of the GPU probes, besides the ring-buffer losses kept
+/// in [`Counters::lost`]: nothing is dropped silently.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GpuCounters {
+    /// Calls not recorded because the map pairing entries with returns was
+    /// full.
+    pub pending_full: u64,
+    /// Successful calls whose returned pointer or handle could not be read
+    /// from the caller's memory (recorded with `ptr` 0).
+    pub read_failed: u64,
+}
+
+/// Offsets of the `nvidia:nvidia_dev_xid` record, from its tracefs format
+/// file when the driver has the tracepoint; -1 otherwise.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GpuConfig {
+    /// `__data_loc char[] dev`.
+    pub xid_dev: i64,
+    /// `u32 error_code`.
+    pub xid_code: i64,
+    /// `__data_loc char[] msg`.
+    pub xid_msg: i64,
+}
+
+impl GpuConfig {
+    pub const UNSET: GpuConfig = GpuConfig {
+        xid_dev: -1,
+        xid_code: -1,
+        xid_msg: -1,
+    };
+}
+
+const _: () = assert!(core::mem::size_of::<CudaEvent>() == 96);
+const _: () = assert!(core::mem::size_of::<XidEvent>() == 256);
+const _: () = assert!(core::mem::size_of::<NvPagesEvent>() == 40);
+const _: () = assert!(core::mem::size_of::<GpuCounters>() == 16);
+const _: () = assert!(core::mem::size_of::<GpuConfig>() == 24);
+const _: () = assert!(KIND_NV_PAGES < KIND_MAX);
+
+#[cfg(feature = "user")]
+mod gpu_pod {
+    use super::*;
+    // SAFETY: plain-old-data: #[repr(C)], integers only, no implicit padding.
+    unsafe impl aya::Pod for GpuConfig {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for GpuCounters {}
+}
