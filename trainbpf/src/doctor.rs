@@ -27,18 +27,19 @@ pub mod oom_score_adj;
 mod output;
 mod protect;
 #[cfg(test)]
-mod testdata;
+pub(crate) mod testdata;
 
 use std::fs;
 
 use serde::Serialize;
 use trainbpf_common::Config;
 
+use crate::mounts::{Mount, parse_mountinfo};
 use crate::{
     kernel::{self, KernelBtf},
     loader::{self, Features},
 };
-pub use cgroup::{CgroupFacts, CgroupLevel, Mount, memory_cgroup_dir, parse_mountinfo};
+pub use cgroup::{CgroupFacts, CgroupLevel};
 pub use ebpf::{LockdownFacts, TracefsFacts};
 pub use helpers::HelperFacts;
 pub use memory::Meminfo;
@@ -147,23 +148,8 @@ pub fn selected(text: &str) -> Option<&str> {
     Some(&text[start..end])
 }
 
-/// 1536 → "1.5 KiB".
-pub fn fmt_bytes(b: u64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut v = b as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{b} B")
-    } else if v >= 100.0 || v.fract() < 0.05 {
-        format!("{v:.0} {}", UNITS[u])
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
+/// 1536 → "1.5 KiB": sizes as every output writes them (`units`).
+pub use crate::units::human_bytes_brief as fmt_bytes;
 
 fn pct(part: u64, whole: u64) -> u64 {
     (part as f64 * 100.0 / whole.max(1) as f64).round() as u64

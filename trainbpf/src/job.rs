@@ -123,9 +123,9 @@ impl Invoker {
 /// and the job's own cgroup find it: from /proc/self/cgroup and the mount
 /// table, not at a fixed path.
 pub fn memory_hierarchy() -> Option<(PathBuf, bool)> {
-    let mounts = crate::doctor::parse_mountinfo(&fs::read_to_string("/proc/self/mountinfo").ok()?);
+    let mounts = crate::mounts::parse_mountinfo(&fs::read_to_string("/proc/self/mountinfo").ok()?);
     let own = fs::read_to_string("/proc/self/cgroup").ok()?;
-    let (version, _, _, top) = crate::doctor::memory_cgroup_dir(&own, &mounts)?;
+    let (version, _, _, top) = crate::mounts::memory_cgroup_dir(&own, &mounts)?;
     Some((top, version == 2))
 }
 

@@ -16,6 +16,7 @@ pub mod job;
 pub mod kernel;
 pub mod loader;
 pub mod model;
+pub mod mounts;
 pub mod pressure;
 pub mod procfs;
 pub mod record;

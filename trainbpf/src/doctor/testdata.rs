@@ -16,14 +16,14 @@ HugePages_Total:       0\n\
 HugePages_Free:        0\n\
 Hugepagesize:       2048 kB\n";
 
-pub(super) const MOUNTINFO: &str = "\
+pub(crate) const MOUNTINFO: &str = "\
 31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n\
 35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n\
 41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n\
 50 22 0:12 / /sys/kernel/tracing rw,relatime - tracefs tracefs rw\n\
 60 22 0:40 / /mnt/with\\040space rw - tmpfs tmpfs rw\n";
 
-pub(super) const PROC_CGROUP_V1: &str =
+pub(crate) const PROC_CGROUP_V1: &str =
     "9:name=systemd:/\n4:memory:/process_api/ee59\n1:cpu:/\n0::/\n";
 
 pub(super) fn denied() -> Probe {

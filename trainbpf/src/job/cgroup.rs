@@ -274,9 +274,9 @@ fn descends_from(pid: u32, ancestor: u32) -> bool {
 fn own_memcg() -> Result<Own, JobError> {
     let read = |p: &str| fs::read_to_string(p).map_err(io_err(format!("reading {p}")));
     let cgroup = read("/proc/self/cgroup")?;
-    let mounts = crate::doctor::parse_mountinfo(&read("/proc/self/mountinfo")?);
+    let mounts = crate::mounts::parse_mountinfo(&read("/proc/self/mountinfo")?);
     let (version, proc_rel, dir, top) =
-        crate::doctor::memory_cgroup_dir(&cgroup, &mounts).ok_or(JobError::NoMemoryController)?;
+        crate::mounts::memory_cgroup_dir(&cgroup, &mounts).ok_or(JobError::NoMemoryController)?;
     let v2 = version == 2;
     let marker = if v2 {
         "cgroup.controllers"
