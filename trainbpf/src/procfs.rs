@@ -12,7 +12,7 @@ use std::{
 use procfs_core::{FromBufRead, process::MemoryMaps};
 
 /// Defined with the recording's events; re-exported for `sampler.rs`.
-pub use crate::decode::samples::{ProcInfo, ShmKind, ShmObject, Smaps};
+use crate::decode::samples::{ProcInfo, ShmKind, ShmObject, Smaps};
 
 pub fn proc_info(tgid: u32) -> Option<ProcInfo> {
     let raw = fs::read(format!("/proc/{tgid}/cmdline")).ok()?;
@@ -218,15 +218,8 @@ impl ShmTracker {
 /// can create.)
 pub fn shm_mappings(maps: &str) -> Vec<(ShmKind, u64, &str)> {
     let mut out = Vec::new();
-    for line in maps.lines() {
-        let mut f = line.splitn(6, ' ');
-        let (Some(inode), Some(path)) = (f.nth(4), f.next()) else {
-            continue;
-        };
-        let Ok(ino) = inode.parse::<u64>() else {
-            continue;
-        };
-        let path = path.trim_start();
+    for m in maps.lines().filter_map(maps_line) {
+        let path = m.path;
         let kind = if path.starts_with("/dev/shm/") {
             ShmKind::Posix
         } else if path.starts_with("/SYSV") {
@@ -237,9 +230,42 @@ pub fn shm_mappings(maps: &str) -> Vec<(ShmKind, u64, &str)> {
         } else {
             continue;
         };
-        out.push((kind, ino, path));
+        out.push((kind, m.inode, path));
     }
     out
+}
+
+/// One line of /proc/PID/maps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MapsLine<'a> {
+    pub start: u64,
+    pub end: u64,
+    /// The file's device (`makedev`), and its inode (a SysV segment's shmid).
+    pub dev: u64,
+    pub inode: u64,
+    /// The rest of the line, blanks included; empty for anonymous memory.
+    pub path: &'a str,
+}
+
+/// `start-end perms offset major:minor inode path`: the kernel writes the
+/// first five fields with one blank between them, then pads before the
+/// path, which runs to the end of the line.
+pub fn maps_line(line: &str) -> Option<MapsLine<'_>> {
+    let mut f = line.splitn(6, ' ');
+    let (range, _perms, _offset, dev, inode) =
+        (f.next()?, f.next()?, f.next()?, f.next()?, f.next()?);
+    let path = f.next().unwrap_or("").trim_start();
+    let (start, end) = range.split_once('-')?;
+    let (major, minor) = dev.split_once(':')?;
+    let hex = |s: &str| u64::from_str_radix(s, 16).ok();
+    let hex32 = |s: &str| u32::from_str_radix(s, 16).ok();
+    Some(MapsLine {
+        start: hex(start)?,
+        end: hex(end)?,
+        dev: libc::makedev(hex32(major)?, hex32(minor)?),
+        inode: inode.parse().ok()?,
+        path,
+    })
 }
 
 /// `pid` and every process descending from it, from the parent links in

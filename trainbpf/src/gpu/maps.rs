@@ -35,32 +35,18 @@ pub(super) fn mapped_libcuda(pid: u32) -> Vec<Mapped> {
 
 /// `start-end perms offset major:minor inode   /path`; `None` for an
 /// anonymous mapping or a line that is not one.
+/// A maps line naming a file (`crate::procfs::maps_line`, which keeps a
+/// path's blanks).
 fn parse_maps_line(line: &str) -> Option<Mapped> {
-    let mut rest = line;
-    let mut field = || {
-        let t = rest.trim_start();
-        let end = t.find(' ').unwrap_or(t.len());
-        let (f, r) = t.split_at(end);
-        rest = r;
-        f
-    };
-    let (range, _perms, _offset, dev, ino) = (field(), field(), field(), field(), field());
-    // The name is the rest of the line, blanks and " (deleted)" included.
-    let name = rest.trim_start();
-    if !name.starts_with('/') {
+    let m = crate::procfs::maps_line(line)?;
+    if !m.path.starts_with('/') {
         return None;
     }
-    let (start, end) = range.split_once('-')?;
-    let (major, minor) = dev.split_once(':')?;
-    let hex = |s: &str| u64::from_str_radix(s, 16).ok();
     Some(Mapped {
-        name: PathBuf::from(name),
-        range: (hex(start)?, hex(end)?),
-        dev: libc::makedev(
-            u32::from_str_radix(major, 16).ok()?,
-            u32::from_str_radix(minor, 16).ok()?,
-        ),
-        ino: ino.parse().ok()?,
+        name: PathBuf::from(m.path),
+        range: (m.start, m.end),
+        dev: m.dev,
+        ino: m.inode,
     })
 }
 
