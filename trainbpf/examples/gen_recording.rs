@@ -32,8 +32,8 @@
 use std::{fs::File, io::BufWriter, path::PathBuf, process::ExitCode, time::Instant};
 
 use trainbpf::{
+    decode::samples::{CgroupPressure, Pressure, Psi},
     decode::{CgroupName, ExitStatus, JobExit, JobStart, Lost, UserBody, encode_user, pod_bytes},
-    pressure::{CgroupPressure, Pressure, Psi},
     recording::{Attach, ClockPair, RecordConfig, RecordingHeader, Writer},
 };
 use trainbpf_common as c;
@@ -517,7 +517,9 @@ fn generate(a: &Args) -> std::io::Result<()> {
                 "chronyd",
             ][i as usize],
             role: Role::Daemon(i),
-            born: T0 - i as u64 * 1000 * SEC,
+            // Up to 55 minutes before the recording began (T0 is an hour
+            // after boot).
+            born: T0 - i as u64 * 300 * SEC,
             reported: 0,
             last_emit: 0,
             cur: 0,

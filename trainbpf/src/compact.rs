@@ -29,7 +29,7 @@ use std::{
     io::{self, Read, Write},
 };
 
-pub use crate::units::{PROTECT_NS, human_span};
+use crate::units::{PROTECT_NS, human_span};
 mod flight;
 pub use flight::{Flight, FlightOptions};
 

@@ -49,6 +49,9 @@ pub use badness::{Candidate as RankedCandidate, Ranking, TotalSource};
 pub use deaths::{Cause, Death, Sender};
 pub use leaks::{LeakOptions, LeakReport, Projection, Trend};
 pub(crate) mod series;
+/// Decoded values the report carries as they are: part of the model's
+/// vocabulary, so that the renderers read them from the model alone.
+pub use crate::decode::{Compaction, ExitStatus, LeakWarning, OomRecordKind};
 pub use growers::Grower;
 pub use kills::{Constraint, Kill, KillSource, TreeNode, Trigger, Victim};
 pub use processes::{Job, MemoryUser, Process, wait_status};

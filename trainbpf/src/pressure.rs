@@ -13,7 +13,7 @@ use procfs_core::{PressureRecord, parse_pressure_record};
 
 /// Defined with the recording's events; re-exported for the collector's
 /// other modules (`record.rs`, `status.rs`).
-pub use crate::decode::samples::{CgroupPressure, Pressure, Psi};
+use crate::decode::samples::{CgroupPressure, Pressure, Psi};
 
 /// /proc/meminfo as name → number (kB for sizes, a count for
 /// `HugePages_*`): the one parser of it, which `doctor` uses too. Lines

@@ -34,7 +34,7 @@ use crate::{
     safe_file::{self, Place},
 };
 use collect::{Attached, collect};
-pub use privileges::missing_capabilities;
+use privileges::missing_capabilities;
 use privileges::{effective_caps, protect_from_oom_killer};
 
 pub struct RecordOptions {

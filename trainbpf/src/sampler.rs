@@ -12,7 +12,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::procfs::{ShmObject, ShmTracker, Smaps};
+use crate::decode::samples::{ShmObject, Smaps};
+use crate::procfs::ShmTracker;
 
 /// One round's answer.
 pub struct Sampled {

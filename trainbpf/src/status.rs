@@ -14,16 +14,11 @@ use std::{
 use trainbpf_common as common;
 
 use crate::{
-    decode::{self, Event, LeakWarning, Timed},
+    decode::{self, Event, LeakWarning, Timed, samples::Pressure},
     model::leaks::{Domain, LeakOptions, Live, Projection, Trend},
-    pressure::Pressure,
     term::escape as esc,
     units::{clock, eta, human_kb, human_rate},
 };
-
-// The warning's text is the report's, so that both say the same; here
-// for `record` until it names the renderer's path.
-pub use crate::render::text::warning_text;
 
 /// Growers named on the line.
 const TOP: usize = 3;
@@ -267,7 +262,9 @@ fn stderr_width() -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    // The warning's text is the report's, so that both say the same.
     use crate::model::leaks::Verdict;
+    use crate::render::text::warning_text;
 
     fn trend(pid: u32, comm: &str, slope: f64, verdict: Verdict) -> Trend {
         Trend {

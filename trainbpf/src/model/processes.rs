@@ -1,14 +1,10 @@
 //! The job and its processes: who forked whom, what each ran, how it
 //! ended, what it held; and the machine's biggest memory users.
 
-use std::collections::HashSet;
-
 use crate::decode::{Event, ExitStatus, JobStart, ProcInfo, ProcKey, Rss};
 
 use super::timeline::Sample;
 use super::{Builder, Group, Grower, attribution};
-
-pub(super) const TOP_MEMORY: usize = 10;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Job {
@@ -289,19 +285,6 @@ pub(super) fn truncate_chars(s: &str, n: usize) -> String {
         Some((i, _)) => format!("{}…", &s[..i]),
         None => s.to_string(),
     }
-}
-
-/// Keeps the largest few, one entry per process.
-pub(super) fn top_memory(v: &mut Vec<MemoryUser>) {
-    v.sort_by(|a, b| {
-        b.peak_rss_kb
-            .cmp(&a.peak_rss_kb)
-            .then(a.pid.cmp(&b.pid))
-            .then(a.start_ns.cmp(&b.start_ns))
-    });
-    let mut seen = HashSet::new();
-    v.retain(|u| u.peak_rss_kb > 0 && seen.insert((u.pid, u.start_ns)));
-    v.truncate(TOP_MEMORY);
 }
 
 impl Builder {

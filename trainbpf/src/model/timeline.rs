@@ -2,14 +2,14 @@
 //! still ask for, and one baseline before them (see the module docs of
 //! `model`).
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 
 use crate::decode::ProcKey;
 
-use super::{
-    Builder, MemoryUser,
-    processes::{TOP_MEMORY, top_memory},
-};
+use super::{Builder, MemoryUser};
+
+/// The largest memory users kept for the report.
+const TOP_MEMORY: usize = 10;
 
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Sample {
@@ -123,4 +123,17 @@ impl Builder {
         top_memory(&mut top);
         top
     }
+}
+
+/// Keeps the largest few, one entry per process.
+fn top_memory(v: &mut Vec<MemoryUser>) {
+    v.sort_by(|a, b| {
+        b.peak_rss_kb
+            .cmp(&a.peak_rss_kb)
+            .then(a.pid.cmp(&b.pid))
+            .then(a.start_ns.cmp(&b.start_ns))
+    });
+    let mut seen = HashSet::new();
+    v.retain(|u| u.peak_rss_kb > 0 && seen.insert((u.pid, u.start_ns)));
+    v.truncate(TOP_MEMORY);
 }

@@ -32,7 +32,7 @@ pub(super) struct Collector {
     known_exes: std::collections::HashSet<u32>,
     last_lost: Lost,
     last_sync: Instant,
-    last_pressure: Option<crate::pressure::Pressure>,
+    last_pressure: Option<crate::decode::samples::Pressure>,
     stall: ([u64; 3], [u64; 3]),
     /// What the job's threads freed inside reclaim or compaction, kB.
     reclaim_freed_kb: u64,
@@ -313,7 +313,7 @@ impl Collector {
         for w in warnings {
             eprintln!(
                 "trainbpf: warning: {}",
-                crate::status::warning_text(&w, now)
+                crate::render::text::warning_text(&w, now)
             );
             self.user(UserBody::LeakWarning(w));
         }

@@ -20,8 +20,7 @@ use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::decode::ExitStatus;
-use crate::model::{Report, ns_to_s};
+use crate::model::{ExitStatus, Report, ns_to_s};
 use crate::render::rfc3339_ms;
 
 /// The `gpu` object.

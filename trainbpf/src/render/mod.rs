@@ -8,8 +8,7 @@ pub mod perfetto;
 pub mod text;
 
 use crate::{
-    decode::ExitStatus,
-    model::{Cause, Death},
+    model::{Cause, Death, ExitStatus},
     units::human_kb,
 };
 

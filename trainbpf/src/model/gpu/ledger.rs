@@ -12,7 +12,7 @@ use super::timeline::{at_kill, timeline};
 use super::xid::{parse_xid_line, xid_from_tracepoint};
 use super::{
     CudaOom, GpuProcess, GpuReport, GpuSeries, Holder, MAX_LIST, MAX_RSS, MemKind, NvmlCompare,
-    NvmlDeviceSummary, REORDER_NS, Xid,
+    NvmlDeviceSummary, REORDER_NS, XID_MERGE_NS, Xid,
 };
 
 /// An event waiting in the reorder buffer.
@@ -339,4 +339,26 @@ impl Ledger {
 
 fn resident(rss: &Rss) -> u64 {
     rss.resident_kb()
+}
+
+/// Xid errors: the tracepoint's and the kernel log's, one entry when both
+/// report the same error.
+impl Ledger {
+    pub(super) fn on_xid(&mut self, x: Xid) {
+        // The same Xid from the tracepoint and the log: one entry.
+        if let Some(prev) = self.xid.iter_mut().rev().find(|p| {
+            p.code == x.code && p.pid == x.pid && p.ts_ns.abs_diff(x.ts_ns) <= XID_MERGE_NS
+        }) && prev.source != x.source
+            && !prev.source.contains('+')
+        {
+            prev.source = format!("{}+{}", prev.source, x.source);
+            if prev.name.is_none() {
+                prev.name = x.name;
+            }
+            return;
+        }
+        if self.xid.len() < MAX_LIST {
+            self.xid.push(x);
+        }
+    }
 }

@@ -1,30 +1,10 @@
-//! Xid errors: the driver's tracepoint and its kernel log line, parsed and
-//! merged into one entry when both report the same error.
+//! Xid errors: the driver's tracepoint and its kernel log line, parsed
+//! (the ledger merges the two into one entry when both report the same
+//! error).
 
 use crate::decode::gpu::XidRecord;
 
-use super::ledger::Ledger;
-use super::{MAX_LIST, XID_MERGE_NS, Xid};
-
-impl Ledger {
-    pub(super) fn on_xid(&mut self, x: Xid) {
-        // The same Xid from the tracepoint and the log: one entry.
-        if let Some(prev) = self.xid.iter_mut().rev().find(|p| {
-            p.code == x.code && p.pid == x.pid && p.ts_ns.abs_diff(x.ts_ns) <= XID_MERGE_NS
-        }) && prev.source != x.source
-            && !prev.source.contains('+')
-        {
-            prev.source = format!("{}+{}", prev.source, x.source);
-            if prev.name.is_none() {
-                prev.name = x.name;
-            }
-            return;
-        }
-        if self.xid.len() < MAX_LIST {
-            self.xid.push(x);
-        }
-    }
-}
+use super::Xid;
 
 pub(super) fn xid_from_tracepoint(ts: u64, x: &XidRecord) -> Xid {
     let (pid, name, msg) = parse_xid_tail(&x.msg);

@@ -5,10 +5,10 @@ use super::builder::{Builder, role};
 use super::project::live_slope;
 use super::*;
 use crate::decode::Rss;
+use crate::decode::samples::ProcInfo;
+use crate::decode::samples::{CgroupPressure, Pressure};
 use crate::decode::{Event, ProcKey, Timed};
 use crate::model::{ModelOptions, Report, build};
-use crate::pressure::{CgroupPressure, Pressure};
-use crate::procfs::ProcInfo;
 use crate::recording::RecordingHeader;
 
 const MIB: f64 = 1024.0;

@@ -5,8 +5,7 @@
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use crate::decode::OomRecordKind;
-use crate::model::{self, Report};
+use crate::model::{self, OomRecordKind, Report};
 
 use super::{Time, secs, secs_since};
 

@@ -139,8 +139,8 @@ fn fields(out: &mut String, k: &Kill, p: &Paint) {
         .sources
         .iter()
         .map(|s| match s.record {
-            crate::decode::OomRecordKind::Kill => format!("oom_kill_process ({})", s.probe),
-            crate::decode::OomRecordKind::Victim => format!("mark_victim ({})", s.probe),
+            crate::model::OomRecordKind::Kill => format!("oom_kill_process ({})", s.probe),
+            crate::model::OomRecordKind::Victim => format!("mark_victim ({})", s.probe),
         })
         .collect::<Vec<_>>()
         .join(", ");

@@ -21,7 +21,7 @@ fn clip(s: &str, n: usize) -> String {
 
 /// `leak suspected: python3 (pid 700) has climbed +2 MiB/s for 40 s (fit
 /// 0.99); at this rate the job's cgroup limit of 100 MiB is reached in ~30 s`.
-pub fn warning_text(w: &crate::decode::LeakWarning, now_ns: u64) -> String {
+pub fn warning_text(w: &crate::model::LeakWarning, now_ns: u64) -> String {
     let who = match (w.pid, &w.group) {
         (Some(pid), _) => format!("{} (pid {pid})", esc(&w.comm)),
         (None, Some(g)) => format!("{} ({} processes)", esc(g), w.members),
