@@ -30,7 +30,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Task {
-    /// Install the pinned eBPF toolchain (nightly with rust-src, bpf-linker
+    /// Install the pinned eBPF toolchain (nightly with rust-src and clippy, bpf-linker
     /// linked to its LLVM) and mount tracefs; seconds when already done.
     Setup,
     /// Setup, then build trainbpf (debug) and print the binary's path.
