@@ -63,6 +63,9 @@ enum Task {
         /// Seconds of one W4 (steady job) run [default: 180, or 2 with --smoke].
         #[arg(long)]
         w4_secs: Option<u64>,
+        /// Only these workloads, by id: W1-1, W1-N, W3, W4 (comma-separated).
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
     },
     /// Write a large synthetic recording with trainbpf's real writer: a
     /// training job with re-spawned DataLoader workers and a few OOM kills
@@ -221,10 +224,12 @@ fn run(task: Task) -> anyhow::Result<()> {
             smoke,
             runs,
             w4_secs,
+            only,
         } => bench::bench(bench::Options {
             smoke,
             runs,
             w4_secs,
+            only,
         }),
         Task::GenRecording {
             hours,

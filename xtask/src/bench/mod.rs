@@ -45,6 +45,8 @@ pub struct Options {
     pub runs: Option<usize>,
     /// Length of one W4 run, seconds; default 180 (2 with `smoke`).
     pub w4_secs: Option<u64>,
+    /// Workload ids to run (`W1-1`, `W1-N`, `W3`, `W4`); empty: all.
+    pub only: Vec<String>,
 }
 
 /// This invocation's own directory, removed when it ends: the pinned
@@ -220,7 +222,18 @@ pub fn bench(opts: Options) -> Result<()> {
         clk_tck: clock_ticks(),
     };
     let nproc = thread::available_parallelism().map_or(1, |n| n.get());
-    let plan = plan(opts.smoke, nproc, w4_secs, &tools);
+    let mut plan = plan(opts.smoke, nproc, w4_secs, &tools);
+    if !opts.only.is_empty() {
+        let known: Vec<&str> = plan.iter().map(|w| w.id).collect();
+        for id in &opts.only {
+            ensure!(
+                known.iter().any(|k| k.eq_ignore_ascii_case(id)),
+                "--only {id}: no such workload (there are {})",
+                known.join(", ")
+            );
+        }
+        plan.retain(|w| opts.only.iter().any(|id| w.id.eq_ignore_ascii_case(id)));
+    }
     let load_before = loadavg();
     let started = Instant::now();
     let mut results = Vec::new();
