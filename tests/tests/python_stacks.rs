@@ -276,6 +276,57 @@ fn an_interpreter_it_cannot_read_says_why() {
     }
 }
 
+/// A process that runs, not one blocked: its frames change under the
+/// reader. Each read gives the running function or an error with a reason,
+/// never a panic or a stack of garbage names.
+#[test]
+fn a_running_process_reads_consistently() {
+    require_root();
+    let dir = TempDir::new("pybusy");
+    let script = dir.path("busy.py");
+    std::fs::write(
+        &script,
+        "import sys\n\ndef step(i):\n    return [j * j for j in range(i % 50)]\n\n\
+         def spin():\n    sys.stdout.write('ready\\n')\n    sys.stdout.flush()\n\
+         \x20   while True:\n        step(7)\n\nspin()\n",
+    )
+    .unwrap();
+    for python in pythons() {
+        let mut cmd = Command::new(&python);
+        cmd.arg(&script).stdout(Stdio::piped());
+        let mut child = Script(cmd.spawn().unwrap());
+        let mut line = String::new();
+        BufReader::new(child.0.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let mut interp = Interpreter::find(child.0.id()).unwrap();
+        let (mut good, mut errors) = (0, Vec::new());
+        let t = Instant::now();
+        for _ in 0..200 {
+            match interp
+                .stacks()
+                .map(|s| s.into_iter().next().map(|t| t.frames))
+            {
+                Ok(Some(Ok(frames))) => {
+                    let names: Vec<_> = frames.iter().map(|f| f.function.as_str()).collect();
+                    assert!(names.contains(&"spin"), "{names:?}");
+                    assert_eq!(names.last(), Some(&"<module>"), "{names:?}");
+                    good += 1;
+                }
+                Ok(Some(Err(e))) | Err(e) => errors.push(e.to_string()),
+                Ok(None) => errors.push("no thread".into()),
+            }
+        }
+        let each = t.elapsed() / 200;
+        eprintln!(
+            "{}: {good}/200 consistent reads of a running process, {each:?} each; errors: {:?}",
+            python.display(),
+            &errors[..errors.len().min(3)]
+        );
+        assert!(good >= 150, "{errors:?}");
+    }
+}
+
 /// A binary stripped of its symbol table is still read: `_PyRuntime` is
 /// a dynamic symbol, which `strip` keeps.
 #[test]

@@ -87,7 +87,8 @@ pub struct PyFrame {
 pub struct ThreadStack {
     /// The thread state's `thread_id`: its `pthread_t`.
     pub thread_id: u64,
-    /// Its kernel tid (3.11 on: `native_thread_id`).
+    /// Its kernel tid: `native_thread_id` from 3.11, before that from
+    /// glibc's `struct pthread`, where the process has such a thread.
     pub native_tid: Option<u32>,
     /// Whether it holds the GIL (up to 3.11, where `_PyRuntime` says).
     pub holds_gil: Option<bool>,

@@ -13,6 +13,8 @@ use super::{
 /// Bounds on a walk: a chain longer than this is a loop or a misread.
 const MAX_THREADS: usize = 4096;
 pub const MAX_DEPTH: usize = 1024;
+/// `offsetof(struct pthread, tid)` in glibc on x86-64 (2.36).
+const GLIBC_PTHREAD_TID: u64 = 0x2d0;
 /// 3.12's `FRAME_OWNED_BY_CSTACK`: the shim frame an entry from C pushes.
 const OWNED_BY_CSTACK: u8 = 3;
 
@@ -53,7 +55,7 @@ impl Interpreter {
                 "a thread state's thread_id",
             )?;
             let native_tid = if o.tstate_native_thread_id == NONE {
-                None
+                self.glibc_tid(thread_id)
             } else {
                 Some(self.mem.u64(
                     tstate.wrapping_add(o.tstate_native_thread_id),
@@ -71,6 +73,23 @@ impl Interpreter {
                 .u64(tstate.wrapping_add(o.tstate_next), "a thread state's next")?;
         }
         Ok(out)
+    }
+
+    /// Before 3.11 a thread state holds only its `pthread_t`, which on
+    /// glibc points at the thread's `struct pthread`, whose `tid` sits at
+    /// [`GLIBC_PTHREAD_TID`]. Another libc puts something else there: the
+    /// value is taken only if the process has a thread of that id.
+    fn glibc_tid(&self, pthread: u64) -> Option<u32> {
+        let tid = self
+            .mem
+            .u32(
+                pthread.wrapping_add(GLIBC_PTHREAD_TID),
+                "struct pthread's tid",
+            )
+            .ok()?;
+        let pid = self.pid;
+        (tid != 0 && std::path::Path::new(&format!("/proc/{pid}/task/{tid}")).exists())
+            .then_some(tid)
     }
 
     /// The frame a thread state runs now, or 0.
