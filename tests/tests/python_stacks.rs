@@ -33,7 +33,14 @@ def inner_sleep():
 def outer():
     inner_sleep()  # @outer
 
+def 睡眠():
+    time.sleep(600)  # @wide
+
+def schläft():
+    睡眠()  # @latin
+
 threading.Thread(target=Side().run, daemon=True).start()
+threading.Thread(target=schläft, daemon=True).start()
 outer()  # @module
 "#;
 
@@ -104,7 +111,7 @@ fn all_asleep(pid: u32) -> bool {
         .unwrap()
         .flatten()
         .collect();
-    tasks.len() >= 2
+    tasks.len() >= 3
         && tasks.iter().all(|t| {
             std::fs::read_to_string(t.path().join("stat")).is_ok_and(|s| {
                 s.rsplit(')')
@@ -176,7 +183,7 @@ fn every_cpython_here_gives_its_stacks() {
             stacks.len(),
             show(&stacks)
         );
-        assert_eq!(stacks.len(), 2, "{}", show(&stacks));
+        assert_eq!(stacks.len(), 3, "{}", show(&stacks));
         let main = frames_of(&stacks, "inner_sleep", 3);
         let want = [
             ("inner_sleep", line_of("inner_sleep")),
@@ -194,6 +201,13 @@ fn every_cpython_here_gives_its_stacks() {
         assert_eq!(
             (side[1].0.as_str(), side[1].1),
             (run, Some(line_of("side_run")))
+        );
+        // Names beyond ASCII: one-byte (latin-1) and two-byte characters.
+        let wide = frames_of(&stacks, "睡眠", 2);
+        assert_eq!(wide[0].1, Some(line_of("wide")), "{wide:?}");
+        assert_eq!(
+            (wide[1].0.as_str(), wide[1].1),
+            ("schläft", Some(line_of("latin")))
         );
         // Below them, threading's own frames, resolved too.
         let all = stacks.iter().flat_map(|t| t.frames.as_ref().unwrap());

@@ -9,6 +9,17 @@
 //! [`Interpreter::resolve`] turns a code object and its instruction field
 //! into file, function and line, cached per code object. An interpreter
 //! that cannot be read is an error with its reason, never an empty stack.
+//!
+//! How an eBPF walker uses it: the recorder puts `offsets().as_bytes()`
+//! and `runtime()` in a per-process map (keyed by tgid) when it first sees
+//! a Python process. In the probe, the thread's state is the one whose
+//! `native_thread_id` is the current tid (3.11 on), or whose `thread_id`
+//! is the task's `fsbase`, glibc's `pthread_self()` (3.9, 3.10); from it,
+//! `tstate_frame` (and `cframe_current_frame` for 3.11/3.12) gives the top
+//! frame, and each step copies `frame_code` and `frame_instr` and follows
+//! `frame_previous`, skipping frames whose `frame_owner` byte is 3 (3.12
+//! on). The (code, instr) pairs come back to userspace, where
+//! [`Interpreter::resolve`] names them while the process lives.
 
 mod debug_offsets;
 mod find;
@@ -115,9 +126,10 @@ pub struct Interpreter {
     runtime: u64,
     offsets: PyOffsets,
     mem: mem::Mem,
-    /// Code objects by address: a live process reuses the address of a
-    /// code object only once it is freed, which a running function's
-    /// cannot be.
+    /// Code objects by address. A running function's code object cannot
+    /// be freed; one a probe saw earlier may have been, and its address
+    /// reused by another code object: a long-lived resolver should key
+    /// what it keeps by more than the address (see the module docs).
     codes: HashMap<u64, Code>,
     code_type: Option<u64>,
 }
