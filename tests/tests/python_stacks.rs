@@ -341,6 +341,68 @@ fn a_running_process_reads_consistently() {
     }
 }
 
+/// The resolver keeps code objects by address; a freed one's address
+/// taken by a new code object must resolve to the new one's names.
+#[test]
+fn a_reused_code_address_resolves_to_the_new_code() {
+    use std::io::Write as _;
+    require_root();
+    let dir = TempDir::new("pyreuse");
+    let script = dir.path("reuse.py");
+    std::fs::write(
+        &script,
+        "import sys, gc\nwhile True:\n    n = sys.stdin.readline().strip()\n\
+         \x20   ns = {}\n\
+         \x20   exec(compile('def f_%s():\\n    pass\\n' % n, 'gen_%s.py' % n, 'exec'), ns)\n\
+         \x20   c = ns['f_%s' % n].__code__\n    print(id(c), flush=True)\n\
+         \x20   sys.stdin.readline()\n    del ns, c\n    gc.collect()\n",
+    )
+    .unwrap();
+    let mut reused = std::collections::BTreeMap::new();
+    for python in pythons() {
+        let mut cmd = Command::new(&python);
+        cmd.arg(&script)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped());
+        let mut child = Script(cmd.spawn().unwrap());
+        let mut stdin = child.0.stdin.take().unwrap();
+        let mut stdout = BufReader::new(child.0.stdout.take().unwrap());
+        // Found once it runs: straight after exec, the loader may not have
+        // mapped libpython yet.
+        let mut interp = None;
+        let mut seen = std::collections::HashMap::new();
+        for i in 0..12 {
+            let name = format!("n{i}");
+            writeln!(stdin, "{name}").unwrap();
+            let mut line = String::new();
+            stdout.read_line(&mut line).unwrap();
+            let addr: u64 = line.trim().parse().unwrap();
+            let interp = interp.get_or_insert_with(|| Interpreter::find(child.0.id()).unwrap());
+            // The instruction field of a frame at the code's first
+            // instruction, as the walker would copy it.
+            let o = interp.offsets();
+            let instr = if interp.version() >= (3, 11) {
+                addr + o.code_adaptive
+            } else {
+                0
+            };
+            let f = interp.resolve(addr, instr).unwrap();
+            assert_eq!(f.function, format!("f_{name}"), "{}", python.display());
+            assert_eq!(f.file, format!("gen_{name}.py"));
+            // Resolved: now it may go.
+            writeln!(stdin, "done").unwrap();
+            if seen.insert(addr, name).is_some() {
+                *reused.entry(python.display().to_string()).or_insert(0) += 1;
+            }
+        }
+    }
+    eprintln!("code addresses reused (of 11 chances): {reused:?}");
+    assert!(
+        !reused.is_empty(),
+        "no interpreter reused a code object's address"
+    );
+}
+
 /// A binary stripped of its symbol table is still read: `_PyRuntime` is
 /// a dynamic symbol, which `strip` keeps.
 #[test]

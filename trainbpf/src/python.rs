@@ -115,6 +115,8 @@ struct Code {
     function: String,
     first_line: i32,
     table: Vec<u8>,
+    /// The words from `co_filename` on, as they were when read.
+    fingerprint: [u8; 24],
 }
 
 /// A process's interpreter, found and ready to read.
@@ -126,10 +128,7 @@ pub struct Interpreter {
     runtime: u64,
     offsets: PyOffsets,
     mem: mem::Mem,
-    /// Code objects by address. A running function's code object cannot
-    /// be freed; one a probe saw earlier may have been, and its address
-    /// reused by another code object: a long-lived resolver should key
-    /// what it keeps by more than the address (see the module docs).
+    /// Code objects by address, checked on each use (`walk::code`).
     codes: HashMap<u64, Code>,
     code_type: Option<u64>,
 }

@@ -13,6 +13,9 @@ use super::{
 /// Bounds on a walk: a chain longer than this is a loop or a misread.
 const MAX_THREADS: usize = 4096;
 pub const MAX_DEPTH: usize = 1024;
+/// Code objects kept; a process with more running code is rare, and
+/// clearing costs only re-reads.
+const MAX_CODES: usize = 1 << 16;
 /// `offsetof(struct pthread, tid)` in glibc on x86-64 (2.36).
 const GLIBC_PTHREAD_TID: u64 = 0x2d0;
 /// 3.12's `FRAME_OWNED_BY_CSTACK`: the shim frame an entry from C pushes.
@@ -177,10 +180,24 @@ impl Interpreter {
         })
     }
 
-    /// A code object's names and line table, read once.
+    /// A code object's names and line table, read once. A code object a
+    /// probe saw may have been freed since and its address reused: the
+    /// three pointers from `co_filename` on (names and table, fixed for a
+    /// code object's life) are read again each time and must match.
     fn code(&mut self, addr: u64) -> Result<&Code, PyError> {
-        if !self.codes.contains_key(&addr) {
-            let code = self.read_code(addr)?;
+        let mut raw = [0u8; 24];
+        self.mem.read(
+            addr.wrapping_add(self.offsets.code_filename),
+            &mut raw,
+            "a code object's names",
+        )?;
+        let fresh = self.codes.get(&addr).is_some_and(|c| c.fingerprint == raw);
+        if !fresh {
+            if self.codes.len() >= MAX_CODES {
+                self.codes.clear();
+            }
+            let mut code = self.read_code(addr)?;
+            code.fingerprint = raw;
             self.codes.insert(addr, code);
         }
         Ok(&self.codes[&addr])
@@ -222,6 +239,7 @@ impl Interpreter {
             function,
             first_line,
             table,
+            fingerprint: [0; 24],
         })
     }
 }
