@@ -352,6 +352,7 @@ fn a_reused_code_address_resolves_to_the_new_code() {
     std::fs::write(
         &script,
         "import sys, gc\nwhile True:\n    n = sys.stdin.readline().strip()\n\
+         \x20   if not n:\n        break\n\
          \x20   ns = {}\n\
          \x20   exec(compile('def f_%s():\\n    pass\\n' % n, 'gen_%s.py' % n, 'exec'), ns)\n\
          \x20   c = ns['f_%s' % n].__code__\n    print(id(c), flush=True)\n\
