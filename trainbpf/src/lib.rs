@@ -19,6 +19,7 @@ pub mod model;
 pub mod mounts;
 pub mod pressure;
 pub mod procfs;
+pub mod python;
 pub mod record;
 pub mod recording;
 pub mod render;

@@ -1,0 +1,203 @@
+//! CPython stacks of a live process, read from outside it.
+//!
+//! This is the userspace half of the Python stack capture (issue 15):
+//! [`Interpreter::find`] locates the interpreter a process runs (a static
+//! `python3.x` or a `libpython3.x.so`), its version, its load bias and
+//! `_PyRuntime`, and the struct offsets of that version ([`PyOffsets`],
+//! plain data for a BPF map). [`Interpreter::stacks`] walks every
+//! thread's frames through `/proc/PID/mem` with exactly those offsets, and
+//! [`Interpreter::resolve`] turns a code object and its instruction field
+//! into file, function and line, cached per code object. An interpreter
+//! that cannot be read is an error with its reason, never an empty stack.
+//!
+//! How an eBPF walker uses it: the recorder puts `offsets().as_bytes()`
+//! and `runtime()` in a per-process map (keyed by tgid) when it first sees
+//! a Python process. In the probe, the thread's state is the one whose
+//! `native_thread_id` is the current tid (3.11 on), or whose `thread_id`
+//! is the task's `fsbase`, glibc's `pthread_self()` (3.9, 3.10); from it,
+//! `tstate_frame` (and `cframe_current_frame` for 3.11/3.12) gives the top
+//! frame, and each step copies `frame_code` and `frame_instr` and follows
+//! `frame_previous`, skipping frames whose `frame_owner` byte is 3 (3.12
+//! on). The (code, instr) pairs come back to userspace, where
+//! [`Interpreter::resolve`] names them while the process lives.
+
+mod debug_offsets;
+mod find;
+mod linetable;
+mod mem;
+mod objects;
+pub mod offsets;
+#[cfg(test)]
+mod testdata;
+mod walk;
+
+use std::{collections::HashMap, io};
+
+pub use offsets::{Layout, PyOffsets};
+
+#[derive(Debug, thiserror::Error)]
+pub enum PyError {
+    #[error("process {pid}: cannot {what}: {source}")]
+    Process {
+        pid: u32,
+        what: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    #[error(
+        "process {pid} runs no CPython: no libpython3.x.so mapped and no _PyRuntime in its executable"
+    )]
+    NotPython { pid: u32 },
+    #[error("{path}: {reason}")]
+    Elf { path: String, reason: String },
+    #[error("{path}: {reason}")]
+    NoRuntime { path: String, reason: String },
+    #[error("{path}: the CPython version is unknown (no Py_Version symbol, none in the file name)")]
+    UnknownVersion { path: String },
+    #[error("CPython {version} is not supported: {reason}")]
+    UnsupportedVersion { version: String, reason: String },
+    #[error("unusable _Py_DebugOffsets: {reason}")]
+    DebugOffsets { reason: String },
+    #[error("the interpreter is not initialised (no interpreter state yet, or finalised)")]
+    NotInitialized,
+    #[error("cannot read {what} at {addr:#x}: {source}")]
+    Read {
+        what: &'static str,
+        addr: u64,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{what} is a null pointer")]
+    Null { what: &'static str },
+    #[error("{what} at {addr:#x} is not what it should be: {reason}")]
+    BadObject {
+        what: &'static str,
+        addr: u64,
+        reason: String,
+    },
+    #[error("more than {limit} {what}: a loop, or offsets that do not fit this build")]
+    TooMany { what: &'static str, limit: usize },
+}
+
+/// One Python frame, resolved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PyFrame {
+    /// The code object's address in the process.
+    pub code: u64,
+    /// The frame's instruction field as read (see [`Interpreter::resolve`]).
+    pub instr: u64,
+    pub file: String,
+    /// `co_qualname` where the version has it (3.11 on), else `co_name`.
+    pub function: String,
+    /// `None` where CPython gives the instruction no line.
+    pub line: Option<i32>,
+}
+
+/// One thread's Python stack, innermost frame first.
+#[derive(Debug)]
+pub struct ThreadStack {
+    /// The thread state's `thread_id`: its `pthread_t`.
+    pub thread_id: u64,
+    /// Its kernel tid: `native_thread_id` from 3.11, before that from
+    /// glibc's `struct pthread`, where the process has such a thread.
+    pub native_tid: Option<u32>,
+    /// Whether it holds the GIL (up to 3.11, where `_PyRuntime` says).
+    pub holds_gil: Option<bool>,
+    /// A thread running no Python code has no frames, which is not an
+    /// error; a chain that cannot be read is.
+    pub frames: Result<Vec<PyFrame>, PyError>,
+}
+
+/// What a code object says, once read.
+#[derive(Clone, Debug)]
+struct Code {
+    file: String,
+    function: String,
+    first_line: i32,
+    table: Vec<u8>,
+    /// The words from `co_filename` on, as they were when read.
+    fingerprint: [u8; 24],
+}
+
+/// A process's interpreter, found and ready to read.
+pub struct Interpreter {
+    pid: u32,
+    path: String,
+    version: (u8, u8),
+    bias: u64,
+    runtime: u64,
+    offsets: PyOffsets,
+    mem: mem::Mem,
+    /// Code objects by address, checked on each use (`walk::code`).
+    codes: HashMap<u64, Code>,
+    code_type: Option<u64>,
+}
+
+impl Interpreter {
+    /// Finds the CPython `pid` runs and the offsets to read it with.
+    pub fn find(pid: u32) -> Result<Interpreter, PyError> {
+        let found = find::locate(pid)?;
+        let mem = mem::Mem::open(pid)?;
+        let version = match found.py_version {
+            Some(at) => {
+                let hex = mem.u32(at, "Py_Version")?;
+                (((hex >> 24) & 0xff) as u8, ((hex >> 16) & 0xff) as u8)
+            }
+            None => {
+                find::version_from_name(&found.path).ok_or_else(|| PyError::UnknownVersion {
+                    path: found.path.clone(),
+                })?
+            }
+        };
+        let offsets = if version >= (3, 13) {
+            let raw = mem.bytes(found.runtime, debug_offsets::SIZE, "_Py_DebugOffsets")?;
+            debug_offsets::parse(&raw)?
+        } else {
+            offsets::table(version.0, version.1).ok_or_else(|| PyError::UnsupportedVersion {
+                version: format!("{}.{}", version.0, version.1),
+                reason: "no offsets table for it (3.9 to 3.12 have one; 3.13 on describe \
+                         themselves)"
+                    .into(),
+            })?
+        };
+        Ok(Interpreter {
+            pid,
+            path: found.path,
+            version,
+            bias: found.bias,
+            runtime: found.runtime,
+            offsets,
+            mem,
+            codes: HashMap::new(),
+            code_type: None,
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The file holding the interpreter, as the process's maps name it.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// (major, minor).
+    pub fn version(&self) -> (u8, u8) {
+        self.version
+    }
+
+    /// Load address minus link-time address of the interpreter's file.
+    pub fn bias(&self) -> u64 {
+        self.bias
+    }
+
+    /// `_PyRuntime`'s address in the process.
+    pub fn runtime(&self) -> u64 {
+        self.runtime
+    }
+
+    pub fn offsets(&self) -> &PyOffsets {
+        &self.offsets
+    }
+}

@@ -1,0 +1,193 @@
+//! Which mapped file of a process holds its CPython: `libpython3.x.so`
+//! when the interpreter is a shared library, else the executable itself
+//! (Debian's `python3.11` links it statically). The file is read through
+//! `/proc/PID/map_files`, which names the very file mapped, never through
+//! a path the process could have replaced since.
+
+use std::{
+    fs::{self, File},
+    os::unix::fs::MetadataExt as _,
+};
+
+use object::{Object as _, ObjectSegment as _, ObjectSymbol as _};
+
+use super::PyError;
+
+/// One file-backed mapping of /proc/PID/maps.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    pub offset: u64,
+    pub dev: u64,
+    pub inode: u64,
+    pub path: String,
+}
+
+/// The file-backed lines of a maps file.
+pub fn mappings(maps: &str) -> Vec<Mapping> {
+    maps.lines()
+        .filter_map(|line| {
+            let m = crate::procfs::maps_line(line)?;
+            let offset = u64::from_str_radix(line.split(' ').nth(2)?, 16).ok()?;
+            (m.inode != 0).then(|| Mapping {
+                start: m.start,
+                end: m.end,
+                offset,
+                dev: m.dev,
+                inode: m.inode,
+                path: m.path.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// The interpreter's file as the process maps it.
+#[derive(Debug)]
+pub struct Located {
+    pub path: String,
+    /// Load address minus the ELF's link-time address.
+    pub bias: u64,
+    /// `_PyRuntime`, in the process.
+    pub runtime: u64,
+    /// `Py_Version` (3.11 on), in the process.
+    pub py_version: Option<u64>,
+}
+
+/// `3.x` from a file name: `libpython3.10.so.1.0`, `python3.9`,
+/// `libpython3.6m.so`.
+pub fn version_from_name(path: &str) -> Option<(u8, u8)> {
+    let base = path.rsplit('/').next()?;
+    let rest = &base[base.find("python")? + "python".len()..];
+    let (major, rest) = rest.split_once('.')?;
+    let minor: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    Some((major.parse().ok()?, minor.parse().ok()?))
+}
+
+fn is_libpython(path: &str) -> bool {
+    path.rsplit('/')
+        .next()
+        .is_some_and(|b| b.starts_with("libpython3") && b.contains(".so"))
+}
+
+/// Finds the interpreter `pid` runs.
+pub fn locate(pid: u32) -> Result<Located, PyError> {
+    let proc_err = |what, source| PyError::Process { pid, what, source };
+    let maps = fs::read_to_string(format!("/proc/{pid}/maps"))
+        .map_err(|e| proc_err("read its maps", e))?;
+    let exe = fs::metadata(format!("/proc/{pid}/exe")).map_err(|e| proc_err("stat its exe", e))?;
+    let maps = mappings(&maps);
+    // The lowest mapping of each file, in the order tried.
+    let mut files: Vec<&Mapping> = Vec::new();
+    let libs = maps.iter().filter(|m| is_libpython(&m.path));
+    let exes = maps
+        .iter()
+        .filter(|m| (m.dev, m.inode) == (exe.dev(), exe.ino()));
+    for m in libs.chain(exes) {
+        if !files.iter().any(|f| (f.dev, f.inode) == (m.dev, m.inode)) {
+            files.push(m);
+        }
+    }
+    let mut lib_error = None;
+    for first in &files {
+        let whole: Vec<&Mapping> = maps
+            .iter()
+            .filter(|m| (m.dev, m.inode) == (first.dev, first.inode))
+            .collect();
+        match in_file(pid, &whole) {
+            Ok(found) => return Ok(found),
+            Err(e) if is_libpython(&first.path) => lib_error = Some(e),
+            Err(PyError::NoRuntime { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Err(lib_error.unwrap_or(PyError::NotPython { pid }))
+}
+
+/// `_PyRuntime` in one mapped file, whose mappings are `whole`.
+fn in_file(pid: u32, whole: &[&Mapping]) -> Result<Located, PyError> {
+    let path = whole[0].path.clone();
+    let elf_err = |reason: String| PyError::Elf {
+        path: path.clone(),
+        reason,
+    };
+    let head = whole
+        .iter()
+        .filter(|m| m.offset == 0)
+        .min_by_key(|m| m.start)
+        .ok_or_else(|| elf_err("its first page is not mapped".into()))?;
+    let file = open_mapped(pid, head).map_err(&elf_err)?;
+    let data = object::ReadCache::new(file);
+    let obj = object::File::parse(&data).map_err(|e| elf_err(format!("not an ELF file: {e}")))?;
+    let symbol = |name: &str| {
+        obj.dynamic_symbols()
+            .chain(obj.symbols())
+            .find(|s| s.is_definition() && s.name() == Ok(name))
+            .map(|s| s.address())
+    };
+    let Some(runtime) = symbol("_PyRuntime") else {
+        return Err(PyError::NoRuntime {
+            path,
+            reason: "no _PyRuntime symbol (CPython before 3.7, or its symbols stripped)".into(),
+        });
+    };
+    let first_load = obj
+        .segments()
+        .find(|s| s.file_range().0 == 0)
+        .ok_or_else(|| elf_err("no loadable segment at file offset 0".into()))?;
+    let bias = head.start.wrapping_sub(first_load.address() & !0xfff);
+    Ok(Located {
+        runtime: bias.wrapping_add(runtime),
+        py_version: symbol("Py_Version").map(|a| bias.wrapping_add(a)),
+        bias,
+        path,
+    })
+}
+
+/// The file mapped at `m`, checked to be the regular file the maps line
+/// names.
+fn open_mapped(pid: u32, m: &Mapping) -> Result<File, String> {
+    let link = format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end);
+    let file = File::open(&link).map_err(|e| format!("{link}: {e}"))?;
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    if !meta.is_file() || (meta.dev(), meta.ino()) != (m.dev, m.inode) {
+        return Err(format!(
+            "{link} is no longer the file the maps line names (device {} inode {})",
+            m.dev, m.inode
+        ));
+    }
+    Ok(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_from_file_names() {
+        assert_eq!(
+            version_from_name("/x/lib/libpython3.10.so.1.0"),
+            Some((3, 10))
+        );
+        assert_eq!(version_from_name("/usr/bin/python3.9"), Some((3, 9)));
+        assert_eq!(version_from_name("libpython3.6m.so.1.0"), Some((3, 6)));
+        assert_eq!(version_from_name("/usr/bin/python3"), None);
+        assert_eq!(version_from_name("/usr/bin/sleep"), None);
+    }
+
+    #[test]
+    fn file_mappings_with_their_offsets() {
+        let maps = "\
+00400000-00420000 r--p 00000000 fe:01 1234                               /usr/bin/python3.11
+00420000-00600000 r-xp 00020000 fe:01 1234                               /usr/bin/python3.11
+7f00000000-7f00001000 rw-p 00000000 00:00 0 
+7f10000000-7f10100000 r--p 00000000 fe:01 99 /root/lib/my lib/libpython3.12.so.1.0
+";
+        let m = mappings(maps);
+        assert_eq!(m.len(), 3, "{m:?}");
+        assert_eq!(m[1].offset, 0x20000);
+        assert_eq!(m[2].path, "/root/lib/my lib/libpython3.12.so.1.0");
+        assert!(is_libpython(&m[2].path));
+        assert!(!is_libpython(&m[0].path));
+    }
+}

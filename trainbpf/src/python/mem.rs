@@ -1,0 +1,90 @@
+//! Another process's memory, read through `/proc/PID/mem`.
+//!
+//! The descriptor is bound to the address space it was opened on: if the
+//! process exits and its pid is reused, reads fail rather than land in the
+//! new process.
+
+use std::{fs::File, os::unix::fs::FileExt as _};
+
+use super::PyError;
+
+pub struct Mem {
+    file: File,
+}
+
+impl Mem {
+    pub fn open(pid: u32) -> Result<Mem, PyError> {
+        let file = File::open(format!("/proc/{pid}/mem")).map_err(|source| PyError::Process {
+            pid,
+            what: "open its memory",
+            source,
+        })?;
+        Ok(Mem { file })
+    }
+
+    /// Fills `buf` from `addr`; `what` names the field, for the error.
+    pub fn read(&self, addr: u64, buf: &mut [u8], what: &'static str) -> Result<(), PyError> {
+        if addr == 0 {
+            return Err(PyError::Null { what });
+        }
+        self.file
+            .read_exact_at(buf, addr)
+            .map_err(|source| PyError::Read { what, addr, source })
+    }
+
+    pub fn bytes(&self, addr: u64, len: usize, what: &'static str) -> Result<Vec<u8>, PyError> {
+        let mut v = vec![0; len];
+        self.read(addr, &mut v, what)?;
+        Ok(v)
+    }
+
+    pub fn u64(&self, addr: u64, what: &'static str) -> Result<u64, PyError> {
+        let mut b = [0; 8];
+        self.read(addr, &mut b, what)?;
+        Ok(u64::from_ne_bytes(b))
+    }
+
+    pub fn u32(&self, addr: u64, what: &'static str) -> Result<u32, PyError> {
+        let mut b = [0; 4];
+        self.read(addr, &mut b, what)?;
+        Ok(u32::from_ne_bytes(b))
+    }
+
+    pub fn i32(&self, addr: u64, what: &'static str) -> Result<i32, PyError> {
+        Ok(self.u32(addr, what)? as i32)
+    }
+
+    pub fn u8(&self, addr: u64, what: &'static str) -> Result<u8, PyError> {
+        let mut b = [0; 1];
+        self.read(addr, &mut b, what)?;
+        Ok(b[0])
+    }
+
+    /// A NUL-terminated string of at most `max` bytes.
+    pub fn c_string(&self, addr: u64, max: usize, what: &'static str) -> Result<String, PyError> {
+        let mut out = Vec::new();
+        let mut chunk = [0u8; 64];
+        while out.len() < max {
+            // A chunk may cross into an unmapped page: read byte by byte
+            // when a whole chunk fails.
+            let at = addr.wrapping_add(out.len() as u64);
+            let got = match self.read(at, &mut chunk, what) {
+                Ok(()) => &chunk[..],
+                Err(_) => {
+                    self.read(at, &mut chunk[..1], what)?;
+                    &chunk[..1]
+                }
+            };
+            if let Some(end) = got.iter().position(|&b| b == 0) {
+                out.extend_from_slice(&got[..end]);
+                return Ok(String::from_utf8_lossy(&out).into_owned());
+            }
+            out.extend_from_slice(got);
+        }
+        Err(PyError::BadObject {
+            what,
+            addr,
+            reason: format!("no NUL in its first {max} bytes"),
+        })
+    }
+}
