@@ -3,6 +3,7 @@
 //! clone needs nothing but rustup, python3 and a C compiler.
 
 mod bench;
+mod deps;
 mod fuzz;
 mod gpu_check;
 mod privilege;
@@ -35,9 +36,11 @@ enum Task {
     Setup,
     /// Setup, then build trainbpf (debug) and print the binary's path.
     Build,
-    /// Root: setup, build, fmt and clippy, then the whole test suite.
+    /// Root: setup, build, fmt, unused dependencies and clippy, then the
+    /// whole test suite.
     Test {
-        /// Skip `cargo fmt --check` and `cargo clippy -D warnings`.
+        /// Skip `cargo fmt --check`, the unused-dependency check and
+        /// `cargo clippy -D warnings`.
         #[arg(long)]
         no_lint: bool,
         /// Passed to `cargo test --workspace` as they are, e.g. a test name
@@ -45,6 +48,9 @@ enum Task {
         #[arg(last = true)]
         cargo_test_args: Vec<OsString>,
     },
+    /// Fail on a dependency the workspace declares and no code uses
+    /// (cargo-shear, installed once); `test` runs it with the lints.
+    Deps,
     /// Root: build, record the bundled example being OOM-killed in a
     /// 300 MiB memory limit, then print the report.
     Demo,
@@ -220,6 +226,7 @@ fn run(task: Task) -> anyhow::Result<()> {
             cargo_test_args,
         } => tasks::test(!no_lint, &cargo_test_args),
         Task::Demo => tasks::demo(),
+        Task::Deps => deps::check(),
         Task::Bench {
             smoke,
             runs,

@@ -14,7 +14,7 @@ use std::{
 
 use anyhow::{Context, Result, ensure};
 
-use crate::util::{is_root, probe, run, target_dir, workspace_root};
+use crate::util::{cargo_install, is_root, probe, run, target_dir, workspace_root};
 
 const BPF_LINKER_VERSION: &str = "0.13.0";
 const TRACEFS: &str = "/sys/kernel/tracing";
@@ -94,15 +94,9 @@ fn bpf_linker(pin: &str) -> Result<()> {
     eprintln!(
         "setup: building bpf-linker {BPF_LINKER_VERSION} against {pin}'s LLVM {major} (about a minute)"
     );
-    let mut install = Command::new("cargo");
+    let mut install = cargo_install();
     install
-        .args([
-            "install",
-            "bpf-linker",
-            "--version",
-            BPF_LINKER_VERSION,
-            "--locked",
-        ])
+        .args(["bpf-linker", "--version", BPF_LINKER_VERSION, "--locked"])
         .args([
             "--no-default-features",
             "--features",
@@ -112,24 +106,6 @@ fn bpf_linker(pin: &str) -> Result<()> {
         // longer loads because its nightly's libLLVM changed or went away.
         .arg("--force")
         .env("LLVM_PREFIX", &prefix);
-    // Host tooling, built by the default toolchain: nothing the outer
-    // `cargo xtask` chose for this workspace (toolchain, compiler, target,
-    // flags, target dir) applies to it.
-    for var in [
-        "RUSTUP_TOOLCHAIN",
-        "RUSTUP_TOOLCHAIN_SOURCE",
-        "RUSTC",
-        "RUSTDOC",
-        "RUSTC_WORKSPACE_WRAPPER",
-        "RUSTFLAGS",
-        "CARGO_ENCODED_RUSTFLAGS",
-        "CARGO_BUILD_RUSTFLAGS",
-        "CARGO_BUILD_TARGET",
-        "CARGO_TARGET_DIR",
-        "CARGO_BUILD_TARGET_DIR",
-    ] {
-        install.env_remove(var);
-    }
     run(&mut install)?;
     ensure!(
         working(),

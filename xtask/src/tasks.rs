@@ -31,9 +31,11 @@ pub fn build_release() -> Result<PathBuf> {
 /// clippy and the test binaries. A user runs it before sudo re-runs the
 /// task, so that the build output stays theirs.
 pub fn test_build(lint: bool, cargo_args: &[OsString]) -> Result<PathBuf> {
-    // Formatting first: it takes a second and needs no build.
+    // Formatting and unused dependencies first: they take a second each
+    // (once cargo-shear is installed) and need no build.
     if lint {
         run(cargo().args(["fmt", "--all", "--", "--check"]))?;
+        crate::deps::check()?;
     }
     let bin = build()?;
     if lint {

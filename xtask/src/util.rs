@@ -23,6 +23,30 @@ pub fn cargo() -> Command {
     cmd
 }
 
+/// `cargo install` for host tooling (bpf-linker, cargo-shear), built by the
+/// default toolchain: nothing the outer `cargo xtask` chose for this
+/// workspace (toolchain, compiler, target, flags, target dir) applies to it.
+pub fn cargo_install() -> Command {
+    let mut cmd = Command::new("cargo");
+    cmd.arg("install");
+    for var in [
+        "RUSTUP_TOOLCHAIN",
+        "RUSTUP_TOOLCHAIN_SOURCE",
+        "RUSTC",
+        "RUSTDOC",
+        "RUSTC_WORKSPACE_WRAPPER",
+        "RUSTFLAGS",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "CARGO_BUILD_RUSTFLAGS",
+        "CARGO_BUILD_TARGET",
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_TARGET_DIR",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd
+}
+
 /// The target directory as cargo resolves it (CARGO_TARGET_DIR, config or
 /// the default), so that paths we print are where cargo really wrote.
 pub fn target_dir() -> Result<PathBuf> {

@@ -4,6 +4,8 @@
 
 use std::io::{self, Write};
 
+use bytes::{BufMut, BytesMut};
+
 use super::{FRAME_MAGIC, MAGIC, RecordingError, RecordingHeader, VERSION, crc};
 use crate::decode;
 
@@ -42,6 +44,15 @@ pub const BACKLOG_LIMIT: usize = 64 << 20;
 /// full disk still takes whole frames up to its last free bytes and a torn
 /// write costs at most this much.
 pub const SEAL_FRAME_AT: usize = 64 << 10;
+/// A frame's head: magic, payload length, payload CRC.
+const HEAD: usize = 12;
+/// Frames are built in buffers of this size, several to a buffer: a frame
+/// sealed in a burst is split off it (no copy) to wait for the flush, the
+/// next one is built behind it, and once the frames it holds are written
+/// and dropped the buffer is used again from the start.
+const BUFFER: usize = 5 * SEAL_FRAME_AT;
+/// Room a frame starts with: a full frame and a record past the seal.
+const FRAME_ROOM: usize = SEAL_FRAME_AT + (8 << 10);
 /// How often a held-back frame is offered to the disk again.
 pub const RETRY_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -57,11 +68,25 @@ pub fn is_sample(kind: u16) -> bool {
         || kind == decode::gpu::KIND_NVML
 }
 
-/// A frame's payload waiting for the disk.
+/// A frame waiting for the disk: room for its head, then its payload. It
+/// shares its buffer with the frames built after it.
 struct Held {
-    payload: Vec<u8>,
+    frame: BytesMut,
     /// Its samples were already dropped.
     thinned: bool,
+}
+
+impl Held {
+    fn new(frame: BytesMut) -> Held {
+        Held {
+            frame,
+            thinned: false,
+        }
+    }
+
+    fn payload_len(&self) -> usize {
+        self.frame.len() - HEAD
+    }
 }
 
 /// What the writer has to tell the user; the collector prints it.
@@ -134,7 +159,9 @@ impl std::fmt::Display for Notice {
 /// ([`Writer::dropped_records`]); past twice the bound, whole oldest frames.
 pub struct Writer<W: Write> {
     out: W,
-    frame: Vec<u8>,
+    /// The current frame: room for its head, filled in when it is written,
+    /// then the records.
+    frame: BytesMut,
     bytes_written: u64,
     /// Frames not yet written, oldest first.
     held: std::collections::VecDeque<Held>,
@@ -166,7 +193,7 @@ impl<W: Write + Rewind> Writer<W> {
         out.flush()?;
         Ok(Writer {
             out,
-            frame: Vec::with_capacity(64 << 10),
+            frame: new_frame(),
             bytes_written: buf.len() as u64,
             held: Default::default(),
             held_bytes: 0,
@@ -197,28 +224,37 @@ impl<W: Write + Rewind> Writer<W> {
 
     /// Adds one record to the current frame.
     pub fn record(&mut self, kind: u16, bytes: &[u8]) {
-        self.frame.extend_from_slice(&kind.to_le_bytes());
-        self.frame.extend_from_slice(&0u16.to_le_bytes());
-        self.frame
-            .extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+        let mut head = [0u8; 8];
+        head[..2].copy_from_slice(&kind.to_le_bytes());
+        head[4..].copy_from_slice(&(bytes.len() as u32).to_le_bytes());
+        self.frame.extend_from_slice(&head);
         self.frame.extend_from_slice(bytes);
-        if self.frame.len() >= self.seal_at {
+        if self.payload_len() >= self.seal_at {
             // Sealed frames queue behind any held ones and go out at the
             // next flush, in order.
-            let payload = std::mem::replace(&mut self.frame, Vec::with_capacity(64 << 10));
-            self.held_bytes += payload.len();
-            self.held.push_back(Held {
-                payload,
-                thinned: false,
-            });
+            self.hold_frame();
         }
+    }
+
+    fn payload_len(&self) -> usize {
+        self.frame.len() - HEAD
+    }
+
+    /// Moves the current frame to the back of the held ones, and starts the
+    /// next behind it in the same buffer.
+    fn hold_frame(&mut self) {
+        let frame = self.frame.split();
+        start_frame(&mut self.frame);
+        let held = Held::new(frame);
+        self.held_bytes += held.payload_len();
+        self.held.push_back(held);
     }
 
     /// Bytes waiting for the next flush: the current frame and, unless the
     /// disk is failing (when they wait for the retry), the frames sealed
     /// since the last flush.
     pub fn pending(&self) -> usize {
-        self.frame.len() + if self.failing { 0 } else { self.held_bytes }
+        self.payload_len() + if self.failing { 0 } else { self.held_bytes }
     }
 
     /// Bytes of whole frames in the file (the header included).
@@ -245,27 +281,24 @@ impl<W: Write + Rewind> Writer<W> {
     /// back. Fails only where the output cannot be rewound; otherwise a
     /// failed write holds the frames in memory (see [`Writer`]).
     pub fn flush(&mut self) -> io::Result<()> {
-        if !self.frame.is_empty() {
+        if self.payload_len() > 0 {
             if self.held.is_empty() {
                 match self.write_frame(None) {
-                    Ok(()) => {}
+                    Ok(()) => {
+                        self.frame.truncate(HEAD);
+                        // Keep the buffer from holding on to a big record's
+                        // peak forever.
+                        if self.frame.capacity() > 1 << 20 {
+                            self.frame = new_frame();
+                        }
+                    }
                     Err(e) => self.fail(e)?,
-                }
-                self.frame.clear();
-                // Keep the buffer from holding on to a burst's peak forever.
-                if self.frame.capacity() > 1 << 20 {
-                    self.frame.shrink_to(64 << 10);
                 }
                 if self.held.is_empty() {
                     return Ok(());
                 }
             } else {
-                let payload = std::mem::replace(&mut self.frame, Vec::with_capacity(64 << 10));
-                self.held_bytes += payload.len();
-                self.held.push_back(Held {
-                    payload,
-                    thinned: false,
-                });
+                self.hold_frame();
             }
         }
         if self.held.is_empty() {
@@ -273,7 +306,7 @@ impl<W: Write + Rewind> Writer<W> {
         }
         if self.retry_at.is_none_or(|t| std::time::Instant::now() >= t) {
             while let Some(h) = self.held.front() {
-                let len = h.payload.len();
+                let len = h.payload_len();
                 if len == 0 {
                     // Thinned down to nothing.
                     self.held.pop_front();
@@ -312,35 +345,28 @@ impl<W: Write + Rewind> Writer<W> {
 
     /// Writes the current frame (`None`) or the oldest held one, whole.
     fn write_frame(&mut self, held: Option<usize>) -> io::Result<()> {
-        let payload = match held {
-            None => &self.frame,
-            Some(i) => &self.held[i].payload,
+        let frame = match held {
+            None => &mut self.frame,
+            Some(i) => &mut self.held[i].frame,
         };
-        let mut head = [0u8; 12];
+        // The head goes in the room left for it: one write for head and
+        // payload, without copying the payload to put the head before it.
+        // A crash leaves a frame whole or visibly short, never a valid head
+        // over a stale payload.
+        let (head, payload) = frame.split_at_mut(HEAD);
         head[..4].copy_from_slice(FRAME_MAGIC);
         head[4..8].copy_from_slice(&(payload.len() as u32).to_le_bytes());
         head[8..].copy_from_slice(&crc(payload).to_le_bytes());
-        // One write for head and payload: a crash leaves a frame whole or
-        // visibly short, never a valid head over a stale payload.
-        let mut buf = Vec::with_capacity(12 + payload.len());
-        buf.extend_from_slice(&head);
-        buf.extend_from_slice(payload);
-        self.out.write_all(&buf)?;
+        self.out.write_all(frame)?;
         self.out.flush()?;
-        self.bytes_written += buf.len() as u64;
+        self.bytes_written += frame.len() as u64;
         Ok(())
     }
 
     /// The current frame's write failed: undo what got out, and hold it.
     fn fail(&mut self, e: io::Error) -> io::Result<()> {
         self.rewind(e)?;
-        let payload = std::mem::take(&mut self.frame);
-        self.held_bytes += payload.len();
-        self.held.push_back(Held {
-            payload,
-            thinned: false,
-        });
-        self.frame = Vec::with_capacity(64 << 10);
+        self.hold_frame();
         Ok(())
     }
 
@@ -359,7 +385,7 @@ impl<W: Write + Rewind> Writer<W> {
                 error: e.to_string(),
                 held_bytes: self.held_bytes
                     + if self.held.is_empty() {
-                        self.frame.len()
+                        self.payload_len()
                     } else {
                         0
                     },
@@ -387,15 +413,15 @@ impl<W: Write + Rewind> Writer<W> {
             if h.thinned {
                 continue;
             }
-            let before = h.payload.len();
-            self.dropped += thin(&mut h.payload);
+            let before = h.payload_len();
+            self.dropped += thin(&mut h.frame);
             h.thinned = true;
-            self.held_bytes -= before - h.payload.len();
+            self.held_bytes -= before - h.payload_len();
         }
         while self.held_bytes > 2 * self.limit && self.held.len() > 1 {
             let h = self.held.pop_front().expect("not empty");
-            self.held_bytes -= h.payload.len();
-            self.dropped += count_records(&h.payload);
+            self.held_bytes -= h.payload_len();
+            self.dropped += count_records(&h.frame[HEAD..]);
         }
     }
 
@@ -430,36 +456,68 @@ impl<W: Write + Rewind> Writer<W> {
     }
 }
 
-/// Drops the samples from a frame's payload; returns how many.
-fn thin(payload: &mut Vec<u8>) -> u64 {
-    let mut kept = Vec::with_capacity(payload.len() / 4);
+/// A buffer for frames, with the first one started.
+fn new_frame() -> BytesMut {
+    let mut frame = BytesMut::with_capacity(BUFFER);
+    frame.put_bytes(0, HEAD);
+    frame
+}
+
+/// Starts a frame in `buf` (empty: the last frame was split off it), in
+/// what is left of its buffer when a whole frame fits there. Otherwise in
+/// a new buffer, or in the same one from its start when the frames split
+/// off it were all written: `reserve` reclaims it then, and nothing is
+/// copied either way (`buf` is empty).
+fn start_frame(buf: &mut BytesMut) {
+    debug_assert!(buf.is_empty());
+    if buf.capacity() < FRAME_ROOM {
+        buf.reserve(BUFFER);
+    }
+    buf.put_bytes(0, HEAD);
+}
+
+/// Drops the samples from a frame (head room and payload); returns how
+/// many. What is kept gets a buffer of its own, of its size: the frame's
+/// buffer may be shared, and a thinned frame can wait long for the disk.
+fn thin(frame: &mut BytesMut) -> u64 {
+    let payload = &frame[HEAD..];
+    let kept_len: usize = records(payload)
+        .filter(|(kind, _)| !is_sample(*kind))
+        .map(|(_, r)| r.len())
+        .sum();
+    let mut kept = BytesMut::with_capacity(HEAD + kept_len);
+    kept.put_bytes(0, HEAD);
     let mut dropped = 0;
-    let mut p = 0;
-    while p + 8 <= payload.len() {
-        let kind = u16::from_le_bytes([payload[p], payload[p + 1]]);
-        let len = u32::from_le_bytes(payload[p + 4..p + 8].try_into().unwrap()) as usize;
-        let end = (p + 8 + len).min(payload.len());
+    for (kind, r) in records(payload) {
         if is_sample(kind) {
             dropped += 1;
         } else {
-            kept.extend_from_slice(&payload[p..end]);
+            kept.extend_from_slice(&payload[r]);
         }
-        p = end;
     }
-    kept.shrink_to_fit();
-    *payload = kept;
+    *frame = kept;
     dropped
 }
 
 fn count_records(payload: &[u8]) -> u64 {
-    let mut n = 0;
+    records(payload).count() as u64
+}
+
+/// Each record in a payload: its kind, and where it is (its own header
+/// included), cut at the payload's end.
+fn records(payload: &[u8]) -> impl Iterator<Item = (u16, std::ops::Range<usize>)> {
     let mut p = 0;
-    while p + 8 <= payload.len() {
+    std::iter::from_fn(move || {
+        if p + 8 > payload.len() {
+            return None;
+        }
+        let kind = u16::from_le_bytes([payload[p], payload[p + 1]]);
         let len = u32::from_le_bytes(payload[p + 4..p + 8].try_into().unwrap()) as usize;
-        p += 8 + len;
-        n += 1;
-    }
-    n
+        let end = (p + 8 + len).min(payload.len());
+        let r = p..end;
+        p = end;
+        Some((kind, r))
+    })
 }
 
 #[cfg(test)]
