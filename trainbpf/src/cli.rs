@@ -91,6 +91,16 @@ pub enum Command {
         /// Attach to the whole machine: every process is the job's.
         #[arg(long, conflicts_with = "memory_limit")]
         all: bool,
+        /// Growth stacks: take a job process's user stack (frame pointers)
+        /// each time its added memory climbs --stack-every above its last
+        /// high, and resolve it while the process lives; `report` shows
+        /// where each process's memory came from.
+        #[arg(long)]
+        stacks: bool,
+        /// With --stacks: new high between two stacks of a process (e.g.
+        /// 512K, 4M).
+        #[arg(long, default_value = "512K", value_parser = parse_size, requires = "stacks")]
+        stack_every: u64,
         /// The job's command line (not with --pid, --cgroup or --all).
         #[arg(
             trailing_var_arg = true,
@@ -172,6 +182,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             pid,
             cgroup,
             all,
+            stacks,
+            stack_every,
             cmd,
         } => {
             let target = match (pid, cgroup, all) {
@@ -198,6 +210,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                     proc_map_entries,
                     oom_probe,
                     all_processes: matches!(target, record::Target::All),
+                    stack_every_bytes: stacks.then_some(stack_every.max(1)),
                 },
                 target,
                 quiet,
