@@ -139,6 +139,10 @@ pub enum Command {
         /// role group's honest memory, suspected leaks, time to the limit.
         #[arg(long, conflicts_with = "events")]
         leaks: bool,
+        /// Print every process's growth stacks (recorded with `record
+        /// --stacks`): where its new highs of memory were taken.
+        #[arg(long, conflicts_with_all = ["events", "leaks"])]
+        stacks: bool,
         /// Suspect a leak only in a climb that lasted at least this long,
         /// up to the end of the recording or of the process.
         #[arg(long, default_value = "5m", value_parser = parse_duration)]
@@ -241,6 +245,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             html,
             perfetto,
             leaks,
+            stacks,
             leak_span,
             until,
         } => {
@@ -255,7 +260,14 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                     until,
                     leaks: leak_options(leak_span),
                 };
-                report::run(&path, json, window, no_color, &files, &scope, leaks)
+                let part = if leaks {
+                    report::Part::Leaks
+                } else if stacks {
+                    report::Part::Stacks
+                } else {
+                    report::Part::All
+                };
+                report::run(&path, json, window, no_color, &files, &scope, part)
             }
             .with_context(|| format!("reading {}", path.display()))?;
             crate::write_stdout(&out)?;

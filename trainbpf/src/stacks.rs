@@ -147,7 +147,10 @@ impl Collector {
         };
         for (n, &i) in ok.iter().enumerate() {
             match &resolved {
-                Ok(frames) => out[i].frames = Some(frames[n].clone()),
+                Ok(frames) => {
+                    out[i].frames = Some(frames[n].0.clone());
+                    out[i].error = frames[n].1.clone();
+                }
                 // The addresses still say something: kept, unsymbolized.
                 Err(e) => {
                     out[i].error = Some(e.clone());

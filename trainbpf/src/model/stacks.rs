@@ -5,10 +5,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::decode::{
-    ProcKey,
-    stacks::{Frame, StackSample},
-};
+/// A frame as recorded: resolved while the process lived.
+pub use crate::decode::stacks::Frame;
+use crate::decode::{ProcKey, stacks::StackSample};
 
 /// The collector drains the kernel's map each second and at a kill: what
 /// a process added before the kill may be recorded this long after it.

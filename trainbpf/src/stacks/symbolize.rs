@@ -5,7 +5,7 @@
 //! where present, its DWARF line tables.
 
 use blazesym::symbolize::{
-    Input, Symbolized, Symbolizer,
+    Input, Reason, Symbolized, Symbolizer,
     source::{Process, Source},
 };
 
@@ -40,8 +40,17 @@ pub fn lookup_addrs(ips: &[u64]) -> Vec<u64> {
         .collect()
 }
 
+/// A stack's frames, and why none of them resolved (if none did).
+pub type Resolved = (Vec<Frame>, Option<String>);
+
 pub struct Native {
     symbolizer: Symbolizer,
+}
+
+impl Default for Native {
+    fn default() -> Self {
+        Native::new()
+    }
 }
 
 impl Native {
@@ -57,7 +66,8 @@ impl Native {
     /// The frames of stacks of one live process (`ips`: innermost first,
     /// as the kernel took them). A frame that did not resolve keeps its
     /// address, with no function; a process gone already is an error.
-    pub fn resolve(&self, pid: u32, stacks: &[&[u64]]) -> Result<Vec<Vec<Frame>>, String> {
+    /// With each stack, why none of its frames resolved, if none did.
+    pub fn resolve(&self, pid: u32, stacks: &[&[u64]]) -> Result<Vec<Resolved>, String> {
         let src = Source::Process(Process::new(pid.into()));
         let mut out = Vec::with_capacity(stacks.len());
         for ips in stacks {
@@ -66,6 +76,15 @@ impl Native {
                 .symbolizer
                 .symbolize(&src, Input::AbsAddr(&addrs))
                 .map_err(|e| bounded(&format!("process {pid}: {e}")))?;
+            let why = syms.iter().all(|s| matches!(s, Symbolized::Unknown(_))).then(|| {
+                match syms.first() {
+                    Some(Symbolized::Unknown(Reason::Unmapped)) => {
+                        "unsymbolized: not mapped when resolved (taken before an exec, or unmapped since)".to_string()
+                    }
+                    Some(Symbolized::Unknown(r)) => format!("unsymbolized: {r}"),
+                    _ => "unsymbolized".to_string(),
+                }
+            });
             let frames = ips
                 .iter()
                 .zip(syms.iter())
@@ -88,7 +107,7 @@ impl Native {
                     },
                 })
                 .collect();
-            out.push(frames);
+            out.push((frames, why));
         }
         Ok(out)
     }
@@ -115,9 +134,9 @@ mod tests {
     /// This test's own process: a function of it resolves by name.
     #[test]
     fn resolves_a_live_process() {
-        let ip = resolves_a_live_process as usize as u64;
+        let ip = resolves_a_live_process as *const () as usize as u64;
         let frames = Native::new().resolve(std::process::id(), &[&[ip]]).unwrap();
-        let f = frames[0][0].function.as_deref().unwrap_or("");
+        let f = frames[0].0[0].function.as_deref().unwrap_or("");
         assert!(f.contains("resolves_a_live_process"), "{f}");
     }
 }
