@@ -361,6 +361,9 @@ pub fn describe(attach: &Attach, fallbacks: &[Fallback]) -> String {
         "; memory via {}",
         attach.memory.as_deref().unwrap_or("(none)")
     ));
+    if let Some(st) = &attach.stacks {
+        s.push_str(&format!("; growth stacks via {st}"));
+    }
     for f in fallbacks {
         s.push_str(&format!("\n  fallback: {} not used: {}", f.probe, f.reason));
     }

@@ -137,6 +137,12 @@ impl Collector {
         match kind {
             common::KIND_FORK | common::KIND_EXEC => {
                 let tgid = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
+                // A stack taken before an exec resolves only against the
+                // old program: drain at once, to narrow the window in
+                // which one is read against the new one.
+                if kind == common::KIND_EXEC && self.stacks.is_some() {
+                    self.stacks_due = true;
+                }
                 if self.job.len() < MAX_JOB_PROCS {
                     self.job.insert(tgid);
                 }

@@ -107,11 +107,12 @@ pub fn report(r: &Report, o: &TextOptions) -> String {
         let total: u64 = stacks.iter().map(|s| s.bytes).sum();
         let _ = writeln!(
             out,
-            "\n{} ({}): {} of new highs in {} stacks",
+            "\n{} ({}): {} of new highs in {} stack{}",
             esc(comm),
             key.tgid,
             human_kb(total / 1024),
-            stacks.len()
+            stacks.len(),
+            if stacks.len() == 1 { "" } else { "s" }
         );
         stack_lines(&mut out, &stacks, usize::MAX, "  ");
     }
