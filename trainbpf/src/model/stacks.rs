@@ -84,12 +84,14 @@ impl Stacks {
                 .or_default()
                 .entry(d.stack_id)
                 .or_default();
+            // The first record with frames names the stack, with its error
+            // if it has one (addresses the process no longer mapped).
             if let Some(frames) = d.frames
                 && e.frames.is_empty()
             {
                 e.frames = frames;
-            }
-            if d.error.is_some() && e.error.is_none() && e.frames.is_empty() {
+                e.error = d.error;
+            } else if d.error.is_some() && e.error.is_none() && e.frames.is_empty() {
                 e.error = d.error;
             }
             e.push(ts, d.bytes, d.count);
@@ -228,6 +230,12 @@ mod tests {
         );
         assert_eq!(st[0].bytes, 64 << 10);
         assert_eq!(st[1].error.as_deref(), Some("stack 9: frames not recorded"));
+        let mut gone = delta(2, 4, 16, Some(vec![Frame::default()]));
+        gone.error = Some("the process was gone".into());
+        s.observe(6, StackSample { stacks: vec![gone] });
+        let st = s.of(key(2), None);
+        assert_eq!(st[0].frames.len(), 1);
+        assert_eq!(st[0].error.as_deref(), Some("the process was gone"));
     }
 
     /// A long run's deltas are merged, never dropped: the sum holds.
