@@ -188,3 +188,16 @@ impl Collector {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::stack_error;
+
+    /// The kernel's errnos, as the report shows them.
+    #[test]
+    fn unreadable_stacks_say_why() {
+        assert!(stack_error(-libc::EFAULT).contains("EFAULT"));
+        assert!(stack_error(-libc::EEXIST).contains("EEXIST"));
+        assert!(stack_error(-5).contains("errno 5"));
+    }
+}
