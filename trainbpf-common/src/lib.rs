@@ -363,6 +363,9 @@ pub struct Config {
     pub pg_head: i64,
     /// The page size, bytes.
     pub page_size: i64,
+    /// `record --stacks`: a process's user stack is taken each time its
+    /// added memory climbs this many pages above its last high (0: off).
+    pub stack_every_pages: i64,
 }
 
 impl Config {
@@ -430,6 +433,7 @@ impl Config {
         folio_flags_1: -1,
         pg_head: -1,
         page_size: 4096,
+        stack_every_pages: 0,
     };
 }
 
@@ -459,7 +463,46 @@ pub struct Counters {
     pub fork_pages: u64,
     /// Pages allocated or freed in interrupt context: nobody's.
     pub irq_pages: u64,
+    /// Growth stacks (`record --stacks`) not aggregated because the
+    /// per-stack map or the high-water map was full: lost events.
+    pub stack_map_full: u64,
+    /// Growth stacks that could not be read (`bpf_get_stackid` failed):
+    /// aggregated under their error, and counted here.
+    pub stack_errors: u64,
 }
+
+/// A process's growth stack in the kernel's aggregation map: the process
+/// (tgid and start time, as everywhere) and the `StackTrace` map's id, or
+/// the negative errno when the stack could not be read.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct StackKey {
+    pub tgid: u32,
+    pub stack_id: i32,
+    pub start_ns: u64,
+}
+
+/// What a growth stack accounts for so far: bytes of new high, and how
+/// many times it was taken. Cumulative; userspace sends the deltas.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StackVal {
+    pub bytes: u64,
+    pub count: u64,
+}
+
+/// A process as the kernel's per-process maps key it (`STACK_HIGH`):
+/// its tgid and its group leader's start time.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ProcId {
+    pub tgid: u32,
+    pub _pad: u32,
+    pub start_ns: u64,
+}
+
+/// Frames kept per stack (the kernel's `PERF_MAX_STACK_DEPTH`).
+pub const STACK_DEPTH: usize = 127;
 
 /// The GPU probes' records, kinds 20-29.
 mod gpu;
@@ -483,4 +526,10 @@ mod pod {
     unsafe impl aya::Pod for Config {}
     // SAFETY: as above.
     unsafe impl aya::Pod for Counters {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for StackKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for StackVal {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for ProcId {}
 }

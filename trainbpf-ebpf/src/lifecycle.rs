@@ -44,7 +44,7 @@ fn try_sched_fork(ctx: &BtfTracePointContext) -> Result<u32, u32> {
         let bytes: u64 = rd(child_mm, conf!(mm_pgtables_bytes)).unwrap_or(0);
         let page = conf!(page_size);
         if bytes != 0 && page > 0 {
-            pages::account(pages::FORK_TABLES, bytes / page as u64, false, ctx.as_ptr());
+            pages::account::<false>(pages::FORK_TABLES, bytes / page as u64, false, ctx.as_ptr());
         }
     }
     // A new process's pid may have been a dead one's a moment ago: its

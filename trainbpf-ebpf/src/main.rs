@@ -72,6 +72,8 @@ mod pages;
 mod procs;
 /// Signals sent to the job, and `oom_score_adj` changes.
 mod signals;
+/// Growth stacks: the user stack at each new high of a process's memory.
+mod stacks;
 /// Reclaim and compaction stalls, and which tasks are in one.
 mod stalls;
 

@@ -2,11 +2,12 @@
 //! what the kernel side holds (and what it costs in memory) reads here. The
 //! logic that reads and writes each lives with its programs: `procs.rs`
 //! (`PROCS`, `STATE`, `PENDING_DELETE`), `pages.rs` (`PAGE_CACHE`),
-//! `stalls.rs` (`INSIDE`), `gpu.rs` (`GPU_COUNTERS`, `CUDA_PENDING`).
+//! `stalls.rs` (`INSIDE`), `gpu.rs` (`GPU_COUNTERS`, `CUDA_PENDING`),
+//! `stacks.rs` (`STACKS`, `STACK_AGG`, `STACK_HIGH`).
 
 use aya_ebpf::{
     macros::map,
-    maps::{Array, HashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, RingBuf, StackTrace},
 };
 use trainbpf_common::*;
 
@@ -190,3 +191,22 @@ pub(crate) struct Pending {
     pub(crate) args: [u64; 5],
     pub(crate) entry_ns: u64,
 }
+
+// ------------------------------------------------ growth stacks (stacks.rs)
+
+/// User stacks taken at a process's new highs (`record --stacks`), by id.
+/// Its size is set by the loader: one entry when stacks are off.
+#[map]
+pub(crate) static STACKS: StackTrace = StackTrace::with_max_entries(4096, 0);
+
+/// Bytes of new high and captures per (process, stack id): aggregated here,
+/// read as deltas by userspace, which deletes a process's keys after its
+/// exit. Not an LRU map: an eviction would lose bytes silently; a full map
+/// is counted (`Counters::stack_map_full`).
+#[map]
+pub(crate) static STACK_AGG: HashMap<StackKey, StackVal> = HashMap::with_max_entries(16384, 0);
+
+/// Each process's added memory (pages) at its last stack: its high so far.
+/// Removed by userspace after the process's exit.
+#[map]
+pub(crate) static STACK_HIGH: HashMap<ProcKey, i64> = HashMap::with_max_entries(8192, 0);

@@ -21,7 +21,7 @@ use crate::{
     PF_EXITING,
     maps::{COUNTERS, PAGE_CACHE, PageCache, ProcKey, ProcState},
     memory::{maybe_emit, read_counters},
-    procs, rd, stalls,
+    procs, rd, stacks, stalls,
 };
 
 /// What a slot does with its thread's pages.
@@ -195,7 +195,12 @@ fn add_elsewhere(mode: u32, what: u32, pages: u64) {
 /// fault beside this one, and three programs per fault cost a fork storm
 /// over 5%; it is kept for kernels where these two tracepoints are missing.
 #[inline(always)]
-pub(crate) fn account(what: u32, pages: u64, page_table: bool, ctx: *mut c_void) -> u32 {
+pub(crate) fn account<const STACKS: bool>(
+    what: u32,
+    pages: u64,
+    page_table: bool,
+    ctx: *mut c_void,
+) -> u32 {
     let Some(c) = PAGE_CACHE.get_ptr_mut(0) else {
         return 0;
     };
@@ -231,11 +236,11 @@ pub(crate) fn account(what: u32, pages: u64, page_table: bool, ctx: *mut c_void)
             let Some(st) = fold_pages(c) else {
                 return 0;
             };
-            check_growth(st, tgid);
+            check_growth::<STACKS>(st, tgid, ctx);
             return 0;
         }
     }
-    refill(c, sp, epoch, what, pages)
+    refill::<STACKS>(c, sp, epoch, what, pages, ctx)
 }
 
 /// `account`'s slow path: a page of another thread than the slot's, or of
@@ -243,7 +248,14 @@ pub(crate) fn account(what: u32, pages: u64, page_table: bool, ctx: *mut c_void)
 /// (an interrupt's, a kernel or exiting thread's, reclaim's, or a process's
 /// entry, made on first sight), refills the slot, and counts the page.
 #[inline(always)]
-fn refill(c: *mut PageCache, sp: u64, epoch: u64, what: u32, pages: u64) -> u32 {
+fn refill<const STACKS: bool>(
+    c: *mut PageCache,
+    sp: u64,
+    epoch: u64,
+    what: u32,
+    pages: u64,
+    ctx: *mut c_void,
+) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
     let pid = pid_tgid as u32;
@@ -353,16 +365,17 @@ fn refill(c: *mut PageCache, sp: u64, epoch: u64, what: u32, pages: u64) -> u32 
     // inherited may never fill a batch, yet its RSS (the parent's, shared)
     // is what the OOM killer would score.
     if look {
-        check_growth(st, tgid);
+        check_growth::<STACKS>(st, tgid, ctx);
     }
     0
 }
 
 /// After a batch was added to the current process's entry: reads its RSS
 /// counters, and sends a record when they or its net allocations moved by
-/// the threshold (or at all, once the heartbeat passed).
+/// the threshold (or at all, once the heartbeat passed); with `STACKS`
+/// (`page_alloc_stacks`), takes the stack at a new high.
 #[inline(always)]
-fn check_growth(st: *mut ProcState, tgid: u32) {
+fn check_growth<const STACKS: bool>(st: *mut ProcState, tgid: u32, ctx: *mut c_void) {
     // SAFETY: helper without preconditions.
     let task = unsafe { bpf_get_current_task() };
     let mm: u64 = rd(task, conf!(task_mm)).unwrap_or(0);
@@ -380,6 +393,9 @@ fn check_growth(st: *mut ProcState, tgid: u32) {
     unsafe {
         (*st).cur = read_counters(mm);
         (*st).checked_pages = (*st).alloc_pages + (*st).freed_pages;
+    }
+    if STACKS {
+        stacks::sample(ctx, st, tgid);
     }
     // SAFETY: helper without preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
@@ -405,14 +421,28 @@ pub fn page_alloc(ctx: BtfTracePointContext) -> u32 {
     // (GFP_PGTABLE_USER), the one allocation that mapping memory the
     // process did not allocate still makes.
     let page_table = order == 0 && gfp & (GFP_MOVABLE | GFP_ZERO) == GFP_ZERO;
-    account(ALLOC, 1u64 << (order & 15), page_table, ctx.as_ptr())
+    account::<false>(ALLOC, 1u64 << (order & 15), page_table, ctx.as_ptr())
+}
+
+/// `page_alloc` with growth stacks (`record --stacks`): attached in its
+/// place, so that with stacks off the page path is the same code as ever.
+#[btf_tracepoint(function = "mm_page_alloc")]
+pub fn page_alloc_stacks(ctx: BtfTracePointContext) -> u32 {
+    let page: u64 = ctx.arg(0);
+    if page == 0 {
+        return 0;
+    }
+    let order: u32 = ctx.arg(1);
+    let gfp: u32 = ctx.arg(2);
+    let page_table = order == 0 && gfp & (GFP_MOVABLE | GFP_ZERO) == GFP_ZERO;
+    account::<true>(ALLOC, 1u64 << (order & 15), page_table, ctx.as_ptr())
 }
 
 /// `mm_page_free(struct page *page, unsigned int order)`.
 #[btf_tracepoint(function = "mm_page_free")]
 pub fn page_free(ctx: BtfTracePointContext) -> u32 {
     let order: u32 = ctx.arg(1);
-    account(FREE, 1u64 << (order & 15), false, ctx.as_ptr())
+    account::<false>(FREE, 1u64 << (order & 15), false, ctx.as_ptr())
 }
 
 /// Pages in a folio: `1 << folio_order()`, the order in the second page's
@@ -436,7 +466,7 @@ fn folio_pages(folio: u64) -> u64 {
 #[btf_tracepoint(function = "mm_filemap_add_to_page_cache")]
 pub fn cache_add(ctx: BtfTracePointContext) -> u32 {
     let folio: u64 = ctx.arg(0);
-    account(CACHE_ADD, folio_pages(folio), false, ctx.as_ptr())
+    account::<false>(CACHE_ADD, folio_pages(folio), false, ctx.as_ptr())
 }
 
 /// `mm_filemap_delete_from_page_cache(struct folio *folio)`: a truncate, an
@@ -445,5 +475,5 @@ pub fn cache_add(ctx: BtfTracePointContext) -> u32 {
 #[btf_tracepoint(function = "mm_filemap_delete_from_page_cache")]
 pub fn cache_del(ctx: BtfTracePointContext) -> u32 {
     let folio: u64 = ctx.arg(0);
-    account(CACHE_DEL, folio_pages(folio), false, ctx.as_ptr())
+    account::<false>(CACHE_DEL, folio_pages(folio), false, ctx.as_ptr())
 }

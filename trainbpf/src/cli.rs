@@ -91,6 +91,16 @@ pub enum Command {
         /// Attach to the whole machine: every process is the job's.
         #[arg(long, conflicts_with = "memory_limit")]
         all: bool,
+        /// Growth stacks: take a job process's user stack (frame pointers)
+        /// each time its added memory climbs --stack-every above its last
+        /// high, and resolve it while the process lives; `report` shows
+        /// where each process's memory came from.
+        #[arg(long)]
+        stacks: bool,
+        /// With --stacks: new high between two stacks of a process (e.g.
+        /// 512K, 4M).
+        #[arg(long, default_value = "512K", value_parser = parse_size, requires = "stacks")]
+        stack_every: u64,
         /// The job's command line (not with --pid, --cgroup or --all).
         #[arg(
             trailing_var_arg = true,
@@ -129,6 +139,10 @@ pub enum Command {
         /// role group's honest memory, suspected leaks, time to the limit.
         #[arg(long, conflicts_with = "events")]
         leaks: bool,
+        /// Print every process's growth stacks (recorded with `record
+        /// --stacks`): where its new highs of memory were taken.
+        #[arg(long, conflicts_with_all = ["events", "leaks"])]
+        stacks: bool,
         /// Suspect a leak only in a climb that lasted at least this long,
         /// up to the end of the recording or of the process.
         #[arg(long, default_value = "5m", value_parser = parse_duration)]
@@ -172,6 +186,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             pid,
             cgroup,
             all,
+            stacks,
+            stack_every,
             cmd,
         } => {
             let target = match (pid, cgroup, all) {
@@ -198,6 +214,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                     proc_map_entries,
                     oom_probe,
                     all_processes: matches!(target, record::Target::All),
+                    stack_every_bytes: stacks.then_some(stack_every.max(1)),
                 },
                 target,
                 quiet,
@@ -228,6 +245,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             html,
             perfetto,
             leaks,
+            stacks,
             leak_span,
             until,
         } => {
@@ -242,7 +260,14 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                     until,
                     leaks: leak_options(leak_span),
                 };
-                report::run(&path, json, window, no_color, &files, &scope, leaks)
+                let part = if leaks {
+                    report::Part::Leaks
+                } else if stacks {
+                    report::Part::Stacks
+                } else {
+                    report::Part::All
+                };
+                report::run(&path, json, window, no_color, &files, &scope, part)
             }
             .with_context(|| format!("reading {}", path.display()))?;
             crate::write_stdout(&out)?;

@@ -20,6 +20,8 @@ pub mod gpu;
 mod kernel;
 /// What the recorder samples from /proc and the cgroup files.
 pub mod samples;
+/// Growth stacks (`record --stacks`), a collector record.
+pub mod stacks;
 /// The collector's own records, JSON.
 mod user;
 pub use events::{
@@ -49,6 +51,8 @@ pub const KIND_LEAK_WARNING: u16 = 121;
 /// A signal the recorder itself received, with its real sender, and
 /// whether it went on to the job ([`SignalReceived`]).
 pub const KIND_SIGNAL_RECEIVED: u16 = 124;
+/// Growth stacks drained from the kernel (`record --stacks`).
+pub const KIND_STACKS: u16 = 125;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum DecodeError {
@@ -126,7 +130,7 @@ pub fn decode(kind: u16, bytes: &[u8], page_kb: u64) -> Result<Timed, DecodeErro
         gpu::KIND_GPU_ATTACH..=gpu::KIND_GPU_USER_MAX => gpu::decode_user(kind, bytes)?,
         KIND_JOB_START | KIND_JOB_EXIT | KIND_LOST | KIND_CGROUP | KIND_NOTE | KIND_EXE
         | KIND_PRESSURE | KIND_SMAPS | KIND_PROC_INFO | KIND_SHM | KIND_COMPACTED
-        | KIND_LEAK_WARNING | KIND_SIGNAL_RECEIVED => user::decode(kind, bytes)?,
+        | KIND_LEAK_WARNING | KIND_SIGNAL_RECEIVED | KIND_STACKS => user::decode(kind, bytes)?,
         other => return Err(DecodeError::UnknownKind(other)),
     };
     Ok(Timed {

@@ -27,6 +27,7 @@ pub mod report;
 pub mod rings;
 pub mod safe_file;
 pub mod sampler;
+pub mod stacks;
 pub mod status;
 pub mod term;
 pub mod trust;

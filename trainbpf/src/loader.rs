@@ -66,6 +66,9 @@ pub struct Tunables {
     pub oom_probe: OomProbe,
     /// `--all`: every process on the machine is the job's.
     pub all_processes: bool,
+    /// `--stacks`: take a job process's user stack each time its added
+    /// memory climbs this many bytes above its last high. `None`: off.
+    pub stack_every_bytes: Option<u64>,
 }
 
 /// Which probe on `oom_kill_process` to try.
@@ -91,6 +94,8 @@ pub struct Loaded {
     pub precious: RingBuf<MapData>,
     pub counters: PerCpuArray<MapData, Counters>,
     pub job: HashMap<MapData, u32, u32>,
+    /// `--stacks`: the growth-stack maps; `None` when off.
+    pub stacks: Option<crate::stacks::StackMaps>,
     pub attach: Attach,
     pub fallbacks: Vec<Fallback>,
 }
@@ -158,6 +163,9 @@ fn config(kbtf: &KernelBtf, t: &Tunables, page_size: u64) -> Result<Config, Load
     config.page_size = page_size as i64;
     config.procs_max = i64::from(t.proc_map_entries);
     config.procs_job_reserve = i64::from(t.proc_map_entries / 4);
+    config.stack_every_pages = t
+        .stack_every_bytes
+        .map_or(0, |b| (b / page_size.max(1)).max(1) as i64);
     Ok(config)
 }
 
@@ -238,6 +246,7 @@ pub fn load(t: &Tunables, page_size: u64) -> Result<Loaded, LoadError> {
         Some(&gpu_config),
         Some(t.ring_bytes),
         Some(t.proc_map_entries),
+        t.stack_every_bytes.is_some(),
     )
     .map_err(|e| LoadError::Object(e.to_string()))?;
 
@@ -274,12 +283,23 @@ pub fn load(t: &Tunables, page_size: u64) -> Result<Loaded, LoadError> {
         .map_err(|e| LoadError::Object(e.to_string()))?;
     let job =
         HashMap::try_from(take(&mut ebpf, "JOB")?).map_err(|e| LoadError::Object(e.to_string()))?;
+    let stacks = if t.stack_every_bytes.is_some() && attach.stacks.is_some() {
+        let obj = |e: aya::maps::MapError| LoadError::Object(e.to_string());
+        Some(crate::stacks::StackMaps {
+            stacks: aya::maps::StackTraceMap::try_from(take(&mut ebpf, "STACKS")?).map_err(obj)?,
+            agg: HashMap::try_from(take(&mut ebpf, "STACK_AGG")?).map_err(obj)?,
+            high: HashMap::try_from(take(&mut ebpf, "STACK_HIGH")?).map_err(obj)?,
+        })
+    } else {
+        None
+    };
     Ok(Loaded {
         ebpf,
         events,
         precious,
         counters,
         job,
+        stacks,
         attach,
         fallbacks,
     })
@@ -294,6 +314,7 @@ fn load_object(
     gpu_config: Option<&trainbpf_common::GpuConfig>,
     ring_bytes: Option<u32>,
     proc_map_entries: Option<u32>,
+    stacks: bool,
 ) -> Result<(Ebpf, Btf), aya::EbpfError> {
     let mut loader = EbpfLoader::new();
     loader.btf(None);
@@ -309,6 +330,17 @@ fn load_object(
     if let Some(n) = proc_map_entries {
         loader.map_max_entries("PROCS", n);
     }
+    // Growth stacks' maps take memory only when used (the stack table
+    // alone is about 1 KiB an entry).
+    let (st, agg, high) = if stacks {
+        use crate::stacks::{AGG_MAP_ENTRIES, HIGH_MAP_ENTRIES, STACK_MAP_ENTRIES};
+        (STACK_MAP_ENTRIES, AGG_MAP_ENTRIES, HIGH_MAP_ENTRIES)
+    } else {
+        (1, 1, 1)
+    };
+    loader.map_max_entries("STACKS", st);
+    loader.map_max_entries("STACK_AGG", agg);
+    loader.map_max_entries("STACK_HIGH", high);
     let ebpf = loader.load(OBJECT)?;
     drop(loader);
     Ok((ebpf, btf))
@@ -329,6 +361,9 @@ pub fn describe(attach: &Attach, fallbacks: &[Fallback]) -> String {
         "; memory via {}",
         attach.memory.as_deref().unwrap_or("(none)")
     ));
+    if let Some(st) = &attach.stacks {
+        s.push_str(&format!("; growth stacks via {st}"));
+    }
     for f in fallbacks {
         s.push_str(&format!("\n  fallback: {} not used: {}", f.probe, f.reason));
     }

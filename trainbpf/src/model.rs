@@ -44,6 +44,8 @@ mod kills;
 /// Robust trends of honest memory, suspected leaks, time to the limit.
 pub mod leaks;
 mod processes;
+/// Growth stacks per process (`record --stacks`).
+pub mod stacks;
 mod timeline;
 pub use badness::{Candidate as RankedCandidate, Ranking, TotalSource};
 pub use deaths::{Cause, Death, Sender};
@@ -58,6 +60,7 @@ pub use processes::{Job, MemoryUser, Process, wait_status};
 pub use series::{
     Bucket, Churn, Folded, Grid, KillWindow, Line, Pick, ProcLine, Series, WindowLine,
 };
+pub use stacks::{GrowthStack, Stacks};
 
 use std::collections::{HashMap, VecDeque};
 
@@ -147,6 +150,8 @@ pub struct Report {
     pub compaction: Option<crate::decode::Compaction>,
     /// Leaks `record` warned of while the job ran, with when (ns).
     pub leak_warnings: Vec<(u64, crate::decode::LeakWarning)>,
+    /// Growth stacks per process (`record --stacks`; empty without).
+    pub stacks: Stacks,
 }
 
 impl Report {
@@ -172,6 +177,28 @@ impl Report {
     /// side of the file.
     pub fn lost_events(&self) -> u64 {
         self.lost.total().saturating_add(self.undecodable)
+    }
+
+    /// A kill's grower's stacks: those recorded up to the kill (and the
+    /// drain that follows it).
+    pub fn grower_stacks(&self, kill: &Kill, g: &Grower) -> Vec<GrowthStack> {
+        let key = crate::decode::ProcKey {
+            tgid: g.pid,
+            start_ns: g.start_ns,
+        };
+        self.stacks
+            .of(key, Some(kill.ts_ns.saturating_add(stacks::KILL_SLACK_NS)))
+    }
+
+    /// A process's stacks over the whole run.
+    pub fn process_stacks(&self, pid: u32, start_ns: u64) -> Vec<GrowthStack> {
+        self.stacks.of(
+            crate::decode::ProcKey {
+                tgid: pid,
+                start_ns,
+            },
+            None,
+        )
     }
 }
 
@@ -235,6 +262,7 @@ struct Builder {
     adj: HashMap<ProcKey, i32>,
     gpu: gpu::Ledger,
     leaks: leaks::Builder,
+    stacks: Stacks,
 }
 
 impl Builder {
@@ -269,6 +297,7 @@ impl Builder {
             adj: HashMap::new(),
             gpu: gpu::Ledger::default(),
             leaks: leaks::Builder::new(opts.leaks.clone(), header.attach.pages.is_some()),
+            stacks: Stacks::default(),
         }
     }
 
@@ -361,6 +390,7 @@ impl Builder {
             Event::Gpu(_) => {}
             Event::ProcInfo(i) => self.on_proc_info(i),
             Event::Shm(o) => self.attribution.on_shm(o),
+            Event::Stacks(s) => self.stacks.observe(ts, s),
         }
         self.settle(false);
         if self.now >= self.next_sweep {
@@ -442,6 +472,7 @@ impl Builder {
             leaks,
             compaction: self.compaction,
             leak_warnings: self.leak_warnings,
+            stacks: std::mem::take(&mut self.stacks),
         };
         let kill_windows: Vec<(u64, u64)> = report
             .kills

@@ -93,6 +93,10 @@ pub struct Attach {
     /// A forked child's page tables taken out of its parent's growth.
     #[serde(default)]
     pub forks: Option<String>,
+    /// Growth stacks (`record --stacks`): the program that takes them,
+    /// and how often.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stacks: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -110,7 +110,17 @@ pub struct Files<'a> {
     pub perfetto: Option<&'a Path>,
 }
 
-/// `leaks`: print the leaks section alone, every trend in it.
+/// Which part of the text report to print.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Part {
+    #[default]
+    All,
+    /// The leaks section alone, every trend in it (`--leaks`).
+    Leaks,
+    /// Every process's growth stacks (`--stacks`).
+    Stacks,
+}
+
 pub fn run(
     path: &Path,
     json: bool,
@@ -118,7 +128,7 @@ pub fn run(
     no_color: bool,
     files: &Files<'_>,
     scope: &Scope,
-    leaks: bool,
+    part: Part,
 ) -> Result<String> {
     let f = open_input(path)?;
     let report = build_scoped(BufReader::with_capacity(1 << 16, f), window, scope)?;
@@ -134,10 +144,11 @@ pub fn run(
         color,
         width: terminal_width(),
     };
-    if leaks {
-        return Ok(render::text::leaks_report(&report, &o));
-    }
-    Ok(render::text::render(&report, &o))
+    Ok(match part {
+        Part::All => render::text::render(&report, &o),
+        Part::Leaks => render::text::leaks_report(&report, &o),
+        Part::Stacks => render::text::stacks_report(&report, &o),
+    })
 }
 
 /// Writes the HTML page and the Perfetto trace as the invoking user, each

@@ -192,6 +192,14 @@ pub struct Lost {
     /// full and its in-memory backlog reached its bound.
     #[serde(default)]
     pub dropped_disk_full: u64,
+    /// Growth stacks the kernel could not aggregate (its map was full):
+    /// lost events.
+    #[serde(default)]
+    pub stack_map_full: u64,
+    /// Growth stacks the kernel could not read: recorded as unreadable
+    /// stacks, with their error, so not lost.
+    #[serde(default)]
+    pub stack_errors: u64,
 }
 
 impl Lost {
@@ -217,6 +225,7 @@ impl Lost {
             .saturating_add(self.dropped_disk_full)
             .saturating_add(self.proc_map_full)
             .saturating_add(self.job_map_full)
+            .saturating_add(self.stack_map_full)
     }
 }
 
@@ -313,6 +322,8 @@ pub enum Event {
     LeakWarning(LeakWarning),
     /// The recorder received a signal (and maybe passed it on).
     SignalReceived(SignalReceived),
+    /// Growth stacks' deltas (`record --stacks`).
+    Stacks(super::stacks::StackSample),
 }
 
 /// A leak `record` warned of while the job ran, as its leak model (the

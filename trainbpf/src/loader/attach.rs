@@ -161,8 +161,16 @@ pub(super) fn attach_memory(
 ) {
     // Honest growth: pages allocated and freed in each process's context.
     let mut pages = Vec::new();
+    // With growth stacks, the page_alloc that takes them stands in for the
+    // plain one: with them off, the page path is the same code as ever.
+    let stacks = config.stack_every_pages > 0;
+    let alloc = if stacks {
+        "page_alloc_stacks"
+    } else {
+        "page_alloc"
+    };
     for (prog, tp) in [
-        ("page_alloc", "mm_page_alloc"),
+        (alloc, "mm_page_alloc"),
         // Not mm_page_free_batched: a batched free passes through
         // free_pages_prepare too, so mm_page_free already saw it.
         ("page_free", "mm_page_free"),
@@ -174,6 +182,17 @@ pub(super) fn attach_memory(
     }
     if !pages.is_empty() {
         attach.pages = Some(format!("tp_btf:{}", pages.join(",")));
+    }
+    if stacks && pages.contains(&"mm_page_alloc") {
+        attach.stacks = Some(format!(
+            "tp_btf:mm_page_alloc (user stack by frame pointers every {} KiB of new high)",
+            config.stack_every_pages * config.page_size / 1024
+        ));
+    } else if stacks {
+        fell(
+            "growth stacks",
+            "mm_page_alloc could not be probed: no stacks".into(),
+        );
     }
     // Page cache brought in by a process is not its growth: both ends, or
     // neither (one alone would drift).

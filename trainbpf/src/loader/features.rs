@@ -98,6 +98,7 @@ pub fn probe_features() -> Features {
         proc_map_entries: DEFAULT_PROC_MAP_ENTRIES,
         oom_probe: OomProbe::Auto,
         all_processes: false,
+        stack_every_bytes: None,
     };
     let config = match config(&kbtf, &t, 4096) {
         Ok(c) => c,

@@ -53,6 +53,7 @@ pub(super) async fn collect(
         counters,
         mut job,
         attach,
+        stacks,
         ..
     } = loaded;
     let job_memcg = match (&target, cgroup) {
@@ -62,6 +63,7 @@ pub(super) async fn collect(
         _ => None,
     };
     let mut c = Collector::new(writer, job_memcg, flight, status);
+    c.stacks = stacks.map(crate::stacks::Collector::new);
     let rings =
         crate::rings::Rings::new(events, precious).map_err(io_err("polling the ring buffers"))?;
     // SAFETY: the fd is owned by the value moved in, and stays open until
@@ -429,6 +431,7 @@ impl Session {
             ..
         } = self;
         c.drain(&mut rings);
+        c.poll_stacks();
         c.poll_lost(&counters);
         for (kind, bytes) in gpu.finish(mono_ns()) {
             c.writer.record(kind, &bytes);

@@ -48,6 +48,13 @@ pub(super) struct Collector {
     procfs_every: Duration,
     /// The terminal's status line (src/status.rs).
     pub(super) status: crate::status::Status,
+    /// `--stacks`: the growth stacks' drain, and when it last ran.
+    pub(super) stacks: Option<crate::stacks::Collector>,
+    last_stacks: Instant,
+    stacks_every: Duration,
+    /// A kill or an exit was seen: drain the stacks now, while the
+    /// processes' maps are still there to resolve them by.
+    stacks_due: bool,
 }
 
 impl Collector {
@@ -78,6 +85,10 @@ impl Collector {
             status,
             last_procfs: Instant::now(),
             procfs_every: PROCFS_EVERY,
+            stacks: None,
+            last_stacks: Instant::now(),
+            stacks_every: STACKS_EVERY,
+            stacks_due: false,
         }
     }
 
@@ -126,6 +137,12 @@ impl Collector {
         match kind {
             common::KIND_FORK | common::KIND_EXEC => {
                 let tgid = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
+                // A stack taken before an exec resolves only against the
+                // old program: drain at once, to narrow the window in
+                // which one is read against the new one.
+                if kind == common::KIND_EXEC && self.stacks.is_some() {
+                    self.stacks_due = true;
+                }
                 if self.job.len() < MAX_JOB_PROCS {
                     self.job.insert(tgid);
                 }
@@ -138,6 +155,11 @@ impl Collector {
             common::KIND_EXIT => {
                 let tgid = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
                 self.job.remove(&tgid);
+                if let Some(st) = &mut self.stacks {
+                    let start_ns = u64::from_le_bytes(bytes[16..24].try_into().unwrap_or_default());
+                    st.on_exit(decode::ProcKey { tgid, start_ns });
+                    self.stacks_due = true;
+                }
                 if tgid == self.root
                     && let Ok(decode::Timed {
                         event: decode::Event::Exit { exit_code, .. },
@@ -168,6 +190,9 @@ impl Collector {
         {
             self.name_cgroup(memcg_id);
         }
+        if kind == common::KIND_OOM_VICTIM || kind == common::KIND_OOM_KILL {
+            self.stacks_due = true;
+        }
         if (kind == common::KIND_OOM_VICTIM || kind == common::KIND_OOM_KILL)
             && let Ok(decode::Timed {
                 event: decode::Event::Oom(r),
@@ -182,7 +207,32 @@ impl Collector {
     }
 
     pub(super) fn drain(&mut self, rings: &mut crate::rings::Rings) -> usize {
-        rings.drain(|bytes| self.on_record(bytes))
+        let n = rings.drain(|bytes| self.on_record(bytes));
+        if self.stacks.is_some()
+            && (self.stacks_due || self.last_stacks.elapsed() >= self.stacks_every)
+        {
+            self.poll_stacks();
+        }
+        n
+    }
+
+    /// Drains the kernel's growth-stack totals into a record: each second,
+    /// and at once after a kill or an exit (the victim's last stacks are
+    /// resolved while its maps are still there).
+    pub(super) fn poll_stacks(&mut self) {
+        self.stacks_due = false;
+        let Some(st) = self.stacks.as_mut() else {
+            return;
+        };
+        let (sample, read) = st.drain();
+        // A stack is resolved only while its process lives: drain often,
+        // but keep reading the map (two syscalls a key) to about 1% of a
+        // core.
+        self.stacks_every = STACKS_EVERY.max(read * 100);
+        self.last_stacks = Instant::now();
+        if let Some(sample) = sample {
+            self.user(UserBody::Stacks(sample));
+        }
     }
 
     /// Sums the per-CPU loss counters; writes a record when they moved.
@@ -209,6 +259,8 @@ impl Collector {
             lost.proc_map_full += c.proc_map_full;
             lost.job_map_full += c.job_map_full;
             lost.other_map_full += c.other_map_full;
+            lost.stack_map_full += c.stack_map_full;
+            lost.stack_errors += c.stack_errors;
             for i in 0..3 {
                 stall.0[i] += c.stall_ns[i];
                 stall.1[i] += c.stall_count[i];
@@ -368,6 +420,8 @@ const MAX_NAMED_CGROUPS: usize = 256;
 /// Frame buffer size that forces a flush before the timer: bounds the
 /// recorder's memory in a burst.
 pub(super) const FLUSH_BYTES: usize = 256 << 10;
+/// How often the growth stacks are drained at most (`--stacks`).
+const STACKS_EVERY: Duration = Duration::from_millis(100);
 /// How often USS/PSS and shared memory are sampled.
 const PROCFS_EVERY: Duration = Duration::from_secs(5);
 /// Bounds on the collector's own bookkeeping of the job's processes.

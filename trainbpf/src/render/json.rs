@@ -36,6 +36,8 @@ mod processes;
 mod recording;
 /// The `run` object: the whole run, from the bounded series.
 mod run;
+/// Growth stacks, for growers and processes.
+mod stacks;
 
 /// Adding keys keeps this; removing or renaming one, or changing a type or
 /// unit, bumps it.

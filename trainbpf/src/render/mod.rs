@@ -321,6 +321,7 @@ pub(crate) mod fixture {
                 job_map_full: 0,
                 other_map_full: 0,
                 dropped_disk_full: 0,
+                ..Default::default()
             },
             series: Default::default(),
             undecodable: 2,
@@ -330,6 +331,7 @@ pub(crate) mod fixture {
             leaks: Default::default(),
             compaction: None,
             leak_warnings: Vec::new(),
+            stacks: Default::default(),
         }
     }
 }

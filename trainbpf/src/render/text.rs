@@ -19,6 +19,8 @@ mod kill;
 mod leaks;
 /// The sections about the whole run, and the footer.
 mod run;
+/// Growth stacks: under each kill's growers, and `report --stacks`.
+mod stacks;
 /// Options, colour, escaping and wrapping, shared by every section.
 pub(crate) mod style;
 /// The verdict `record` prints when the job ends.
@@ -26,6 +28,7 @@ mod verdict;
 
 pub(crate) use kill::story;
 pub use leaks::{report as leaks_report, warning_text};
+pub use stacks::report as stacks_report;
 pub use style::TextOptions;
 use style::{MIN_WIDTH, Paint, finish, or_unknown, yes_no};
 pub use verdict::verdict;

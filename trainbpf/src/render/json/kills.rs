@@ -78,7 +78,7 @@ impl Kill {
             }),
             constraint: k.constraint.into(),
             groups: k.groups.iter().map(KillGroup::new).collect(),
-            growers: k.growers.iter().map(Grower::new).collect(),
+            growers: k.growers.iter().map(|g| Grower::new(r, k, g)).collect(),
             kernel_log: k.kernel_log.clone(),
             kernel_points: k.kernel_points,
             memcg: k.memcg.clone(),
@@ -456,6 +456,9 @@ pub struct Grower {
     pub rate_kb_per_s: Option<f64>,
     /// Resident memory at the kill (kB).
     pub rss_kb: u64,
+    /// Where its memory grew (`record --stacks`): its growth stacks
+    /// recorded up to the kill, heaviest first; empty without.
+    pub stacks: Vec<super::stacks::Stack>,
     /// It is the process that was killed.
     pub victim: bool,
     /// Seconds from the baseline to the last sample.
@@ -463,7 +466,7 @@ pub struct Grower {
 }
 
 impl Grower {
-    fn new(g: &model::Grower) -> Grower {
+    fn new(r: &Report, k: &model::Kill, g: &model::Grower) -> Grower {
         Grower {
             born_in_window: g.born_in_window,
             comm: g.comm.clone(),
@@ -473,6 +476,7 @@ impl Grower {
             pid: g.pid,
             rate_kb_per_s: g.rate_kb_per_s.map(super::tenths),
             rss_kb: g.rss_kb,
+            stacks: super::stacks::stacks(&r.grower_stacks(k, g)),
             victim: g.is_victim,
             window_s: secs(g.window_ns),
         }

@@ -77,6 +77,9 @@ pub struct Process {
     pub pid: u32,
     /// Proportional set size from its last smaps_rollup sample (kB).
     pub pss_kb: Option<u64>,
+    /// Where its memory grew over the whole run (`record --stacks`),
+    /// heaviest first; empty without.
+    pub stacks: Vec<super::stacks::Stack>,
     /// Unique set size from its last smaps_rollup sample (kB).
     pub uss_kb: Option<u64>,
 }
@@ -98,6 +101,7 @@ impl Process {
             peak_rss_kb: p.peak_rss_kb,
             pid: p.pid,
             pss_kb: p.pss_kb,
+            stacks: super::stacks::stacks(&r.process_stacks(p.pid, p.start_ns)),
             uss_kb: p.uss_kb,
         }
     }

@@ -238,6 +238,12 @@ pub struct Lost {
     /// Times the kernel's per-process map had no room for a job process:
     /// its memory went untracked. Counted in `lost_events`.
     pub proc_map_full: u64,
+    /// Growth stacks the kernel could not read (`record --stacks`): shown
+    /// as stacks with an `error`, so not in `lost_events`.
+    pub stack_errors: u64,
+    /// Growth stacks the kernel's maps had no room for (`record
+    /// --stacks`). Counted in `lost_events`.
+    pub stack_map_full: u64,
     /// Records that did not decode, in the collector and in the file.
     pub undecodable: u64,
 }
@@ -258,6 +264,8 @@ impl Lost {
             job_map_full: l.job_map_full,
             other_map_full: l.other_map_full,
             proc_map_full: l.proc_map_full,
+            stack_errors: l.stack_errors,
+            stack_map_full: l.stack_map_full,
             undecodable: l.undecodable.saturating_add(r.undecodable),
         }
     }

@@ -40,6 +40,7 @@ pub(super) fn kill_section(
 
     fields(out, k, p);
     growers_part(out, k, p);
+    super::stacks::kill_lines(out, r, k);
     if let Some(s) = &k.sum_check {
         let _ = writeln!(out, "  {}", sum_check_line(s));
     }

@@ -163,6 +163,9 @@ pub(super) fn lost_detail(r: &Report) -> String {
     if r.lost.job_map_full > 0 {
         parts.push(format!("job map full {}", r.lost.job_map_full));
     }
+    if r.lost.stack_map_full > 0 {
+        parts.push(format!("growth-stack map full {}", r.lost.stack_map_full));
+    }
     // Kills, deaths and signals have a ring of their own: say whether it
     // held whenever the other lost records.
     let (main, precious) = r.lost.by_ring();

@@ -1,0 +1,170 @@
+//! Growth stacks (`record --stacks`), end to end: a C program built with
+//! frame pointers grows through `grow_here()` under a memory limit until
+//! the kernel kills it; the report names that function, its file and the
+//! line that touched the pages.
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+use serde_json::Value;
+
+/// Takes 1 MiB a step and touches each page in `grow_here` itself (not in
+/// a libc memset, which keeps no frame pointer, so its caller would be
+/// skipped by frame-pointer unwinding), never freeing.
+const GROW_C: &str = r#"#include <stdlib.h>
+#include <unistd.h>
+
+char *grow_here(size_t n) {
+    char *p = malloc(n);
+    for (size_t i = 0; i < n; i += 4096)
+        p[i] = 1; /* TOUCH */
+    return p;
+}
+
+void step(void) {
+    grow_here(1 << 20);
+    usleep(5000);
+}
+
+int main(void) {
+    for (;;)
+        step();
+}
+"#;
+
+/// The line of the page-touching statement in `GROW_C`.
+fn touch_line() -> u64 {
+    GROW_C.lines().position(|l| l.contains("TOUCH")).unwrap() as u64 + 1
+}
+
+fn build(dir: &TempDir) -> std::path::PathBuf {
+    let src = dir.path("grow.c");
+    std::fs::write(&src, GROW_C).unwrap();
+    let exe = dir.path("grow");
+    let cc = Command::new("/usr/bin/cc")
+        .args(["-O0", "-g", "-fno-omit-frame-pointer", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .expect("running /usr/bin/cc");
+    assert!(
+        cc.status.success(),
+        "cc: {}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    exe
+}
+
+fn frame_names(stack: &Value) -> String {
+    stack["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| format!("{}:{} in {}", f["file"], f["line"], f["function"]))
+        .collect::<Vec<_>>()
+        .join(" <- ")
+}
+
+#[test]
+fn the_heaviest_native_stack_names_grow_here_and_its_line() {
+    require_root();
+    let _g = serial();
+    let dir = TempDir::new("stacks");
+    let exe = build(&dir);
+    let rec = dir.path("s.rec");
+    let out = record(
+        &rec,
+        &["--stacks", "--memory-limit", "64M", "-q"],
+        &[exe.to_str().unwrap()],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("killed"), "no kill: {stderr}");
+    let r = report_json(&rec);
+    let k = &kills(&r)[0];
+    let top = &k["growers"][0];
+    assert_eq!(top["victim"], true, "{top}");
+    let pid = u(&top["pid"]);
+    let stacks = top["stacks"].as_array().expect("growers[].stacks");
+    assert!(!stacks.is_empty(), "no stacks for the top grower: {top}");
+    let heavy = &stacks[0];
+    eprintln!("heaviest stack: {} kB, {}", heavy["kb"], frame_names(heavy));
+    let f0 = &heavy["frames"][0];
+    assert_eq!(f0["function"], "grow_here", "{}", frame_names(heavy));
+    assert_eq!(f0["kind"], "native");
+    assert!(
+        f0["file"].as_str().is_some_and(|f| f.ends_with("grow.c")),
+        "{f0}"
+    );
+    assert_eq!(u(&f0["line"]), touch_line(), "{f0}");
+    // Its callers follow, innermost first.
+    assert_eq!(
+        heavy["frames"][1]["function"],
+        "step",
+        "{}",
+        frame_names(heavy)
+    );
+    assert_eq!(
+        heavy["frames"][2]["function"],
+        "main",
+        "{}",
+        frame_names(heavy)
+    );
+    // It took most of what the process grew (the limit is 64 MiB; libc's
+    // own start-up and the exec before are the rest).
+    let kb = u(&heavy["kb"]);
+    assert!(kb >= 40 << 10, "grow_here's stack holds only {kb} kB");
+    assert!(u(&heavy["count"]) >= 40, "{heavy}");
+
+    // The whole run's stacks of the process say the same.
+    let p = r["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| u(&p["pid"]) == pid)
+        .expect("the process in processes[]");
+    assert_eq!(p["stacks"][0]["frames"][0]["function"], "grow_here");
+    assert!(u(&p["stacks"][0]["kb"]) >= kb);
+
+    // The text report: under the kill's growers, and `report --stacks`.
+    let want = format!("grow.c:{} in grow_here", touch_line());
+    for extra in [&[][..], &["--stacks"][..]] {
+        let text = Command::new(bin())
+            .arg("report")
+            .arg(&rec)
+            .args(extra)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&text.stdout);
+        assert!(
+            text.contains(&want),
+            "report {extra:?} lacks {want:?}:\n{text}"
+        );
+    }
+}
+
+#[test]
+fn without_stacks_nothing_is_taken() {
+    require_root();
+    let _g = serial();
+    let dir = TempDir::new("nostacks");
+    let exe = build(&dir);
+    let rec = dir.path("n.rec");
+    record(
+        &rec,
+        &["--memory-limit", "32M", "-q"],
+        &[exe.to_str().unwrap()],
+    );
+    let r = report_json(&rec);
+    let top = &kills(&r)[0]["growers"][0];
+    assert_eq!(top["stacks"], Value::Array(vec![]), "{top}");
+    assert!(
+        r["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["stacks"] == Value::Array(vec![]))
+    );
+    assert_eq!(r["lost"]["stack_errors"], 0);
+}

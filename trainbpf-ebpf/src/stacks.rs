@@ -1,0 +1,156 @@
+//! Growth stacks (`record --stacks`): while a process's added memory climbs
+//! to new highs, its user stack is taken once per `stack_every_pages` of new
+//! high, and the bytes are aggregated per (process, stack id) in the kernel.
+//!
+//! It runs at a batch's end in `pages.rs`, never per page, and only in the
+//! `page_alloc_stacks` program that the loader attaches instead of
+//! `page_alloc` when stacks are on: with them off, the page programs are
+//! the same code as without this module. Memory that is freed and taken
+//! again below the high takes no stack, so a fault storm that maps and
+//! frees the same buffer pays nothing here.
+
+use core::{
+    ffi::c_void,
+    intrinsics::{AtomicOrdering, atomic_xadd},
+    ptr::addr_of_mut,
+};
+
+use aya_ebpf::programs::{BtfTracePointContext, tracing::StackIdContext};
+use trainbpf_common::{StackKey, StackVal};
+
+use crate::{
+    in_job,
+    maps::{COUNTERS, ProcKey, ProcState, STACK_AGG, STACK_HIGH, STACKS},
+};
+
+/// `BPF_F_USER_STACK` (uapi/linux/bpf.h): the user stack, by frame pointers.
+const BPF_F_USER_STACK: u64 = 1 << 8;
+/// `BPF_NOEXIST` and the error a racing insert gets.
+const BPF_NOEXIST: u64 = 1;
+const EEXIST: i32 = 17;
+
+#[inline(always)]
+fn count(f: fn(*mut trainbpf_common::Counters) -> *mut u64) {
+    if let Some(c) = COUNTERS.get_ptr_mut(0) {
+        // SAFETY: per-CPU slot, this CPU only.
+        unsafe { *f(c) += 1 };
+    }
+}
+
+fn map_full(c: *mut trainbpf_common::Counters) -> *mut u64 {
+    // SAFETY: a field address, no access.
+    unsafe { addr_of_mut!((*c).stack_map_full) }
+}
+
+fn errors(c: *mut trainbpf_common::Counters) -> *mut u64 {
+    // SAFETY: a field address, no access.
+    unsafe { addr_of_mut!((*c).stack_errors) }
+}
+
+/// After a batch was added to the current process's entry (`st`): takes its
+/// stack when its added memory stands `stack_every_pages` above its high.
+/// `ctx` is the page program's own context (the helper wants it).
+#[inline(always)]
+pub(crate) fn sample(ctx: *mut c_void, st: *mut ProcState, tgid: u32) {
+    let every = conf!(stack_every_pages);
+    if every <= 0 {
+        return;
+    }
+    // SAFETY: `st` points into a live map value; threads of one process
+    // racing here can only take a stack more or fewer.
+    let (net, start_ns) = unsafe {
+        let cache = (*st).cache_added_pages as i64 - (*st).cache_removed_pages as i64;
+        (
+            (*st).alloc_pages as i64 - (*st).freed_pages as i64 - cache,
+            (*st).start_ns,
+        )
+    };
+    if net < every {
+        return;
+    }
+    let key = ProcKey {
+        tgid,
+        _pad: 0,
+        start_ns,
+    };
+    let high = match STACK_HIGH.get_ptr_mut(&key) {
+        Some(h) => h,
+        None => {
+            // First high of this process: only the job's are wanted.
+            if !in_job(tgid) {
+                return;
+            }
+            match STACK_HIGH.insert(&key, &0i64, BPF_NOEXIST) {
+                Ok(()) => {}
+                Err(e) if e == -EEXIST => {}
+                Err(_) => {
+                    count(map_full);
+                    return;
+                }
+            }
+            let Some(h) = STACK_HIGH.get_ptr_mut(&key) else {
+                return;
+            };
+            h
+        }
+    };
+    // SAFETY: a live map value.
+    let grown = net - unsafe { *high };
+    if grown < every {
+        return;
+    }
+    // SAFETY: as above.
+    unsafe { *high = net };
+    let bytes = grown as u64 * conf!(page_size) as u64;
+    let tp = BtfTracePointContext::new(ctx);
+    let stack_id = match tp.get_stackid(&STACKS, BPF_F_USER_STACK) {
+        Ok(id) => id as i32,
+        // Aggregated under the error (-EFAULT: the stack could not be
+        // read; -EEXIST: its bucket holds another stack), so the bytes
+        // still show, as unreadable.
+        Err(e) => {
+            count(errors);
+            e
+        }
+    };
+    add(
+        &StackKey {
+            tgid,
+            stack_id,
+            start_ns,
+        },
+        bytes,
+    );
+}
+
+#[inline(always)]
+fn add(key: &StackKey, bytes: u64) {
+    if let Some(v) = STACK_AGG.get_ptr_mut(key) {
+        // SAFETY: aligned u64s in a live map value.
+        unsafe {
+            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(addr_of_mut!((*v).bytes), bytes);
+            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(addr_of_mut!((*v).count), 1);
+        }
+        return;
+    }
+    match STACK_AGG.insert(key, &StackVal { bytes, count: 1 }, BPF_NOEXIST) {
+        Ok(()) => {}
+        // Another CPU made it first: add to that one.
+        Err(e) if e == -EEXIST => {
+            if let Some(v) = STACK_AGG.get_ptr_mut(key) {
+                // SAFETY: as above.
+                unsafe {
+                    atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
+                        addr_of_mut!((*v).bytes),
+                        bytes,
+                    );
+                    atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
+                        addr_of_mut!((*v).count),
+                        1,
+                    );
+                }
+            }
+        }
+        Err(_) => count(map_full),
+    }
+}

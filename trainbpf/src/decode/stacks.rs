@@ -1,0 +1,59 @@
+//! Growth stacks (`record --stacks`): the collector's record of what each
+//! (process, stack) added since its last record, with the stack's frames,
+//! resolved while the process lived.
+
+use serde::{Deserialize, Serialize};
+
+use super::ProcKey;
+
+/// Longest function name or file path kept: the collector cuts longer ones
+/// (a C++ template's name runs to kilobytes).
+pub const MAX_FRAME_TEXT: usize = 512;
+/// Most frames kept per stack, innermost first (the kernel takes 127).
+pub const MAX_FRAMES: usize = 64;
+
+/// One drain of the kernel's growth-stack map: the deltas since the last.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StackSample {
+    pub stacks: Vec<StackDelta>,
+}
+
+/// What one stack of one process added since the last record.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StackDelta {
+    pub proc: ProcKey,
+    /// The kernel's stack id; negative: the errno of a stack that could not
+    /// be read (`-14` EFAULT, `-17` EEXIST: its bucket holds another stack).
+    pub stack_id: i32,
+    /// Bytes of new high and captures since the last record.
+    pub bytes: u64,
+    pub count: u64,
+    /// The frames, innermost first: in the first record of this (process,
+    /// stack) only; later ones name the stack by its id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frames: Option<Vec<Frame>>,
+    /// Why there are no frames (an unreadable stack, a process gone before
+    /// its stack was read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// A frame as the recording keeps it: resolved while the process lived.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Frame {
+    /// `native` (a machine-code frame; Python frames will be `python`).
+    pub kind: String,
+    /// The address in the process (a return address for every frame but
+    /// the innermost).
+    pub addr: u64,
+    /// `None`: unsymbolized (no symbols, or the process was gone).
+    #[serde(default)]
+    pub function: Option<String>,
+    #[serde(default)]
+    pub file: Option<String>,
+    #[serde(default)]
+    pub line: Option<u32>,
+    /// The executable or library the address lies in.
+    #[serde(default)]
+    pub module: Option<String>,
+}

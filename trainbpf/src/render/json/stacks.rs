@@ -1,0 +1,64 @@
+//! Growth stacks (`record --stacks`): `kills[].growers[].stacks` and
+//! `processes[].stacks`.
+
+use schemars::JsonSchema;
+use serde::Serialize;
+
+use crate::model::GrowthStack;
+
+/// Where a process's new highs of added memory were taken: one stack,
+/// with the memory it accounts for.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Stack {
+    /// Times the stack was taken.
+    pub count: u64,
+    /// Why it has no frames: a stack the kernel could not read (no frame
+    /// pointers, `EFAULT`; its table slot held by another stack,
+    /// `EEXIST`), or one the process exited before it was resolved. Null
+    /// when it has frames.
+    pub error: Option<String>,
+    /// Innermost first.
+    pub frames: Vec<Frame>,
+    /// New high of added memory taken at this stack (kB).
+    pub kb: u64,
+}
+
+/// One frame, resolved while the process lived.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Frame {
+    /// The address in the process, hex: for every frame but the innermost
+    /// a return address.
+    pub addr: String,
+    /// Source file; null without debug information.
+    pub file: Option<String>,
+    /// Null when unsymbolized (no symbols, or the process was gone).
+    pub function: Option<String>,
+    /// `native`: a machine-code frame (frame-pointer unwinding).
+    pub kind: String,
+    /// Source line; null without debug information.
+    pub line: Option<u32>,
+    /// The executable or library the address lies in.
+    pub module: Option<String>,
+}
+
+pub fn stacks(s: &[GrowthStack]) -> Vec<Stack> {
+    s.iter()
+        .map(|s| Stack {
+            count: s.count,
+            error: s.error.clone(),
+            frames: s
+                .frames
+                .iter()
+                .map(|f| Frame {
+                    addr: format!("{:#x}", f.addr),
+                    file: f.file.clone(),
+                    function: f.function.clone(),
+                    kind: f.kind.clone(),
+                    line: f.line,
+                    module: f.module.clone(),
+                })
+                .collect(),
+            kb: s.bytes / 1024,
+        })
+        .collect()
+}

@@ -1,0 +1,159 @@
+//! Growth stacks in the terminal report: under a kill's top growers, where
+//! their memory came from; `report --stacks`, every process's.
+
+use std::fmt::Write as _;
+
+use super::style::{Paint, TextOptions, finish};
+use crate::model::{GrowthStack, Kill, Report};
+use crate::term::escape as esc;
+use crate::units::human_kb;
+
+/// Growers whose stacks a kill's section shows, and stacks per grower.
+const KILL_GROWERS: usize = 3;
+const KILL_STACKS: usize = 3;
+/// Frames per stack shown, innermost first.
+const FRAMES: usize = 8;
+
+/// A frame as `file:line in function`, the shortest form that finds the
+/// line; what is unknown is said.
+pub(super) fn frame_text(f: &crate::model::stacks::Frame) -> String {
+    let func = f.function.as_deref().map_or_else(
+        || format!("{:#x} (unsymbolized)", f.addr),
+        |s| esc(s).into_owned(),
+    );
+    match (&f.file, f.line) {
+        (Some(file), Some(line)) => format!("{}:{line} in {func}", esc(file)),
+        (Some(file), None) => format!("{} in {func}", esc(file)),
+        _ => match &f.module {
+            Some(m) if f.function.is_some() => format!("{func} ({})", esc(m)),
+            _ => func,
+        },
+    }
+}
+
+fn stack_lines(out: &mut String, stacks: &[GrowthStack], max: usize, indent: &str) {
+    for s in stacks.iter().take(max) {
+        let times = if s.count == 1 { "time" } else { "times" };
+        let _ = writeln!(
+            out,
+            "{indent}{} ({} {times}):",
+            human_kb(s.bytes / 1024),
+            s.count
+        );
+        if let Some(e) = &s.error {
+            let _ = writeln!(out, "{indent}    [{}]", esc(e));
+        }
+        for f in s.frames.iter().take(FRAMES) {
+            let _ = writeln!(out, "{indent}    {}", frame_text(f));
+        }
+        if s.frames.len() > FRAMES {
+            let _ = writeln!(out, "{indent}    … {} more frames", s.frames.len() - FRAMES);
+        }
+    }
+    if stacks.len() > max {
+        let rest: u64 = stacks[max..].iter().map(|s| s.bytes).sum();
+        let _ = writeln!(
+            out,
+            "{indent}{} in {} more stacks (report --stacks lists them)",
+            human_kb(rest / 1024),
+            stacks.len() - max
+        );
+    }
+}
+
+/// Under a kill's growers: the top growers' heaviest stacks. Nothing
+/// without `record --stacks`.
+pub(super) fn kill_lines(out: &mut String, r: &Report, k: &Kill) {
+    if r.stacks.is_empty() {
+        return;
+    }
+    let mut any = false;
+    for g in k.growers.iter().take(KILL_GROWERS) {
+        let stacks = r.grower_stacks(k, g);
+        if stacks.is_empty() {
+            continue;
+        }
+        if !any {
+            let _ = writeln!(
+                out,
+                "  Where the top growers' memory came from (innermost frame first):"
+            );
+            any = true;
+        }
+        let _ = writeln!(out, "    {} ({}):", esc(&g.comm), g.pid);
+        stack_lines(out, &stacks, KILL_STACKS, "      ");
+    }
+    if any {
+        out.push('\n');
+    }
+}
+
+/// `report --stacks`: every process's growth stacks over the whole run.
+pub fn report(r: &Report, o: &TextOptions) -> String {
+    let p = Paint(o.color);
+    let mut out = String::new();
+    let _ = writeln!(out, "{}", p.bold("Growth stacks (innermost frame first)"));
+    if r.stacks.is_empty() {
+        let _ = writeln!(out, "none recorded: record with --stacks to take them");
+        return finish(out, o.color);
+    }
+    for key in r.stacks.processes() {
+        let stacks = r.process_stacks(key.tgid, key.start_ns);
+        let comm = r
+            .processes
+            .iter()
+            .find(|q| q.pid == key.tgid && q.start_ns == key.start_ns)
+            .map_or("?", |q| q.comm.as_str());
+        let total: u64 = stacks.iter().map(|s| s.bytes).sum();
+        let _ = writeln!(
+            out,
+            "\n{} ({}): {} of new highs in {} stack{}",
+            esc(comm),
+            key.tgid,
+            human_kb(total / 1024),
+            stacks.len(),
+            if stacks.len() == 1 { "" } else { "s" }
+        );
+        stack_lines(&mut out, &stacks, usize::MAX, "  ");
+    }
+    if r.lost.stack_map_full > 0 || r.lost.stack_errors > 0 {
+        let _ = writeln!(
+            out,
+            "\n{}",
+            p.yellow(&format!(
+                "stacks the kernel could not aggregate (map full): {}; could not read: {}",
+                r.lost.stack_map_full, r.lost.stack_errors
+            ))
+        );
+    }
+    finish(out, o.color)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::stacks::Frame;
+
+    #[test]
+    fn frames_read_file_line_function() {
+        let f = Frame {
+            kind: "native".into(),
+            addr: 0x1234,
+            function: Some("grow_here".into()),
+            file: Some("/src/grow.c".into()),
+            line: Some(8),
+            module: Some("/bin/grow".into()),
+        };
+        assert_eq!(frame_text(&f), "/src/grow.c:8 in grow_here");
+        let bare = Frame {
+            addr: 0x1234,
+            ..Default::default()
+        };
+        assert_eq!(frame_text(&bare), "0x1234 (unsymbolized)");
+        let evil = Frame {
+            function: Some("f\x1b]0;x\x07".into()),
+            ..Default::default()
+        };
+        assert!(!frame_text(&evil).contains('\x1b'));
+    }
+}

@@ -1,0 +1,203 @@
+//! Growth stacks, the collector's side (`record --stacks`): drains the
+//! kernel's per-(process, stack) totals as deltas, reads each new stack's
+//! frames and resolves them while the process lives, and clears a
+//! process's keys after its exit so that the bounded maps never fill with
+//! the dead.
+
+use std::collections::{HashMap, HashSet};
+
+use aya::maps::{HashMap as BpfHashMap, MapData, StackTraceMap};
+use trainbpf_common::{ProcId, StackKey, StackVal};
+
+use crate::decode::{
+    ProcKey,
+    stacks::{StackDelta, StackSample},
+};
+
+mod delta;
+mod symbolize;
+pub use delta::Deltas;
+pub use symbolize::{Native, bounded};
+
+/// Entries of the kernel's maps: stacks (each 127 frames, about 1 KiB),
+/// (process, stack) totals, and processes' highs.
+pub const STACK_MAP_ENTRIES: u32 = 4096;
+pub const AGG_MAP_ENTRIES: u32 = 16384;
+pub const HIGH_MAP_ENTRIES: u32 = 8192;
+/// How many (process, stack) pairs the collector remembers as named: a
+/// pair named once is never resolved again.
+const MAX_NAMED: usize = 1 << 20;
+
+/// The maps `record --stacks` reads.
+pub struct StackMaps {
+    pub stacks: StackTraceMap<MapData>,
+    pub agg: BpfHashMap<MapData, StackKey, StackVal>,
+    pub high: BpfHashMap<MapData, ProcId, i64>,
+}
+
+pub struct Collector {
+    maps: StackMaps,
+    deltas: Deltas,
+    native: Native,
+    /// (process, stack id) pairs whose frames were recorded.
+    named: HashSet<(ProcKey, i32)>,
+    /// Processes that exited since the last drain: their keys go after it.
+    exited: Vec<ProcKey>,
+}
+
+/// What an errno from `bpf_get_stackid` means, for the report.
+pub fn stack_error(id: i32) -> String {
+    match -id {
+        libc::EFAULT => {
+            "user stack could not be read (EFAULT: no frame pointers, or a page not present)".into()
+        }
+        libc::EEXIST => "stack table slot held by another stack (EEXIST)".into(),
+        libc::ENOMEM => "stack table full (ENOMEM)".into(),
+        e => format!("stack could not be read (errno {e})"),
+    }
+}
+
+impl Collector {
+    pub fn new(maps: StackMaps) -> Collector {
+        Collector {
+            maps,
+            deltas: Deltas::default(),
+            native: Native::new(),
+            named: HashSet::new(),
+            exited: Vec::new(),
+        }
+    }
+
+    /// A job process exited: its keys are deleted after the next drain
+    /// (every stack it took is in the map by now: none is taken once a
+    /// process is exiting).
+    pub fn on_exit(&mut self, proc: ProcKey) {
+        self.exited.push(proc);
+    }
+
+    /// Drains the totals; returns the deltas, with frames for stacks not
+    /// named before (`None` when nothing moved), and what reading the map
+    /// took (the part of a drain that grows with the job; resolving is
+    /// once per stack).
+    pub fn drain(&mut self) -> (Option<StackSample>, std::time::Duration) {
+        let t = std::time::Instant::now();
+        let now: Vec<(StackKey, StackVal)> = self.maps.agg.iter().filter_map(Result::ok).collect();
+        let read = t.elapsed();
+        let moved = self.deltas.next(now);
+        let mut out = Vec::with_capacity(moved.len());
+        // New stacks, per process, resolved in one pass over its maps.
+        let mut todo: HashMap<u32, Vec<usize>> = HashMap::new();
+        for (k, v) in moved {
+            let proc = ProcKey {
+                tgid: k.tgid,
+                start_ns: k.start_ns,
+            };
+            let mut d = StackDelta {
+                proc,
+                stack_id: k.stack_id,
+                bytes: v.bytes,
+                count: v.count,
+                frames: None,
+                error: None,
+            };
+            if k.stack_id < 0 {
+                d.error = Some(stack_error(k.stack_id));
+            } else if self.named.len() < MAX_NAMED && !self.named.contains(&(proc, k.stack_id)) {
+                todo.entry(k.tgid).or_default().push(out.len());
+            }
+            out.push(d);
+        }
+        for (tgid, idx) in todo {
+            self.name(tgid, &idx, &mut out);
+        }
+        for p in std::mem::take(&mut self.exited) {
+            self.forget(p);
+        }
+        (
+            (!out.is_empty()).then_some(StackSample { stacks: out }),
+            read,
+        )
+    }
+
+    /// Reads and resolves the frames of the deltas at `idx`, all of `tgid`.
+    fn name(&mut self, tgid: u32, idx: &[usize], out: &mut [StackDelta]) {
+        let mut ips: Vec<Vec<u64>> = Vec::with_capacity(idx.len());
+        let mut ok: Vec<usize> = Vec::with_capacity(idx.len());
+        for &i in idx {
+            match self.maps.stacks.get(&(out[i].stack_id as u32), 0) {
+                Ok(st) => {
+                    ips.push(st.frames().iter().map(|f| f.ip).collect());
+                    ok.push(i);
+                }
+                Err(e) => {
+                    out[i].error = Some(bounded(&format!("stack not in the kernel's table: {e}")))
+                }
+            }
+        }
+        let refs: Vec<&[u64]> = ips.iter().map(Vec::as_slice).collect();
+        // Still the same process? One whose exit was seen may have its pid
+        // reused already, and would resolve against another program.
+        let alive = ok
+            .first()
+            .is_some_and(|&i| !self.exited.contains(&out[i].proc) && crate::procfs::alive(tgid));
+        let resolved = if alive {
+            self.native.resolve(tgid, &refs)
+        } else {
+            Err("the process was gone before its stack was resolved".into())
+        };
+        for (n, &i) in ok.iter().enumerate() {
+            match &resolved {
+                Ok(frames) => {
+                    out[i].frames = Some(frames[n].0.clone());
+                    out[i].error = frames[n].1.clone();
+                }
+                // The addresses still say something: kept, unsymbolized.
+                Err(e) => {
+                    out[i].error = Some(e.clone());
+                    out[i].frames = Some(
+                        ips[n]
+                            .iter()
+                            .take(crate::decode::stacks::MAX_FRAMES)
+                            .map(|&addr| crate::decode::stacks::Frame {
+                                kind: "native".into(),
+                                addr,
+                                ..Default::default()
+                            })
+                            .collect(),
+                    );
+                }
+            }
+            self.named.insert((out[i].proc, out[i].stack_id));
+        }
+    }
+
+    /// Deletes an exited process's keys and high from the kernel's maps,
+    /// and the stacks no one else has.
+    fn forget(&mut self, p: ProcKey) {
+        for k in self.deltas.forget(p.tgid, p.start_ns) {
+            let _ = self.maps.agg.remove(&k);
+            self.named.remove(&(p, k.stack_id));
+            if k.stack_id >= 0 && !self.deltas.in_use(k.stack_id) {
+                let _ = self.maps.stacks.remove(&(k.stack_id as u32));
+            }
+        }
+        let _ = self.maps.high.remove(&ProcId {
+            tgid: p.tgid,
+            _pad: 0,
+            start_ns: p.start_ns,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::stack_error;
+
+    /// The kernel's errnos, as the report shows them.
+    #[test]
+    fn unreadable_stacks_say_why() {
+        assert!(stack_error(-libc::EFAULT).contains("EFAULT"));
+        assert!(stack_error(-libc::EEXIST).contains("EEXIST"));
+        assert!(stack_error(-5).contains("errno 5"));
+    }
+}

@@ -1,0 +1,142 @@
+//! Native frames to function, file and line, with blazesym, while the
+//! process lives: its `/proc/PID/maps` says which file each address lies
+//! in, and blazesym reads that file through `/proc/PID/map_files/` (the
+//! mapped inode itself, not a path the job could swap), its symbols and,
+//! where present, its DWARF line tables.
+
+use blazesym::symbolize::{
+    Input, Reason, Symbolized, Symbolizer,
+    source::{Process, Source},
+};
+
+use crate::decode::stacks::{Frame, MAX_FRAME_TEXT, MAX_FRAMES};
+
+/// Cuts a name or path to `MAX_FRAME_TEXT` bytes (at a char boundary) and
+/// replaces control characters: what a process's files hold reaches a
+/// terminal later (where `term` escapes it again).
+pub fn bounded(s: &str) -> String {
+    let mut end = s.len().min(MAX_FRAME_TEXT);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut out: String = s[..end]
+        .chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect();
+    if end < s.len() {
+        out.push('…');
+    }
+    out
+}
+
+/// The addresses to look up: a return address points past its call, so
+/// every frame but the innermost is looked up one byte earlier (the call
+/// itself, and its line).
+pub fn lookup_addrs(ips: &[u64]) -> Vec<u64> {
+    ips.iter()
+        .take(MAX_FRAMES)
+        .enumerate()
+        .map(|(i, &ip)| if i == 0 { ip } else { ip.saturating_sub(1) })
+        .collect()
+}
+
+/// A stack's frames, and why none of them resolved (if none did).
+pub type Resolved = (Vec<Frame>, Option<String>);
+
+pub struct Native {
+    symbolizer: Symbolizer,
+}
+
+impl Default for Native {
+    fn default() -> Self {
+        Native::new()
+    }
+}
+
+impl Native {
+    pub fn new() -> Native {
+        Native {
+            symbolizer: Symbolizer::builder()
+                .enable_code_info(true)
+                .enable_inlined_fns(false)
+                .build(),
+        }
+    }
+
+    /// The frames of stacks of one live process (`ips`: innermost first,
+    /// as the kernel took them). A frame that did not resolve keeps its
+    /// address, with no function; a process gone already is an error.
+    /// With each stack, why none of its frames resolved, if none did.
+    pub fn resolve(&self, pid: u32, stacks: &[&[u64]]) -> Result<Vec<Resolved>, String> {
+        let src = Source::Process(Process::new(pid.into()));
+        let mut out = Vec::with_capacity(stacks.len());
+        for ips in stacks {
+            let addrs = lookup_addrs(ips);
+            let syms = self
+                .symbolizer
+                .symbolize(&src, Input::AbsAddr(&addrs))
+                .map_err(|e| bounded(&format!("process {pid}: {e}")))?;
+            let why = syms.iter().all(|s| matches!(s, Symbolized::Unknown(_))).then(|| {
+                match syms.first() {
+                    Some(Symbolized::Unknown(Reason::Unmapped)) => {
+                        "unsymbolized: not mapped when resolved (taken before an exec, or unmapped since)".to_string()
+                    }
+                    Some(Symbolized::Unknown(r)) => format!("unsymbolized: {r}"),
+                    _ => "unsymbolized".to_string(),
+                }
+            });
+            let frames = ips
+                .iter()
+                .zip(syms.iter())
+                .map(|(&ip, s)| match s {
+                    Symbolized::Sym(sym) => Frame {
+                        kind: "native".into(),
+                        addr: ip,
+                        function: Some(bounded(&sym.name)),
+                        file: sym
+                            .code_info
+                            .as_ref()
+                            .map(|c| bounded(&c.to_path().display().to_string())),
+                        line: sym.code_info.as_ref().and_then(|c| c.line),
+                        module: sym.module.as_ref().map(|m| bounded(&m.to_string_lossy())),
+                    },
+                    Symbolized::Unknown(_) => Frame {
+                        kind: "native".into(),
+                        addr: ip,
+                        ..Default::default()
+                    },
+                })
+                .collect();
+            out.push((frames, why));
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_is_bounded_and_controls_replaced() {
+        assert_eq!(bounded("a\x1b[31mb"), "a?[31mb");
+        let long = "é".repeat(MAX_FRAME_TEXT);
+        let b = bounded(&long);
+        assert!(b.len() <= MAX_FRAME_TEXT + '…'.len_utf8());
+        assert!(b.ends_with('…'));
+    }
+
+    #[test]
+    fn return_addresses_are_looked_up_at_their_call() {
+        assert_eq!(lookup_addrs(&[100, 200, 300]), vec![100, 199, 299]);
+    }
+
+    /// This test's own process: a function of it resolves by name.
+    #[test]
+    fn resolves_a_live_process() {
+        let ip = resolves_a_live_process as *const () as usize as u64;
+        let frames = Native::new().resolve(std::process::id(), &[&[ip]]).unwrap();
+        let f = frames[0].0[0].function.as_deref().unwrap_or("");
+        assert!(f.contains("resolves_a_live_process"), "{f}");
+    }
+}
