@@ -10,53 +10,6 @@ use std::process::Command;
 use common::*;
 use serde_json::Value;
 
-/// Takes 1 MiB a step and touches each page in `grow_here` itself (not in
-/// a libc memset, which keeps no frame pointer, so its caller would be
-/// skipped by frame-pointer unwinding), never freeing.
-const GROW_C: &str = r#"#include <stdlib.h>
-#include <unistd.h>
-
-char *grow_here(size_t n) {
-    char *p = malloc(n);
-    for (size_t i = 0; i < n; i += 4096)
-        p[i] = 1; /* TOUCH */
-    return p;
-}
-
-void step(void) {
-    grow_here(1 << 20);
-    usleep(5000);
-}
-
-int main(void) {
-    for (;;)
-        step();
-}
-"#;
-
-/// The line of the page-touching statement in `GROW_C`.
-fn touch_line() -> u64 {
-    GROW_C.lines().position(|l| l.contains("TOUCH")).unwrap() as u64 + 1
-}
-
-fn build(dir: &TempDir) -> std::path::PathBuf {
-    let src = dir.path("grow.c");
-    std::fs::write(&src, GROW_C).unwrap();
-    let exe = dir.path("grow");
-    let cc = Command::new("/usr/bin/cc")
-        .args(["-O0", "-g", "-fno-omit-frame-pointer", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .output()
-        .expect("running /usr/bin/cc");
-    assert!(
-        cc.status.success(),
-        "cc: {}",
-        String::from_utf8_lossy(&cc.stderr)
-    );
-    exe
-}
-
 fn frame_names(stack: &Value) -> String {
     stack["frames"]
         .as_array()
@@ -72,7 +25,7 @@ fn the_heaviest_native_stack_names_grow_here_and_its_line() {
     require_root();
     let _g = serial();
     let dir = TempDir::new("stacks");
-    let exe = build(&dir);
+    let exe = build_grow_c(&dir);
     let rec = dir.path("s.rec");
     let out = record(
         &rec,
@@ -97,7 +50,7 @@ fn the_heaviest_native_stack_names_grow_here_and_its_line() {
         f0["file"].as_str().is_some_and(|f| f.ends_with("grow.c")),
         "{f0}"
     );
-    assert_eq!(u(&f0["line"]), touch_line(), "{f0}");
+    assert_eq!(u(&f0["line"]), grow_c_touch_line(), "{f0}");
     // Its callers follow, innermost first.
     assert_eq!(
         heavy["frames"][1]["function"],
@@ -128,7 +81,7 @@ fn the_heaviest_native_stack_names_grow_here_and_its_line() {
     assert!(u(&p["stacks"][0]["kb"]) >= kb);
 
     // The text report: under the kill's growers, and `report --stacks`.
-    let want = format!("grow.c:{} in grow_here", touch_line());
+    let want = format!("grow.c:{} in grow_here", grow_c_touch_line());
     for extra in [&[][..], &["--stacks"][..]] {
         let text = Command::new(bin())
             .arg("report")
@@ -149,7 +102,7 @@ fn without_stacks_nothing_is_taken() {
     require_root();
     let _g = serial();
     let dir = TempDir::new("nostacks");
-    let exe = build(&dir);
+    let exe = build_grow_c(&dir);
     let rec = dir.path("n.rec");
     record(
         &rec,

@@ -135,6 +135,10 @@ pub enum Command {
         /// ui.perfetto.dev or chrome://tracing.
         #[arg(long, value_name = "PATH", conflicts_with = "events")]
         perfetto: Option<PathBuf>,
+        /// Also write the growth stacks (`record --stacks`) as a gzipped
+        /// pprof profile, for `go tool pprof`, Pyroscope or Parca.
+        #[arg(long, value_name = "PATH", conflicts_with = "events")]
+        pprof: Option<PathBuf>,
         /// Print the leaks section alone: the trend of each process's and
         /// role group's honest memory, suspected leaks, time to the limit.
         #[arg(long, conflicts_with = "events")]
@@ -244,6 +248,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             events,
             html,
             perfetto,
+            pprof,
             leaks,
             stacks,
             leak_span,
@@ -255,6 +260,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 let files = report::Files {
                     html: html.as_deref(),
                     perfetto: perfetto.as_deref(),
+                    pprof: pprof.as_deref(),
                 };
                 let scope = report::Scope {
                     until,

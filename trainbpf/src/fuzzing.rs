@@ -43,6 +43,7 @@ fn pipeline(data: &[u8]) {
     let _ = render::text::verdict(&report);
     let _ = render::html::render(&report);
     let _ = render::perfetto::render(&report);
+    let _ = render::pprof::render(&report);
 }
 
 /// The same bytes with the header's and each frame's CRC made right, the

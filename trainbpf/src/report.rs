@@ -108,6 +108,7 @@ pub fn build_scoped<R: std::io::Read>(input: R, window: Duration, scope: &Scope)
 pub struct Files<'a> {
     pub html: Option<&'a Path>,
     pub perfetto: Option<&'a Path>,
+    pub pprof: Option<&'a Path>,
 }
 
 /// Which part of the text report to print.
@@ -151,7 +152,7 @@ pub fn run(
     })
 }
 
-/// Writes the HTML page and the Perfetto trace as the invoking user, each
+/// Writes the HTML page, the Perfetto trace and the pprof profile as the invoking user, each
 /// whole or not at all: a new file renamed over the target, or written
 /// through to a device or FIFO (src/safe_file.rs).
 fn write_files(report: &Report, files: &Files<'_>) -> Result<()> {
@@ -166,6 +167,16 @@ fn write_files(report: &Report, files: &Files<'_>) -> Result<()> {
     }
     if let Some(p) = files.perfetto {
         write(p, &serde_json::to_vec(&render::perfetto::render(report))?)?;
+    }
+    if let Some(p) = files.pprof {
+        if report.stacks.is_empty() {
+            eprintln!(
+                "trainbpf: no growth stacks in this recording (record with --stacks to \
+                 take them): {} is an empty profile",
+                p.display()
+            );
+        }
+        write(p, &render::pprof::render(report))?;
     }
     Ok(())
 }

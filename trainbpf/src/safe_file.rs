@@ -17,7 +17,7 @@
 //!   recorder on the same path refuses.
 //! - What was written is read back through the recorder's own descriptor
 //!   ([`ReadAt`]), never by its path.
-//! - Report outputs (`--html`, `--perfetto`) go the same way, except that
+//! - Report outputs (`--html`, `--perfetto`, `--pprof`) go the same way, except that
 //!   a device or FIFO already at the path is written through, never
 //!   replaced.
 
@@ -488,7 +488,7 @@ fn put_in_place(place: &Place, tmp: &OsStr) -> Result<Option<PathBuf>, FileError
     Err(FileError::Busy { path: shown })
 }
 
-/// Writes a report output (`--html`, `--perfetto`) as `owner`: a regular
+/// Writes a report output (`--html`, `--perfetto`, `--pprof`) as `owner`: a regular
 /// file is replaced whole (a new file renamed over it), a device or FIFO
 /// is written through, and a link is refused.
 pub fn write_output(path: &Path, bytes: &[u8], owner: Owner) -> Result<(), FileError> {

@@ -231,16 +231,33 @@ fn source_state() -> String {
 /// Debian's Chromium for the HTML report's browser test, installed when
 /// missing; a second or two when it is there already.
 pub fn ensure_chromium() -> Result<()> {
-    if Path::new("/usr/bin/chromium").exists() {
-        eprintln!("setup: chromium: already present");
+    ensure_debian_package(
+        "chromium",
+        "/usr/bin/chromium",
+        "the HTML report's browser test renders with it",
+    )
+}
+
+/// Debian's Go for `report --pprof`'s test, which reads the profile with
+/// `go tool pprof` (tests/tests/pprof.rs).
+pub fn ensure_go() -> Result<()> {
+    ensure_debian_package(
+        "golang-go",
+        "/usr/bin/go",
+        "the pprof test reads the profile with `go tool pprof`",
+    )
+}
+
+/// Installs a Debian package unless `path`, which it provides, is there.
+fn ensure_debian_package(package: &str, path: &str, why: &str) -> Result<()> {
+    if Path::new(path).exists() {
+        eprintln!("setup: {package}: already present");
         return Ok(());
     }
     if !crate::util::is_root() {
-        bail!(
-            "the HTML report's browser test needs chromium: run as root, or `apt-get install chromium`"
-        );
+        bail!("{why}: run as root, or `apt-get install {package}`");
     }
-    eprintln!("setup: installing chromium (the HTML report's browser test renders with it)");
+    eprintln!("setup: installing {package} ({why})");
     let apt = |args: &[&str]| {
         let mut c = Command::new("apt-get");
         c.args(args).env("DEBIAN_FRONTEND", "noninteractive");
@@ -248,13 +265,13 @@ pub fn ensure_chromium() -> Result<()> {
     };
     // An image's package lists can be missing or stale: update once, on
     // the first failure.
-    if run(&mut apt(&["install", "-y", "-q", "chromium"])).is_err() {
+    if run(&mut apt(&["install", "-y", "-q", package])).is_err() {
         run(&mut apt(&["update", "-q"]))?;
-        run(&mut apt(&["install", "-y", "-q", "chromium"]))?;
+        run(&mut apt(&["install", "-y", "-q", package]))?;
     }
     ensure!(
-        Path::new("/usr/bin/chromium").exists(),
-        "apt-get installed chromium but /usr/bin/chromium is missing"
+        Path::new(path).exists(),
+        "apt-get installed {package} but {path} is missing"
     );
     Ok(())
 }

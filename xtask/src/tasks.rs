@@ -86,6 +86,8 @@ pub fn test(lint: bool, cargo_test_args: &[OsString]) -> Result<()> {
     let bin = test_build(lint, cargo_args_before_dashdash(cargo_test_args))?;
     // The HTML report's test renders the page in a real browser.
     crate::report_bench::ensure_chromium()?;
+    // `report --pprof`'s test reads the profile with `go tool pprof`.
+    crate::report_bench::ensure_go()?;
     run(cargo()
         // Every test binary runs even after one fails: a CI log should show
         // all that is broken, not the first.

@@ -473,3 +473,53 @@ pub fn cc_shared(src: &Path, out: &Path) {
         String::from_utf8_lossy(&cc.stderr)
     );
 }
+
+/// Growth stacks' C program (tests/stacks.rs, tests/pprof.rs). It grows
+/// through `grow_here()`: takes 1 MiB a step and touches each page in `grow_here` itself (not in
+/// a libc memset, which keeps no frame pointer, so its caller would be
+/// skipped by frame-pointer unwinding), never freeing.
+pub const GROW_C: &str = r#"#include <stdlib.h>
+#include <unistd.h>
+
+char *grow_here(size_t n) {
+    char *p = malloc(n);
+    for (size_t i = 0; i < n; i += 4096)
+        p[i] = 1; /* TOUCH */
+    return p;
+}
+
+void step(void) {
+    grow_here(1 << 20);
+    usleep(5000);
+}
+
+int main(void) {
+    for (;;)
+        step();
+}
+"#;
+
+/// The line of the page-touching statement in `GROW_C`.
+pub fn grow_c_touch_line() -> u64 {
+    GROW_C.lines().position(|l| l.contains("TOUCH")).unwrap() as u64 + 1
+}
+
+/// `GROW_C` built with frame pointers and debug information, as `grow`
+/// in `dir`.
+pub fn build_grow_c(dir: &TempDir) -> PathBuf {
+    let src = dir.path("grow.c");
+    std::fs::write(&src, GROW_C).unwrap();
+    let exe = dir.path("grow");
+    let cc = Command::new("/usr/bin/cc")
+        .args(["-O0", "-g", "-fno-omit-frame-pointer", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .expect("running /usr/bin/cc");
+    assert!(
+        cc.status.success(),
+        "cc: {}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    exe
+}

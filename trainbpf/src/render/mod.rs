@@ -5,6 +5,7 @@ pub mod chart;
 pub mod html;
 pub mod json;
 pub mod perfetto;
+pub mod pprof;
 pub mod text;
 
 use crate::{
