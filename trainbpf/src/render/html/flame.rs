@@ -124,17 +124,6 @@ impl Tree {
         });
         for s in stacks {
             let mut path = vec![0, p];
-            if s.frames.is_empty() {
-                // Its bytes stay in the graph, named by why it has no frames.
-                let why = format!("[{}]", s.error.as_deref().unwrap_or("no frames recorded"));
-                path.push(self.child(p, (why.clone(), None, None), || Node {
-                    name: why,
-                    place: String::new(),
-                    kind: Kind::Missing,
-                    bytes: 0,
-                    children: BTreeMap::new(),
-                }));
-            }
             let mut cur = p;
             for f in s.frames.iter().rev() {
                 let name = f
@@ -150,6 +139,18 @@ impl Tree {
                     children: BTreeMap::new(),
                 });
                 path.push(cur);
+            }
+            // A stack with no frames keeps its bytes, named by why; one whose
+            // frames were not all resolved says so under its innermost.
+            if s.frames.is_empty() || s.error.is_some() {
+                let why = format!("[{}]", s.error.as_deref().unwrap_or("no frames recorded"));
+                path.push(self.child(cur, (why.clone(), None, None), || Node {
+                    name: why,
+                    place: String::new(),
+                    kind: Kind::Missing,
+                    bytes: 0,
+                    children: BTreeMap::new(),
+                }));
             }
             for i in path {
                 self.nodes[i].bytes = self.nodes[i].bytes.saturating_add(s.bytes);

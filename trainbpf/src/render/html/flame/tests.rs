@@ -49,6 +49,11 @@ fn fixture() -> Tree {
         ],
     );
     t.add_process("py (pid 9)", &[st(1 << 20, vec![f("leak", 4)])]);
+    // Frames not all resolved: the reason sits under the innermost.
+    let mut gone = st(4 << 20, vec![f("step", 11), f("main", 16)]);
+    gone.frames[0].function = None;
+    gone.error = Some("unsymbolized: the process was gone".into());
+    t.add_process("grow (pid 7)", &[gone]);
     t
 }
 
@@ -63,7 +68,7 @@ fn named(t: &Tree, name: &str) -> Vec<usize> {
 #[test]
 fn merged_widths_add_up() {
     let t = fixture();
-    assert_eq!(t.total(), (600 + 300 + 50 + 30 + 20 + 1) << 20);
+    assert_eq!(t.total(), (600 + 300 + 50 + 30 + 20 + 1 + 4) << 20);
     for n in &t.nodes {
         let kids: u64 = n.children.values().map(|&c| t.nodes[c].bytes).sum();
         assert!(kids <= n.bytes, "{n:?}");
@@ -107,8 +112,11 @@ fn merged_widths_add_up() {
     let mut o = String::new();
     svg(&mut o, &t, MAX_RECTS, "test");
     assert!(o.contains("[stack could not be read: EFAULT]"), "{o}");
+    let why = named(&t, "[unsymbolized: the process was gone]");
+    assert_eq!(at(why[0]).depth, 4, "under main, then the address");
+    assert_eq!(t.nodes[why[0]].bytes, 4 << 20);
     assert!(
-        o.contains("/src/grow.c:6\nnative frame, 600 MiB (59.9%)"),
+        o.contains("/src/grow.c:6\nnative frame, 600 MiB (59.7%)"),
         "{o}"
     );
 }
