@@ -95,6 +95,38 @@ fn the_heaviest_native_stack_names_grow_here_and_its_line() {
             "report {extra:?} lacks {want:?}:\n{text}"
         );
     }
+
+    // The HTML page: the kill's flame graph and the whole run's each have
+    // a frame titled `grow_here` with its file and line, as the browser
+    // builds the page.
+    let html = dir.path("s.html");
+    let out = Command::new(bin())
+        .arg("report")
+        .arg(&rec)
+        .arg("--html")
+        .arg(&html)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(!page.contains("<script"), "self-contained");
+    let dom = headless(&html, &["--dump-dom".to_string()]);
+    assert_eq!(dom.matches("<svg class=\"flame\"").count(), 2, "{dom}");
+    let titled: Vec<&str> = dom
+        .split("<g class=\"f\">")
+        .filter(|g| g.starts_with("<title>grow_here\n"))
+        .collect();
+    assert_eq!(titled.len(), 2, "a grow_here frame in each graph: {dom}");
+    for g in titled {
+        eprintln!(
+            "flame frame: {}",
+            g.lines().take(3).collect::<Vec<_>>().join(" | ")
+        );
+        assert!(g.contains(&format!("grow.c:{}\n", grow_c_touch_line())), "{g}");
+        assert!(g.contains("<rect"), "{g}");
+    }
+    let kill = &dom[dom.find("id=\"kill-1\"").unwrap()..];
+    assert!(kill.find("<svg class=\"flame\"") < kill.find("id=\"stacks\""));
 }
 
 #[test]
@@ -120,4 +152,17 @@ fn without_stacks_nothing_is_taken() {
             .all(|p| p["stacks"] == Value::Array(vec![]))
     );
     assert_eq!(r["lost"]["stack_errors"], 0);
+    // The page has no flame graph, and says how to get one.
+    let html = dir.path("n.html");
+    let out = Command::new(bin())
+        .arg("report")
+        .arg(&rec)
+        .arg("--html")
+        .arg(&html)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(!page.contains("class=\"flame\""));
+    assert!(page.contains("<code>trainbpf record --stacks</code> takes them"));
 }

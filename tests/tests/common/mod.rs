@@ -523,3 +523,102 @@ pub fn build_grow_c(dir: &TempDir) -> PathBuf {
     );
     exe
 }
+
+/// Debian's Chromium, installed if missing (CI runs as root on a fresh
+/// machine; `cargo xtask test` installs it first, this is the fallback).
+pub fn chromium() -> PathBuf {
+    for p in ["/usr/bin/chromium", "/usr/bin/chromium-browser"] {
+        if Path::new(p).exists() {
+            return PathBuf::from(p);
+        }
+    }
+    let apt = |args: &[&str]| {
+        Command::new("apt-get")
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .expect("running apt-get")
+    };
+    if !apt(&["install", "-y", "-q", "chromium"]).success() {
+        assert!(apt(&["update", "-q"]).success(), "apt-get update failed");
+        assert!(
+            apt(&["install", "-y", "-q", "chromium"]).success(),
+            "apt-get install chromium failed"
+        );
+    }
+    PathBuf::from("/usr/bin/chromium")
+}
+
+/// Runs headless Chromium on `page` with `extra` flags (its profile beside
+/// the page); its stdout. Killed
+/// after two minutes: a hung browser must fail the test, not hang it.
+pub fn headless(page: &Path, extra: &[String]) -> String {
+    use std::time::{Duration, Instant};
+    let profile = page
+        .parent()
+        .expect("a page in a folder")
+        .join(format!("chromium-profile-{}", extra.len()));
+    let _ = std::fs::remove_dir_all(&profile);
+    let mut child = Command::new(chromium())
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--hide-scrollbars",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(extra)
+        .arg(format!("file://{}", page.display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting chromium");
+    // Drain both pipes while waiting: `--dump-dom` of a big report is more
+    // than a pipe holds, and a browser blocked on a full pipe never exits.
+    let drain = |r: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let stdout = drain(
+        child
+            .stdout
+            .take()
+            .map(|r| Box::new(r) as Box<dyn std::io::Read + Send>),
+    );
+    let stderr = drain(
+        child
+            .stderr
+            .take()
+            .map(|r| Box::new(r) as Box<dyn std::io::Read + Send>),
+    );
+    let start = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("waiting for chromium") {
+            break st;
+        }
+        if start.elapsed() > Duration::from_secs(120) {
+            let _ = child.kill();
+            panic!("chromium did not finish in 2 minutes");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let out = stdout.join().expect("stdout reader");
+    let err = stderr.join().expect("stderr reader");
+    assert!(
+        status.success(),
+        "chromium failed: {status}\n{}",
+        String::from_utf8_lossy(&err)
+    );
+    String::from_utf8_lossy(&out).into_owned()
+}

@@ -76,7 +76,7 @@ impl Stacks {
     /// A drain's deltas. A stack's frames come with its first delta; a
     /// later delta of a stack never seen (its first record was lost) keeps
     /// its bytes as unresolved.
-    pub(super) fn observe(&mut self, ts: u64, s: StackSample) {
+    pub fn observe(&mut self, ts: u64, s: StackSample) {
         for d in s.stacks {
             let e = self
                 .procs

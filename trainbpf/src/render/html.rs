@@ -11,7 +11,8 @@
 //! each kill marked and its window shaded (the shaded window links to the
 //! kill's own section); the machine's available memory and the job cgroup's
 //! usage against its limit over the run; then per kill its story, a zoomed
-//! chart of the window before it and the growers; last the processes' peaks
+//! chart of the window before it, the growers and the flame graph of their
+//! growth stacks; the whole run's flame graph; last the processes' peaks
 //! and those that came and went.
 
 use std::fmt::Write as _;
@@ -22,6 +23,8 @@ use crate::units::{human_duration, human_kb, human_secs};
 
 /// Escaping, colours and the SVG charts' frame.
 mod draw;
+/// Flame graphs of growth stacks, per kill and for the whole run.
+mod flame;
 /// One OOM kill's section.
 mod kill;
 /// Memory over the run, pressure, and the processes' table.
@@ -86,6 +89,7 @@ pub fn render(r: &Report) -> String {
     for (i, k) in r.kills.iter().enumerate() {
         kill::kill_section(&mut o, r, k, i, n);
     }
+    flame::run_flame(&mut o, r);
     run::processes_section(&mut o, r);
     let _ = writeln!(
         o,
@@ -106,6 +110,7 @@ svg{width:100%;height:auto;display:block;background:#fff}svg text{font:12px syst
 table{border-collapse:collapse;font-size:13px;margin:6px 0}th,td{padding:3px 10px;text-align:right;border-bottom:1px solid #eee}
 th{background:#f4f4f4}td.l,th.l{text-align:left}tr.victim td{color:#b00;font-weight:600}
 dl{display:grid;grid-template-columns:max-content auto;gap:2px 14px;margin:6px 0}dt{color:#666}dd{margin:0}
+svg.flame g.f:hover rect{stroke:#222;stroke-width:1}svg.flame text{font-size:11px;fill:#111;pointer-events:none}
 footer{color:#888;font-size:12px;margin-top:30px}a{color:#1f5fa8}pre{white-space:pre-wrap;word-break:break-all;font-size:12px;background:#fafafa;padding:6px}
 ";
 

@@ -136,6 +136,7 @@ pub(super) fn kill_section(o: &mut String, r: &Report, k: &Kill, i: usize, n: us
         }
         o.push_str("</pre>\n");
     }
+    super::flame::kill_flame(o, r, k, i);
     o.push_str("</section>\n");
 }
 
