@@ -122,7 +122,10 @@ fn the_heaviest_native_stack_names_grow_here_and_its_line() {
             "flame frame: {}",
             g.lines().take(3).collect::<Vec<_>>().join(" | ")
         );
-        assert!(g.contains(&format!("grow.c:{}\n", grow_c_touch_line())), "{g}");
+        assert!(
+            g.contains(&format!("grow.c:{}\n", grow_c_touch_line())),
+            "{g}"
+        );
         assert!(g.contains("<rect"), "{g}");
     }
     let kill = &dom[dom.find("id=\"kill-1\"").unwrap()..];
