@@ -111,7 +111,7 @@ fn go_tool_pprof_names_grow_here() {
 
     // Labels: the process's pid and comm.
     let r = report_json(&rec);
-    let pid = u(&kills(&r)[0]["growers"][0]["pid"]);
+    let pid = u(&job_kill(&r)["growers"][0]["pid"]);
     let tags = go_pprof(&["-tags"], &profile);
     assert!(tags.contains("comm:") && tags.contains(": grow"), "{tags}");
     assert!(tags.contains(&format!(": {pid}")), "pid {pid}: {tags}");

@@ -35,7 +35,7 @@ fn the_heaviest_native_stack_names_grow_here_and_its_line() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("killed"), "no kill: {stderr}");
     let r = report_json(&rec);
-    let k = &kills(&r)[0];
+    let k = job_kill(&r);
     let top = &k["growers"][0];
     assert_eq!(top["victim"], true, "{top}");
     let pid = u(&top["pid"]);
@@ -145,7 +145,7 @@ fn without_stacks_nothing_is_taken() {
         &[exe.to_str().unwrap()],
     );
     let r = report_json(&rec);
-    let top = &kills(&r)[0]["growers"][0];
+    let top = &job_kill(&r)["growers"][0];
     assert_eq!(top["stacks"], Value::Array(vec![]), "{top}");
     assert!(
         r["processes"]

@@ -622,3 +622,13 @@ pub fn headless(page: &Path, extra: &[String]) -> String {
     );
     String::from_utf8_lossy(&out).into_owned()
 }
+
+/// The first kill whose victim was in the job: another test on the machine
+/// (another cgroup's OOM kill) can appear in a recording as a kill outside
+/// the job, and is not this test's.
+pub fn job_kill(report: &Value) -> &Value {
+    kills(report)
+        .iter()
+        .find(|k| k["victim"]["in_job"] == true)
+        .unwrap_or_else(|| panic!("no kill of a job process: {}", report["kills"]))
+}
