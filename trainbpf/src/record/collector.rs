@@ -140,8 +140,24 @@ impl Collector {
                 // A stack taken before an exec resolves only against the
                 // old program: drain at once, to narrow the window in
                 // which one is read against the new one.
-                if kind == common::KIND_EXEC && self.stacks.is_some() {
-                    self.stacks_due = true;
+                if let Some(st) = &mut self.stacks {
+                    let start = |at: usize| {
+                        u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap_or_default())
+                    };
+                    let proc = decode::ProcKey {
+                        tgid,
+                        start_ns: start(16),
+                    };
+                    if kind == common::KIND_EXEC {
+                        st.on_exec(proc);
+                        self.stacks_due = true;
+                    } else if bytes.len() >= size_of::<common::ForkEvent>() {
+                        let parent = decode::ProcKey {
+                            tgid: u32::from_le_bytes(bytes[24..28].try_into().unwrap_or_default()),
+                            start_ns: start(32),
+                        };
+                        st.on_fork(proc, parent);
+                    }
                 }
                 if self.job.len() < MAX_JOB_PROCS {
                     self.job.insert(tgid);
