@@ -336,8 +336,7 @@ fn load_object(
     // alone is about 1 KiB an entry).
     let (st, agg, high, py_procs, py_stacks) = if stacks {
         use crate::stacks::{
-            AGG_MAP_ENTRIES, HIGH_MAP_ENTRIES, PY_PROC_ENTRIES, PY_STACK_ENTRIES,
-            STACK_MAP_ENTRIES,
+            AGG_MAP_ENTRIES, HIGH_MAP_ENTRIES, PY_PROC_ENTRIES, PY_STACK_ENTRIES, STACK_MAP_ENTRIES,
         };
         (
             STACK_MAP_ENTRIES,

@@ -239,9 +239,8 @@ impl Collector {
             }
         }
         for &i in idx {
-            if alive {
-                self.python(&mut out[i]);
-            }
+            // Even for a process gone: what it said of its interpreter.
+            self.python(&mut out[i]);
             let d = &out[i];
             self.named
                 .insert((d.proc, (d.stack_id, d.py_id, d.py_state)));

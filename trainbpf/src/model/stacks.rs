@@ -277,7 +277,12 @@ mod tests {
         b.py_id = 12;
         b.py_state = 1;
         let c = delta(1, 3, 10, Some(vec![frame("native_only")]));
-        s.observe(1, StackSample { stacks: vec![a, b, c] });
+        s.observe(
+            1,
+            StackSample {
+                stacks: vec![a, b, c],
+            },
+        );
         let st = s.of(key(1), None);
         assert_eq!(st.len(), 2, "{st:?}");
         assert_eq!((st[0].bytes, st[0].count), (150 << 10, 2));

@@ -240,6 +240,11 @@ impl Collector {
         let Some(st) = self.stacks.as_mut() else {
             return;
         };
+        // Stamped when the map is read, not once its stacks are named:
+        // naming a process's first stacks (its interpreter located, its
+        // files' symbols loaded) can take long on a busy machine, and a
+        // kill's growers count what was recorded by shortly after it.
+        let ts = mono_ns();
         let (sample, read) = st.drain();
         // A stack is resolved only while its process lives: drain often,
         // but keep reading the map (two syscalls a key) to about 1% of a
@@ -247,7 +252,8 @@ impl Collector {
         self.stacks_every = STACKS_EVERY.max(read * 100);
         self.last_stacks = Instant::now();
         if let Some(sample) = sample {
-            self.user(UserBody::Stacks(sample));
+            let (kind, bytes) = decode::encode_user(ts, UserBody::Stacks(sample));
+            self.writer.record(kind, &bytes);
         }
     }
 

@@ -254,9 +254,7 @@ impl Pythons {
         if state == PY_NONE {
             return (
                 Vec::new(),
-                Some(
-                    "Python frames not read: taken before the interpreter was located".into(),
-                ),
+                Some("Python frames not read: taken before the interpreter was located".into()),
             );
         }
         if py_id == 0 {
@@ -267,7 +265,9 @@ impl Pythons {
             Err(e) => {
                 return (
                     Vec::new(),
-                    Some(bounded(&format!("Python frames not in the kernel's table: {e}"))),
+                    Some(bounded(&format!(
+                        "Python frames not in the kernel's table: {e}"
+                    ))),
                 );
             }
         };
@@ -311,7 +311,12 @@ impl Pythons {
     /// Forgets every process of `tgid` (its exit, or an exec that replaced
     /// its program), in the kernel's map too.
     pub fn forget_tgid(&mut self, tgid: u32, map: &mut BpfHashMap<MapData, ProcId, PyProc>) {
-        let gone: Vec<ProcKey> = self.procs.keys().filter(|k| k.tgid == tgid).copied().collect();
+        let gone: Vec<ProcKey> = self
+            .procs
+            .keys()
+            .filter(|k| k.tgid == tgid)
+            .copied()
+            .collect();
         for p in gone {
             self.procs.remove(&p);
             let _ = map.remove(&proc_id(p));
@@ -396,7 +401,10 @@ mod tests {
         assert_eq!((p.cframe_current_frame, p.frame_owner), (0, 70));
         let p = describe_offsets(&table(3, 10).unwrap(), 0);
         assert_eq!(p.instr_is_int, 1);
-        assert_eq!(p.tstate_native_thread_id, NONE, "the GIL's holder is walked");
+        assert_eq!(
+            p.tstate_native_thread_id, NONE,
+            "the GIL's holder is walked"
+        );
         assert_eq!(p.cframe_current_frame, NONE);
     }
 
