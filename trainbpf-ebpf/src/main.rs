@@ -70,6 +70,8 @@ mod oom;
 mod pages;
 /// Per-process state: keys that survive pid reuse, room kept for the job.
 mod procs;
+/// Growth stacks' Python frames, walked in the kernel.
+mod python;
 /// Signals sent to the job, and `oom_score_adj` changes.
 mod signals;
 /// Growth stacks: the user stack at each new high of a process's memory.

@@ -3,7 +3,8 @@
 //! logic that reads and writes each lives with its programs: `procs.rs`
 //! (`PROCS`, `STATE`, `PENDING_DELETE`), `pages.rs` (`PAGE_CACHE`),
 //! `stalls.rs` (`INSIDE`), `gpu.rs` (`GPU_COUNTERS`, `CUDA_PENDING`),
-//! `stacks.rs` (`STACKS`, `STACK_AGG`, `STACK_HIGH`).
+//! `stacks.rs` (`STACKS`, `STACK_AGG`, `STACK_HIGH`), `python.rs`
+//! (`PY_PROCS`, `PY_STACKS`, `PY_SCRATCH`).
 
 use aya_ebpf::{
     macros::map,
@@ -210,3 +211,19 @@ pub(crate) static STACK_AGG: HashMap<StackKey, StackVal> = HashMap::with_max_ent
 /// Removed by userspace after the process's exit.
 #[map]
 pub(crate) static STACK_HIGH: HashMap<ProcKey, i64> = HashMap::with_max_entries(8192, 0);
+
+/// The Python interpreters of job processes (`record --stacks`), filled by
+/// the collector once it located one: what the walker in `python.rs`
+/// reads. Its size is set by the loader: one entry when stacks are off.
+#[map]
+pub(crate) static PY_PROCS: HashMap<ProcKey, PyProc> = HashMap::with_max_entries(1024, 0);
+
+/// Growth stacks' Python frames by id (a hash of the pairs): shared by
+/// every process that took the same pairs, deleted by userspace once no
+/// known stack has that id. Full: counted under `PY_STORE_FULL`.
+#[map]
+pub(crate) static PY_STACKS: HashMap<u64, PyStack> = HashMap::with_max_entries(4096, 0);
+
+/// Where a walk gathers its frames (too big for the program's stack).
+#[map]
+pub(crate) static PY_SCRATCH: PerCpuArray<PyStack> = PerCpuArray::with_max_entries(1, 0);

@@ -113,11 +113,16 @@ pub(crate) fn sample(ctx: *mut c_void, st: *mut ProcState, tgid: u32) {
             e
         }
     };
+    // A located Python's frames, walked at the same point.
+    let (py_id, py_state) = crate::python::walk(&key);
     add(
         &StackKey {
             tgid,
             stack_id,
             start_ns,
+            py_id,
+            py_state,
+            _pad: 0,
         },
         bytes,
     );

@@ -10,15 +10,18 @@
 //! into file, function and line, cached per code object. An interpreter
 //! that cannot be read is an error with its reason, never an empty stack.
 //!
-//! How an eBPF walker uses it: the recorder puts `offsets().as_bytes()`
-//! and `runtime()` in a per-process map (keyed by tgid) when it first sees
-//! a Python process. In the probe, the thread's state is the one whose
-//! `native_thread_id` is the current tid (3.11 on), or whose `thread_id`
-//! is the task's `fsbase`, glibc's `pthread_self()` (3.9, 3.10); from it,
+//! How the eBPF walker (`trainbpf-ebpf/src/python.rs`, for `record
+//! --stacks`) uses it: the recorder puts the offsets it needs and
+//! `runtime()` in a per-process map (`stacks/py.rs`) when it locates a
+//! Python process. In the probe, the thread's state is the one whose
+//! `native_thread_id` is the current tid (3.11 on); for 3.9, 3.10, whose
+//! thread states hold only a `pthread_t`, the GIL's holder
+//! (`runtime_tstate_current`); from it,
 //! `tstate_frame` (and `cframe_current_frame` for 3.11/3.12) gives the top
 //! frame, and each step copies `frame_code` and `frame_instr` and follows
 //! `frame_previous`, skipping frames whose `frame_owner` byte is 3 (3.12
-//! on). The (code, instr) pairs come back to userspace, where
+//! on; the kernel keeps the byte, userspace skips). The (code, instr)
+//! pairs come back to userspace, where
 //! [`Interpreter::resolve`] names them while the process lives.
 
 mod debug_offsets;

@@ -7,7 +7,7 @@
 use std::collections::{HashMap, HashSet};
 
 use aya::maps::{HashMap as BpfHashMap, MapData, StackTraceMap};
-use trainbpf_common::{ProcId, StackKey, StackVal};
+use trainbpf_common::{ProcId, PyProc, PyStack, StackKey, StackVal};
 
 use crate::decode::{
     ProcKey,
@@ -15,8 +15,10 @@ use crate::decode::{
 };
 
 mod delta;
+mod py;
 mod symbolize;
 pub use delta::Deltas;
+pub use py::Pythons;
 pub use symbolize::{Native, bounded};
 
 /// Entries of the kernel's maps: stacks (each 127 frames, about 1 KiB),
@@ -24,6 +26,10 @@ pub use symbolize::{Native, bounded};
 pub const STACK_MAP_ENTRIES: u32 = 4096;
 pub const AGG_MAP_ENTRIES: u32 = 16384;
 pub const HIGH_MAP_ENTRIES: u32 = 8192;
+/// Python processes the kernel walks, and their kept frames (each about
+/// 0.5 KiB).
+pub const PY_PROC_ENTRIES: u32 = 1024;
+pub const PY_STACK_ENTRIES: u32 = 4096;
 /// How many (process, stack) pairs the collector remembers as named: a
 /// pair named once is never resolved again.
 const MAX_NAMED: usize = 1 << 20;
@@ -33,16 +39,31 @@ pub struct StackMaps {
     pub stacks: StackTraceMap<MapData>,
     pub agg: BpfHashMap<MapData, StackKey, StackVal>,
     pub high: BpfHashMap<MapData, ProcId, i64>,
+    pub py_procs: BpfHashMap<MapData, ProcId, PyProc>,
+    pub py_stacks: BpfHashMap<MapData, u64, PyStack>,
+}
+
+/// What names a stack of a process: the native stack's id, and the Python
+/// frames' id and walk state.
+type StackName = (i32, u64, u32);
+
+fn name_of(k: &StackKey) -> StackName {
+    (k.stack_id, k.py_id, k.py_state)
 }
 
 pub struct Collector {
     maps: StackMaps,
     deltas: Deltas,
     native: Native,
-    /// (process, stack id) pairs whose frames were recorded.
-    named: HashSet<(ProcKey, i32)>,
+    pythons: Pythons,
+    /// (process, stack) pairs whose frames were recorded.
+    named: HashSet<(ProcKey, StackName)>,
     /// Processes that exited since the last drain: their keys go after it.
     exited: Vec<ProcKey>,
+    /// Processes that exec'd since the last drain.
+    execed: Vec<u32>,
+    /// Processes to locate an interpreter in after the next drain.
+    locate: Vec<ProcKey>,
 }
 
 /// What an errno from `bpf_get_stackid` means, for the report.
@@ -63,8 +84,11 @@ impl Collector {
             maps,
             deltas: Deltas::default(),
             native: Native::new(),
+            pythons: Pythons::new(PY_PROC_ENTRIES as usize),
             named: HashSet::new(),
             exited: Vec::new(),
+            execed: Vec::new(),
+            locate: Vec::new(),
         }
     }
 
@@ -73,6 +97,24 @@ impl Collector {
     /// process is exiting).
     pub fn on_exit(&mut self, proc: ProcKey) {
         self.exited.push(proc);
+    }
+
+    /// A job process exec'd: its interpreter, if any, is no longer the
+    /// one located. Forgotten after the next drain (which names what it
+    /// took before), and located anew at once, so that its first stacks
+    /// already carry Python frames (a miss is tried again from its stacks).
+    pub fn on_exec(&mut self, proc: ProcKey) {
+        self.execed.push(proc.tgid);
+        self.locate.push(proc);
+    }
+
+    /// A job process forked: a located Python's child runs the same
+    /// interpreter, located at the next drain, before its first stacks
+    /// (a forked worker's copy-on-write growth starts at once).
+    pub fn on_fork(&mut self, child: ProcKey, parent: ProcKey) {
+        if self.pythons.interpreter_path(parent).is_some() {
+            self.locate.push(child);
+        }
     }
 
     /// Drains the totals; returns the deltas, with frames for stacks not
@@ -87,6 +129,21 @@ impl Collector {
         let mut out = Vec::with_capacity(moved.len());
         // New stacks, per process, resolved in one pass over its maps.
         let mut todo: HashMap<u32, Vec<usize>> = HashMap::new();
+        // A process's interpreter is located when its first stacks come
+        // (tried again after a miss): before its stacks are named.
+        let mut procs: Vec<ProcKey> = moved
+            .iter()
+            .map(|(k, _)| ProcKey {
+                tgid: k.tgid,
+                start_ns: k.start_ns,
+            })
+            .collect();
+        procs.dedup();
+        for p in procs {
+            if !self.exited.contains(&p) {
+                self.pythons.ensure(p, &mut self.maps.py_procs);
+            }
+        }
         for (k, v) in moved {
             let proc = ProcKey {
                 tgid: k.tgid,
@@ -95,6 +152,8 @@ impl Collector {
             let mut d = StackDelta {
                 proc,
                 stack_id: k.stack_id,
+                py_id: k.py_id,
+                py_state: k.py_state,
                 bytes: v.bytes,
                 count: v.count,
                 frames: None,
@@ -102,7 +161,8 @@ impl Collector {
             };
             if k.stack_id < 0 {
                 d.error = Some(stack_error(k.stack_id));
-            } else if self.named.len() < MAX_NAMED && !self.named.contains(&(proc, k.stack_id)) {
+            }
+            if self.named.len() < MAX_NAMED && !self.named.contains(&(proc, name_of(&k))) {
                 todo.entry(k.tgid).or_default().push(out.len());
             }
             out.push(d);
@@ -112,6 +172,13 @@ impl Collector {
         }
         for p in std::mem::take(&mut self.exited) {
             self.forget(p);
+        }
+        for tgid in std::mem::take(&mut self.execed) {
+            self.pythons.forget_tgid(tgid, &mut self.maps.py_procs);
+        }
+        self.pythons.retry(&mut self.maps.py_procs);
+        for p in std::mem::take(&mut self.locate) {
+            self.pythons.ensure(p, &mut self.maps.py_procs);
         }
         (
             (!out.is_empty()).then_some(StackSample { stacks: out }),
@@ -124,6 +191,9 @@ impl Collector {
         let mut ips: Vec<Vec<u64>> = Vec::with_capacity(idx.len());
         let mut ok: Vec<usize> = Vec::with_capacity(idx.len());
         for &i in idx {
+            if out[i].stack_id < 0 {
+                continue;
+            }
             match self.maps.stacks.get(&(out[i].stack_id as u32), 0) {
                 Ok(st) => {
                     ips.push(st.frames().iter().map(|f| f.ip).collect());
@@ -137,7 +207,7 @@ impl Collector {
         let refs: Vec<&[u64]> = ips.iter().map(Vec::as_slice).collect();
         // Still the same process? One whose exit was seen may have its pid
         // reused already, and would resolve against another program.
-        let alive = ok
+        let alive = idx
             .first()
             .is_some_and(|&i| !self.exited.contains(&out[i].proc) && crate::procfs::alive(tgid));
         let resolved = if alive {
@@ -167,7 +237,32 @@ impl Collector {
                     );
                 }
             }
-            self.named.insert((out[i].proc, out[i].stack_id));
+        }
+        for &i in idx {
+            // Even for a process gone: what it said of its interpreter.
+            self.python(&mut out[i]);
+            let d = &out[i];
+            self.named
+                .insert((d.proc, (d.stack_id, d.py_id, d.py_state)));
+        }
+    }
+
+    /// Puts a stack's Python frames (named now) in place of the
+    /// interpreter's own native frames, or says why there are none.
+    fn python(&mut self, d: &mut StackDelta) {
+        let (py, note) = self
+            .pythons
+            .frames(d.proc, d.py_id, d.py_state, &self.maps.py_stacks);
+        if !py.is_empty() {
+            let native = d.frames.take().unwrap_or_default();
+            let interp = self.pythons.interpreter_path(d.proc).unwrap_or_default();
+            d.frames = Some(py::fold(&native, py, interp));
+        }
+        if let Some(note) = note {
+            d.error = Some(match d.error.take() {
+                Some(e) => bounded(&format!("{e}; {note}")),
+                None => note,
+            });
         }
     }
 
@@ -176,11 +271,15 @@ impl Collector {
     fn forget(&mut self, p: ProcKey) {
         for k in self.deltas.forget(p.tgid, p.start_ns) {
             let _ = self.maps.agg.remove(&k);
-            self.named.remove(&(p, k.stack_id));
+            self.named.remove(&(p, name_of(&k)));
             if k.stack_id >= 0 && !self.deltas.in_use(k.stack_id) {
                 let _ = self.maps.stacks.remove(&(k.stack_id as u32));
             }
+            if k.py_id != 0 && !self.deltas.py_in_use(k.py_id) {
+                let _ = self.maps.py_stacks.remove(&k.py_id);
+            }
         }
+        self.pythons.forget(p, &mut self.maps.py_procs);
         let _ = self.maps.high.remove(&ProcId {
             tgid: p.tgid,
             _pad: 0,

@@ -25,6 +25,13 @@ pub struct StackDelta {
     /// The kernel's stack id; negative: the errno of a stack that could not
     /// be read (`-14` EFAULT, `-17` EEXIST: its bucket holds another stack).
     pub stack_id: i32,
+    /// The kernel's id of the Python frames walked with it (0: none), and
+    /// how that walk went (`trainbpf_common::PY_*`): with the stack id,
+    /// what names the stack. Absent in recordings before Python frames.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub py_id: u64,
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub py_state: u32,
     /// Bytes of new high and captures since the last record.
     pub bytes: u64,
     pub count: u64,
@@ -41,7 +48,8 @@ pub struct StackDelta {
 /// A frame as the recording keeps it: resolved while the process lived.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Frame {
-    /// `native` (a machine-code frame; Python frames will be `python`).
+    /// `native` (a machine-code frame) or `python` (a CPython frame: its
+    /// `addr` is the code object's address, `module` none).
     pub kind: String,
     /// The address in the process (a return address for every frame but
     /// the innermost).
@@ -56,4 +64,12 @@ pub struct Frame {
     /// The executable or library the address lies in.
     #[serde(default)]
     pub module: Option<String>,
+}
+
+fn is_zero_u64(v: &u64) -> bool {
+    *v == 0
+}
+
+fn is_zero_u32(v: &u32) -> bool {
+    *v == 0
 }

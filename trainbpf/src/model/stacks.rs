@@ -67,9 +67,13 @@ impl Entry {
 }
 
 /// Every process's growth stacks, as recorded.
+/// What names a recorded stack: the kernel's native stack id, and its
+/// Python frames' id and walk state (0, 0 for a native-only one).
+type StackName = (i32, u64, u32);
+
 #[derive(Clone, Debug, Default)]
 pub struct Stacks {
-    procs: BTreeMap<ProcKey, BTreeMap<i32, Entry>>,
+    procs: BTreeMap<ProcKey, BTreeMap<StackName, Entry>>,
 }
 
 impl Stacks {
@@ -82,7 +86,7 @@ impl Stacks {
                 .procs
                 .entry(d.proc)
                 .or_default()
-                .entry(d.stack_id)
+                .entry((d.stack_id, d.py_id, d.py_state))
                 .or_default();
             // The first record with frames names the stack, with its error
             // if it has one (addresses the process no longer mapped).
@@ -113,22 +117,35 @@ impl Stacks {
         let Some(stacks) = self.procs.get(&key) else {
             return Vec::new();
         };
-        let mut out: Vec<GrowthStack> = stacks
-            .iter()
-            .filter_map(|(&id, e)| {
-                let (bytes, count) = e.until(until);
-                (count > 0).then(|| GrowthStack {
-                    bytes,
-                    count,
-                    frames: e.frames.clone(),
-                    error: e.error.clone().or_else(|| {
-                        e.frames
-                            .is_empty()
-                            .then(|| format!("stack {id}: frames not recorded"))
-                    }),
-                })
-            })
-            .collect();
+        let mut out: Vec<GrowthStack> = Vec::new();
+        for (&(id, ..), e) in stacks {
+            let (bytes, count) = e.until(until);
+            if count == 0 {
+                continue;
+            }
+            let s = GrowthStack {
+                bytes,
+                count,
+                frames: e.frames.clone(),
+                error: e.error.clone().or_else(|| {
+                    e.frames
+                        .is_empty()
+                        .then(|| format!("stack {id}: frames not recorded"))
+                }),
+            };
+            // Stacks the kernel told apart that read the same once named
+            // (two instructions of one Python line) are one stack.
+            match out
+                .iter_mut()
+                .find(|o| !o.frames.is_empty() && o.frames == s.frames && o.error == s.error)
+            {
+                Some(o) => {
+                    o.bytes += s.bytes;
+                    o.count += s.count;
+                }
+                None => out.push(s),
+            }
+        }
         out.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(b.count.cmp(&a.count)));
         if out.len() > MAX_STACKS_PER_PROC {
             let rest = out.split_off(MAX_STACKS_PER_PROC - 1);
@@ -164,6 +181,8 @@ mod tests {
         StackDelta {
             proc: key(tgid),
             stack_id: id,
+            py_id: 0,
+            py_state: 0,
             bytes: kb << 10,
             count: 1,
             frames,
@@ -238,6 +257,39 @@ mod tests {
         assert_eq!(st[0].error.as_deref(), Some("the process was gone"));
     }
 
+    /// Two Python stacks the kernel told apart (another instruction of the
+    /// same line) that name the same frames are shown as one.
+    #[test]
+    fn stacks_named_alike_are_one() {
+        let mut s = Stacks::default();
+        let py = Frame {
+            kind: "python".into(),
+            addr: 0x7000,
+            function: Some("leak_step".into()),
+            file: Some("leak.py".into()),
+            line: Some(4),
+            module: None,
+        };
+        let mut a = delta(1, 3, 100, Some(vec![py.clone()]));
+        a.py_id = 11;
+        a.py_state = 1;
+        let mut b = delta(1, 3, 50, Some(vec![py.clone()]));
+        b.py_id = 12;
+        b.py_state = 1;
+        let c = delta(1, 3, 10, Some(vec![frame("native_only")]));
+        s.observe(
+            1,
+            StackSample {
+                stacks: vec![a, b, c],
+            },
+        );
+        let st = s.of(key(1), None);
+        assert_eq!(st.len(), 2, "{st:?}");
+        assert_eq!((st[0].bytes, st[0].count), (150 << 10, 2));
+        assert_eq!(st[0].frames, vec![py]);
+        assert_eq!(st[1].frames, vec![frame("native_only")]);
+    }
+
     /// A long run's deltas are merged, never dropped: the sum holds.
     #[test]
     fn merging_keeps_the_sum() {
@@ -252,7 +304,7 @@ mod tests {
         }
         let st = s.of(key(1), None);
         assert_eq!(st[0].bytes, (MAX_DELTAS as u64 * 3) << 10);
-        assert!(s.procs[&key(1)][&1].deltas.len() <= MAX_DELTAS + 1);
+        assert!(s.procs[&key(1)][&(1, 0, 0)].deltas.len() <= MAX_DELTAS + 1);
         // A cut-off counts at most what was recorded by then.
         let cut = s.of(key(1), Some(100));
         assert!(cut[0].bytes <= 101 << 10);

@@ -140,8 +140,24 @@ impl Collector {
                 // A stack taken before an exec resolves only against the
                 // old program: drain at once, to narrow the window in
                 // which one is read against the new one.
-                if kind == common::KIND_EXEC && self.stacks.is_some() {
-                    self.stacks_due = true;
+                if let Some(st) = &mut self.stacks {
+                    let start = |at: usize| {
+                        u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap_or_default())
+                    };
+                    let proc = decode::ProcKey {
+                        tgid,
+                        start_ns: start(16),
+                    };
+                    if kind == common::KIND_EXEC {
+                        st.on_exec(proc);
+                        self.stacks_due = true;
+                    } else if bytes.len() >= size_of::<common::ForkEvent>() {
+                        let parent = decode::ProcKey {
+                            tgid: u32::from_le_bytes(bytes[24..28].try_into().unwrap_or_default()),
+                            start_ns: start(32),
+                        };
+                        st.on_fork(proc, parent);
+                    }
                 }
                 if self.job.len() < MAX_JOB_PROCS {
                     self.job.insert(tgid);
@@ -224,6 +240,11 @@ impl Collector {
         let Some(st) = self.stacks.as_mut() else {
             return;
         };
+        // Stamped when the map is read, not once its stacks are named:
+        // naming a process's first stacks (its interpreter located, its
+        // files' symbols loaded) can take long on a busy machine, and a
+        // kill's growers count what was recorded by shortly after it.
+        let ts = mono_ns();
         let (sample, read) = st.drain();
         // A stack is resolved only while its process lives: drain often,
         // but keep reading the map (two syscalls a key) to about 1% of a
@@ -231,7 +252,8 @@ impl Collector {
         self.stacks_every = STACKS_EVERY.max(read * 100);
         self.last_stacks = Instant::now();
         if let Some(sample) = sample {
-            self.user(UserBody::Stacks(sample));
+            let (kind, bytes) = decode::encode_user(ts, UserBody::Stacks(sample));
+            self.writer.record(kind, &bytes);
         }
     }
 

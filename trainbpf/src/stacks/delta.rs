@@ -36,7 +36,7 @@ impl Deltas {
             }
             self.last.insert(k, v);
         }
-        out.sort_by_key(|(k, _)| (k.tgid, k.start_ns, k.stack_id));
+        out.sort_by_key(|(k, _)| (k.tgid, k.start_ns, k.stack_id, k.py_id, k.py_state));
         out
     }
 
@@ -59,6 +59,11 @@ impl Deltas {
     pub fn in_use(&self, stack_id: i32) -> bool {
         self.last.keys().any(|k| k.stack_id == stack_id)
     }
+
+    /// Whether any process still known has these Python frames.
+    pub fn py_in_use(&self, py_id: u64) -> bool {
+        self.last.keys().any(|k| k.py_id == py_id)
+    }
 }
 
 #[cfg(test)]
@@ -70,6 +75,7 @@ mod tests {
             tgid,
             stack_id: id,
             start_ns: 5,
+            ..Default::default()
         }
     }
 

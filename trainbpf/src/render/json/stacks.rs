@@ -14,8 +14,10 @@ pub struct Stack {
     pub count: u64,
     /// Why it has no frames: a stack the kernel could not read (no frame
     /// pointers, `EFAULT`; its table slot held by another stack,
-    /// `EEXIST`), or one the process exited before it was resolved. Null
-    /// when it has frames.
+    /// `EEXIST`), or one the process exited before it was resolved; for
+    /// a Python process, why its Python frames are missing or partial
+    /// (an interpreter that cannot be read, a read fault, a stack taken
+    /// before the interpreter was located). Null when all is there.
     pub error: Option<String>,
     /// Innermost first.
     pub frames: Vec<Frame>,
@@ -33,7 +35,11 @@ pub struct Frame {
     pub file: Option<String>,
     /// Null when unsymbolized (no symbols, or the process was gone).
     pub function: Option<String>,
-    /// `native`: a machine-code frame (frame-pointer unwinding).
+    /// `native`: a machine-code frame (frame-pointer unwinding);
+    /// `python`: a CPython frame, walked in the kernel and named while
+    /// the process lived (its `addr` is the code object's, its `module`
+    /// null). The interpreter's own native frames are folded away where
+    /// its Python frames stand.
     pub kind: String,
     /// Source line; null without debug information.
     pub line: Option<u32>,

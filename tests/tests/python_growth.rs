@@ -1,0 +1,206 @@
+//! Python frames in growth stacks (`record --stacks`), end to end: a
+//! script leaks a fresh 4 MiB bytearray per `leak_step()` into a global
+//! list under a memory limit until the kernel kills it. The top grower's
+//! heaviest stack names `leak_step`, its file and line (a Python frame,
+//! walked in the kernel), then the loop's function, with the interpreter's
+//! own C frames folded away. Run on every CPython here from 3.9; one the
+//! recorder cannot read (3.8) says why on its stacks.
+
+mod common;
+
+use std::{path::PathBuf, process::Command};
+
+use common::*;
+use serde_json::Value;
+
+const LEAK: &str = r#"import time
+
+HELD = []
+
+
+def leak_step():
+    HELD.append(bytearray(4 << 20))  # @leak
+
+
+def run():
+    while True:
+        leak_step()  # @run
+        time.sleep(0.01)
+
+
+run()
+"#;
+
+fn line_of(tag: &str) -> u64 {
+    let marker = format!("# @{tag}");
+    LEAK.lines()
+        .position(|l| l.ends_with(&marker))
+        .map(|i| i as u64 + 1)
+        .unwrap_or_else(|| panic!("no {marker}"))
+}
+
+/// The image's python3 (Debian's 3.11, the interpreter linked into the
+/// executable) and pyenv's builds (a libpython3.x.so each), by minor.
+fn pythons(minors: std::ops::RangeInclusive<u32>) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if minors.contains(&11) {
+        out.push(PathBuf::from("/usr/bin/python3"));
+    }
+    if let Ok(rd) = std::fs::read_dir("/root/.pyenv/versions") {
+        let mut more: Vec<(u32, PathBuf)> = rd
+            .flatten()
+            .filter_map(|e| {
+                let v = e.file_name().to_string_lossy().into_owned();
+                let minor: u32 = v.strip_prefix("3.")?.split('.').next()?.parse().ok()?;
+                let bin = e.path().join(format!("bin/python3.{minor}"));
+                (minors.contains(&minor) && bin.exists()).then_some((minor, bin))
+            })
+            .collect();
+        more.sort();
+        out.extend(more.into_iter().map(|(_, b)| b));
+    }
+    out
+}
+
+fn frames_text(stack: &Value) -> String {
+    stack["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            format!(
+                "[{}] {}:{} in {}",
+                f["kind"].as_str().unwrap_or("?"),
+                f["file"],
+                f["line"],
+                f["function"]
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n    ")
+}
+
+/// Records the leak under `python`; returns the top grower's stacks and
+/// the recording's text report (`report --stacks`).
+fn leak_under(dir: &TempDir, python: &str, tag: &str) -> (Value, String) {
+    let script = dir.path(&format!("leak_{tag}.py"));
+    std::fs::write(&script, LEAK).unwrap();
+    let rec = dir.path(&format!("{tag}.rec"));
+    let out = record(
+        &rec,
+        &["--stacks", "--memory-limit", "200M", "-q"],
+        &[python, script.to_str().unwrap()],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("killed"), "{python}: no kill: {stderr}");
+    let r = report_json(&rec);
+    let top = kills(&r)[0]["growers"][0].clone();
+    let text = Command::new(bin())
+        .args(["report", "--stacks"])
+        .arg(&rec)
+        .output()
+        .unwrap();
+    (top, String::from_utf8_lossy(&text.stdout).into_owned())
+}
+
+/// What is wrong with the leak's heaviest stack under one interpreter.
+fn check_leak(top: &Value, text: &str) -> Result<(), String> {
+    if top["victim"] != true {
+        return Err(format!("the top grower is not the victim: {top}"));
+    }
+    let stacks = top["stacks"].as_array().ok_or("no growers[].stacks")?;
+    let heavy = stacks.first().ok_or("no stacks")?;
+    let shown = frames_text(heavy);
+    eprintln!("heaviest: {} kB\n    {shown}", heavy["kb"]);
+    let frames = heavy["frames"].as_array().unwrap();
+    let py: Vec<&Value> = frames.iter().filter(|f| f["kind"] == "python").collect();
+    let first = py.first().ok_or(format!("no Python frame:\n    {shown}"))?;
+    if first["function"] != "leak_step"
+        || !first["file"].as_str().is_some_and(|f| f.ends_with(".py"))
+        || first["line"].as_u64() != Some(line_of("leak"))
+    {
+        return Err(format!(
+            "the innermost Python frame is not leak_step:{}:\n    {shown}",
+            line_of("leak")
+        ));
+    }
+    if py.get(1).map(|f| (&f["function"], f["line"].as_u64()))
+        != Some((&"run".into(), Some(line_of("run"))))
+    {
+        return Err(format!(
+            "leak_step's caller is not run:{}:\n    {shown}",
+            line_of("run")
+        ));
+    }
+    // The interpreter's own C frames are folded away: nothing of the
+    // interpreter's file comes after the Python frames.
+    let last_py = frames.iter().rposition(|f| f["kind"] == "python").unwrap();
+    if last_py + 1 != frames.len() {
+        return Err(format!("native frames after the Python ones:\n    {shown}"));
+    }
+    // The leak is most of what grew (200 MiB limit).
+    let kb = u(&heavy["kb"]);
+    if kb < 100 << 10 {
+        return Err(format!("leak_step's stack holds only {kb} kB"));
+    }
+    let want = format!(":{} in leak_step", line_of("leak"));
+    if !text.contains(&want) {
+        return Err(format!("report --stacks lacks {want:?}:\n{text}"));
+    }
+    Ok(())
+}
+
+#[test]
+fn the_python_leak_names_leak_step_on_every_cpython() {
+    require_root();
+    let _g = serial();
+    let dir = TempDir::new("pygrowth");
+    let mut results = Vec::new();
+    for py in pythons(9..=13) {
+        let tag = py.to_string_lossy().replace('/', "_");
+        let (top, text) = leak_under(&dir, py.to_str().unwrap(), &tag);
+        let r = check_leak(&top, &text);
+        eprintln!(
+            "{}: {}",
+            py.display(),
+            r.as_ref().map_or_else(|e| e.as_str(), |()| "pass")
+        );
+        results.push((py, r));
+    }
+    let failed: Vec<_> = results
+        .iter()
+        .filter_map(|(p, r)| r.as_ref().err().map(|e| format!("{}: {e}", p.display())))
+        .collect();
+    assert!(failed.is_empty(), "{}", failed.join("\n\n"));
+    assert!(!results.is_empty());
+}
+
+/// An interpreter the recorder cannot read (3.8: no offsets for it) keeps
+/// its native frames, and every stack says why it has no Python ones. On
+/// a machine without a 3.8 this checks nothing.
+#[test]
+fn an_unreadable_interpreter_says_why() {
+    require_root();
+    let _g = serial();
+    let dir = TempDir::new("pyunreadable");
+    for py in pythons(8..=8) {
+        let (top, _) = leak_under(&dir, py.to_str().unwrap(), "py38");
+        let stacks = top["stacks"].as_array().expect("growers[].stacks");
+        assert!(!stacks.is_empty(), "{top}");
+        for s in stacks {
+            let e = s["error"].as_str().unwrap_or("");
+            assert!(
+                e.contains("Python frames not read") && e.contains("3.8"),
+                "{}: {s}",
+                py.display()
+            );
+            assert!(
+                s["frames"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .all(|f| f["kind"] == "native")
+            );
+        }
+    }
+}

@@ -1,0 +1,167 @@
+//! The Python frames of a growth stack (`record --stacks`), read in the
+//! kernel at the same point as the native stack, for a process whose
+//! interpreter the collector located and described in `PY_PROCS`
+//! (`trainbpf::python` finds it and proves the offsets from userspace).
+//!
+//! The walk: `_PyRuntime` → the main interpreter → the thread state whose
+//! `native_thread_id` is this thread's tid (3.11 on; before, the GIL's
+//! holder) → its top frame (through `_PyCFrame` on 3.11, 3.12) → each
+//! frame's code object and instruction field, following `previous`, shim
+//! frames of 3.12 on skipped. The (code, instr) pairs are kept in
+//! `PY_STACKS` under a hash of them; userspace names them while the
+//! process lives. Every loop is bounded; a read that faults ends the walk
+//! with a state that says where.
+
+use core::ffi::c_void;
+
+use aya_ebpf::helpers::{bpf_get_current_pid_tgid, generated};
+use trainbpf_common::{
+    PY_DEEP, PY_EMPTY, PY_FAULT_FRAMES, PY_FAULT_THREADS, PY_MANY_THREADS, PY_MAX_FRAMES,
+    PY_MAX_THREADS, PY_NO_THREAD, PY_NONE, PY_NOT_INIT, PY_OK, PY_STORE_FULL, PyProc,
+};
+
+use crate::maps::{PY_PROCS, PY_SCRATCH, PY_STACKS, ProcKey};
+
+/// A field the version lacks.
+const NONE: u64 = u64::MAX;
+const BPF_NOEXIST: u64 = 1;
+const EEXIST: i32 = 17;
+/// FNV-1a's 64-bit basis and prime: a cheap mix of the pairs.
+const FNV_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+
+/// Reads a `u64` at `base + off` of the current process. The helper
+/// zero-fills on failure, so nothing branches on the result: the error
+/// (negative) is or-ed into `bad`. Few branches per step keep the
+/// verifier's walk through the bounded loops short.
+#[inline(always)]
+fn user(base: u64, off: u64, bad: &mut i64) -> u64 {
+    let mut v: u64 = 0;
+    // SAFETY: bpf_probe_read_user checks the address and fails cleanly
+    // (a page not present is a failure, never a fault taken).
+    let r = unsafe {
+        generated::bpf_probe_read_user(
+            (&mut v as *mut u64).cast::<c_void>(),
+            8,
+            base.wrapping_add(off) as *const c_void,
+        )
+    };
+    *bad |= r;
+    v
+}
+
+/// The current thread's thread state, or the state that says why none.
+#[inline(always)]
+fn thread_state(p: &PyProc) -> Result<u64, u32> {
+    let mut bad = 0;
+    let interp = user(p.runtime, p.runtime_interpreters_head, &mut bad);
+    if bad != 0 {
+        return Err(PY_FAULT_THREADS);
+    }
+    if interp == 0 {
+        return Err(PY_NOT_INIT);
+    }
+    if p.tstate_native_thread_id == NONE {
+        // Before 3.11 a thread state holds only its pthread_t: the thread
+        // running Python is the GIL's holder.
+        let t = user(p.runtime, p.runtime_tstate_current, &mut bad);
+        return match (bad, t) {
+            (0, 0) => Err(PY_NO_THREAD),
+            (0, t) => Ok(t),
+            _ => Err(PY_FAULT_THREADS),
+        };
+    }
+    let tid = bpf_get_current_pid_tgid() as u32;
+    let (native_off, next_off) = (p.tstate_native_thread_id, p.tstate_next);
+    let mut t = user(interp, p.interp_threads_head, &mut bad);
+    for _ in 0..PY_MAX_THREADS {
+        if t == 0 {
+            return Err(if bad != 0 {
+                PY_FAULT_THREADS
+            } else {
+                PY_NO_THREAD
+            });
+        }
+        if user(t, native_off, &mut bad) as u32 == tid {
+            return Ok(t);
+        }
+        t = user(t, next_off, &mut bad);
+    }
+    Err(PY_MANY_THREADS)
+}
+
+/// The current thread's Python frames, when `key` is a located
+/// interpreter: `(py_id, state)`, `py_id` 0 where nothing was kept.
+///
+/// Each kept pair is `(code | owner << 56, instr)` as read: the owner
+/// byte (3.12 on; userspace points it at a byte of the code pointer
+/// before) and the whole 8 bytes at the instruction field (`f_lasti` is an
+/// `int`: userspace keeps the low half). Userspace drops shim frames.
+#[inline(always)]
+pub(crate) fn walk(key: &ProcKey) -> (u64, u32) {
+    // SAFETY: read only; the collector replaces the value whole.
+    let Some(p) = (unsafe { PY_PROCS.get(key) }) else {
+        return (0, PY_NONE);
+    };
+    let tstate = match thread_state(p) {
+        Ok(t) => t,
+        Err(state) => return (0, state),
+    };
+    let Some(s) = PY_SCRATCH.get_ptr_mut(0) else {
+        return (0, PY_FAULT_FRAMES);
+    };
+    let mut bad = 0;
+    let mut frame = user(tstate, p.tstate_frame, &mut bad);
+    if p.cframe_current_frame != NONE && frame != 0 {
+        frame = user(frame, p.cframe_current_frame, &mut bad);
+    }
+    if bad != 0 {
+        return (0, PY_FAULT_THREADS);
+    }
+    let (code_off, instr_off, owner_off, prev_off) =
+        (p.frame_code, p.frame_instr, p.frame_owner, p.frame_previous);
+    let mut n: usize = 0;
+    let mut hash = FNV_BASIS;
+    for i in 0..PY_MAX_FRAMES {
+        if frame == 0 {
+            break;
+        }
+        let code = user(frame, code_off, &mut bad);
+        let instr = user(frame, instr_off, &mut bad);
+        let owner = user(frame, owner_off, &mut bad) & 0xff;
+        let tagged = code | owner << 56;
+        // SAFETY: this CPU's scratch slot; `i` is below its length.
+        if let Some(slot) = unsafe { (*s).frames.get_mut(i) } {
+            slot[0] = tagged;
+            slot[1] = instr;
+        }
+        hash = (hash ^ tagged).wrapping_mul(FNV_PRIME);
+        hash = (hash ^ instr).wrapping_mul(FNV_PRIME);
+        n = i + 1;
+        frame = user(frame, prev_off, &mut bad);
+    }
+    let state = if bad != 0 {
+        PY_FAULT_FRAMES
+    } else if frame != 0 {
+        PY_DEEP
+    } else if n == 0 {
+        return (0, PY_EMPTY);
+    } else {
+        PY_OK
+    };
+    if n == 0 {
+        return (0, state);
+    }
+    let id = match (hash ^ n as u64).wrapping_mul(FNV_PRIME) {
+        0 => 1,
+        h => h,
+    };
+    // SAFETY: this CPU's scratch slot.
+    unsafe { (*s).len = n as u64 };
+    // SAFETY: as above; the map copies the value from the slot.
+    match PY_STACKS.insert(&id, unsafe { &*s }, BPF_NOEXIST) {
+        Ok(()) => (id, state),
+        Err(e) if e == -EEXIST => (id, state),
+        Err(_) => (0, PY_STORE_FULL),
+    }
+}
