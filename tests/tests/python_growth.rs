@@ -94,7 +94,7 @@ fn leak_under(dir: &TempDir, python: &str, tag: &str) -> (Value, String) {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("killed"), "{python}: no kill: {stderr}");
     let r = report_json(&rec);
-    let top = kills(&r)[0]["growers"][0].clone();
+    let top = job_kill(&r)["growers"][0].clone();
     let text = Command::new(bin())
         .args(["report", "--stacks"])
         .arg(&rec)

@@ -28,6 +28,8 @@ fn delta(tgid: u32, start_ns: u64, id: i32, kb: u64, count: u64) -> StackDelta {
     StackDelta {
         proc: ProcKey { tgid, start_ns },
         stack_id: id,
+        py_id: 0,
+        py_state: 0,
         bytes: kb << 10,
         count,
         frames: None,

@@ -216,6 +216,8 @@ fn page_has_graphs_only_with_stacks() {
                     start_ns: 5,
                 },
                 stack_id: 3,
+                py_id: 0,
+                py_state: 0,
                 bytes: 200 << 20,
                 count: 400,
                 frames: Some(vec![f("grow_here", 6), f("main", 16)]),
