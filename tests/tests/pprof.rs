@@ -55,6 +55,20 @@ fn report_pprof(rec: &Path, profile: &Path) -> Output {
 }
 
 /// `-top`'s rows, heaviest flat first: (flat, function and the rest).
+/// A `-top` size (`62.84MB`, `64088kB`, `1.2GB`: pprof picks the unit by
+/// magnitude, in powers of 1024) in MiB.
+fn megabytes(v: &str) -> f64 {
+    let split = v.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(v.len());
+    let n: f64 = v[..split].parse().unwrap_or_else(|_| panic!("size {v}"));
+    match &v[split..] {
+        "B" | "" => n / 1024.0 / 1024.0,
+        "kB" => n / 1024.0,
+        "MB" => n,
+        "GB" => n * 1024.0,
+        u => panic!("unit {u} in {v}"),
+    }
+}
+
 fn top_rows(top: &str) -> Vec<(String, String)> {
     top.lines()
         .skip_while(|l| !l.trim_start().starts_with("flat"))
@@ -93,7 +107,7 @@ fn go_tool_pprof_names_grow_here() {
     let rows = top_rows(&top);
     let (flat, func) = rows.first().expect("no rows in -top");
     assert_eq!(func, "grow_here", "{top}");
-    let mb: f64 = flat.trim_end_matches("MB").parse().expect("flat in MB");
+    let mb = megabytes(flat);
     assert!(mb >= 40.0, "grow_here holds only {flat}: {top}");
     // Its callers are there, as cumulative only.
     for caller in ["step", "main"] {
