@@ -6,9 +6,10 @@
 //!   no lockdown veto), then `kprobe/oom_kill_process` (CONFIG_KPROBES);
 //!   without either there is no `oom_control` (points, totalpages), but the
 //!   victim is still caught:
-//! - victim: `tp_btf/mark_victim` with a `task_struct *` (6.8+), then the
-//!   classic `oom:mark_victim` tracepoint (all fields on 6.8+, `pid` alone
-//!   before);
+//! - victim: `tp_btf/mark_victim` where its BTF prototype passes a
+//!   `task_struct *` (upstream 6.8+, and distribution kernels that took the
+//!   change, Debian's 6.1 among them), then the classic `oom:mark_victim`
+//!   tracepoint (all fields where it has them, `pid` alone before);
 //! - lifecycle: `tp_btf/sched_process_{fork,exec,exit}` (5.5+);
 //! - honest growth: `tp_btf/mm_page_{alloc,free}` (5.5+), batched per CPU;
 //! - memory (RSS): read by those page probes, once per batch of a process's
@@ -161,16 +162,23 @@ fn config(kbtf: &KernelBtf, t: &Tunables, page_size: u64) -> Result<Config, Load
     Ok(config)
 }
 
+/// With the config: whether `mark_victim`'s prototype passes a task, or
+/// what BTF showed instead.
+type Facts = (Config, Result<(), String>);
+
 /// The offsets and facts `load` reads from the kernel's BTF. Parsing it
 /// (btf-rs, the whole of vmlinux's types) peaks near 50 MB, which would stay
 /// the recorder's high-water mark for days: a short-lived child does it and
 /// hands back the few bytes that matter. Without a child (fork refused), it
 /// is done here.
-fn btf_facts(t: &Tunables, page_size: u64) -> Result<(Config, bool), LoadError> {
-    let facts = || -> Result<(Config, bool), LoadError> {
+fn btf_facts(t: &Tunables, page_size: u64) -> Result<Facts, LoadError> {
+    let facts = || -> Result<Facts, LoadError> {
         let kbtf = KernelBtf::open()?;
         let config = config(&kbtf, t, page_size)?;
-        Ok((config, kbtf.tp_first_arg_is("mark_victim", "task_struct")))
+        Ok((
+            config,
+            kbtf.tp_first_arg_struct("mark_victim", "task_struct"),
+        ))
     };
     let Ok((rd, wr)) = nix::unistd::pipe() else {
         return facts();
@@ -183,9 +191,10 @@ fn btf_facts(t: &Tunables, page_size: u64) -> Result<(Config, bool), LoadError> 
             drop(rd);
             let mut out = std::fs::File::from(wr);
             let msg = match facts() {
-                Ok((c, has_task)) => {
-                    let mut m = vec![0u8, u8::from(has_task)];
+                Ok((c, task)) => {
+                    let mut m = vec![0u8, u8::from(task.is_ok())];
                     m.extend_from_slice(&crate::decode::pod_bytes(&c));
+                    m.extend_from_slice(task.err().unwrap_or_default().as_bytes());
                     m
                 }
                 Err(e) => {
@@ -204,12 +213,18 @@ fn btf_facts(t: &Tunables, page_size: u64) -> Result<(Config, bool), LoadError> 
             let read = std::io::Read::read_to_end(&mut std::fs::File::from(rd), &mut msg);
             let _ = nix::sys::wait::waitpid(child, None);
             match (read, msg.first()) {
-                (Ok(_), Some(0)) if msg.len() == 2 + size_of::<Config>() => {
+                (Ok(_), Some(0)) if msg.len() >= 2 + size_of::<Config>() => {
                     // SAFETY: Config is plain #[repr(C)] integers, and the
-                    // bytes are exactly one, written by the same binary.
+                    // bytes are one, written by the same binary.
                     let c: Config =
                         unsafe { std::ptr::read_unaligned(msg[2..].as_ptr() as *const Config) };
-                    Ok((c, msg[1] != 0))
+                    let why = &msg[2 + size_of::<Config>()..];
+                    let task = if msg[1] != 0 {
+                        Ok(())
+                    } else {
+                        Err(String::from_utf8_lossy(why).into_owned())
+                    };
+                    Ok((c, task))
                 }
                 (Ok(_), Some(1)) => Err(LoadError::Object(
                     String::from_utf8_lossy(&msg[1..]).into_owned(),
@@ -225,7 +240,7 @@ fn btf_facts(t: &Tunables, page_size: u64) -> Result<(Config, bool), LoadError> 
 pub fn load(t: &Tunables, page_size: u64) -> Result<Loaded, LoadError> {
     // Mounted first, here: the child reads tracepoint layouts from it.
     let tracefs = kernel::ensure_tracefs();
-    let (mut config, mark_victim_has_task) = btf_facts(t, page_size)?;
+    let (mut config, mark_victim_task) = btf_facts(t, page_size)?;
     // Signals sent to the recorder are kept too: it passes them on to the
     // job, and the kernel's record of who sent them is the evidence. Set
     // here, not in `config`, which may run in a child.
@@ -254,7 +269,7 @@ pub fn load(t: &Tunables, page_size: u64) -> Result<Loaded, LoadError> {
         &mut ebpf,
         &btf,
         &tracefs,
-        mark_victim_has_task,
+        &mark_victim_task,
         &mut attach,
         &mut fell,
     )?;
