@@ -363,6 +363,11 @@ pub struct Config {
     pub pg_head: i64,
     /// The page size, bytes.
     pub page_size: i64,
+    /// `record --ebpf-log`: the programs log what only they can see (a
+    /// full map, a refused reserve, a read that failed) through aya-log.
+    /// 0, the default, leaves every log call dead code that the verifier
+    /// drops, since this struct is read-only.
+    pub ebpf_log: i64,
 }
 
 impl Config {
@@ -430,6 +435,7 @@ impl Config {
         folio_flags_1: -1,
         pg_head: -1,
         page_size: 4096,
+        ebpf_log: 0,
     };
 }
 

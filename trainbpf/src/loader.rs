@@ -34,9 +34,11 @@ use crate::{
 };
 
 mod attach;
+mod ebpf_log;
 mod features;
 pub use attach::RSS_VIA_PAGES;
 use attach::{attach_kill_context, attach_lifecycle, attach_memory, attach_printk, attach_victim};
+pub use ebpf_log::KernelLog;
 pub use features::{Features, Probe, Unavailable, probe_features};
 
 #[derive(Debug, thiserror::Error)]
@@ -67,6 +69,8 @@ pub struct Tunables {
     pub oom_probe: OomProbe,
     /// `--all`: every process on the machine is the job's.
     pub all_processes: bool,
+    /// `--ebpf-log`: the programs log what only they see (`KernelLog`).
+    pub ebpf_log: bool,
 }
 
 /// Which probe on `oom_kill_process` to try.
@@ -94,6 +98,8 @@ pub struct Loaded {
     pub job: HashMap<MapData, u32, u32>,
     pub attach: Attach,
     pub fallbacks: Vec<Fallback>,
+    /// The programs' own log, with `--ebpf-log`.
+    pub kernel_log: Option<KernelLog>,
 }
 
 /// The eBPF object, built by build.rs with aya-build.
@@ -143,6 +149,7 @@ fn config(kbtf: &KernelBtf, t: &Tunables, page_size: u64) -> Result<Config, Load
     config.rss_relative_shift = t.rss_relative_shift as i64;
     config.heartbeat_ns = (t.heartbeat_ms * 1_000_000) as i64;
     config.all_processes = i64::from(t.all_processes);
+    config.ebpf_log = i64::from(t.ebpf_log);
     // THREAD_SIZE: 16 KiB on x86-64 and arm64, twice that with KASAN, and
     // never under a page. Not in BTF; a wrong size would only make every
     // page event look like an interrupt's, so it errs large only by KASAN.
@@ -276,6 +283,20 @@ pub fn load(t: &Tunables, page_size: u64) -> Result<Loaded, LoadError> {
     attach_lifecycle(&mut ebpf, &btf, &mut attach, &mut fell)?;
     attach_memory(&mut ebpf, &btf, &config, &mut attach, &mut fell);
     attach_printk(&mut ebpf, &config, &tracefs, &mut attach, &mut fell);
+    let kernel_log = if t.ebpf_log {
+        match KernelLog::open(&mut ebpf) {
+            Ok(l) => {
+                attach.ebpf_log = Some("aya-log ring AYA_LOGS".into());
+                Some(l)
+            }
+            Err(e) => {
+                fell("aya-log ring AYA_LOGS", e.to_string());
+                None
+            }
+        }
+    } else {
+        None
+    };
 
     let take = |ebpf: &mut Ebpf, name: &str| {
         ebpf.take_map(name)
@@ -297,6 +318,7 @@ pub fn load(t: &Tunables, page_size: u64) -> Result<Loaded, LoadError> {
         job,
         attach,
         fallbacks,
+        kernel_log,
     })
 }
 
@@ -315,6 +337,10 @@ fn load_object(
     let btf = Btf::from_sys_fs()?;
     loader.btf(Some(&btf));
     loader.override_global("CONFIG", config, true);
+    // Every log call already waits on `CONFIG.ebpf_log`; aya-log's own
+    // level (all, unless told) is set to match, so that none can slip by.
+    let log_level: u8 = if config.ebpf_log != 0 { u8::MAX } else { 0 };
+    loader.override_global(aya_log::LEVEL, &log_level, true);
     if let Some(g) = gpu_config {
         loader.override_global("GPU_CONFIG", g, true);
     }
@@ -344,6 +370,9 @@ pub fn describe(attach: &Attach, fallbacks: &[Fallback]) -> String {
         "; memory via {}",
         attach.memory.as_deref().unwrap_or("(none)")
     ));
+    if attach.ebpf_log.is_some() {
+        s.push_str("; the programs' own log on (--ebpf-log)");
+    }
     for f in fallbacks {
         s.push_str(&format!("\n  fallback: {} not used: {}", f.probe, f.reason));
     }

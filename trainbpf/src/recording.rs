@@ -93,6 +93,10 @@ pub struct Attach {
     /// A forked child's page tables taken out of its parent's growth.
     #[serde(default)]
     pub forks: Option<String>,
+    /// `record --ebpf-log`: the kernel programs' own log, read from
+    /// aya-log's ring.
+    #[serde(default)]
+    pub ebpf_log: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

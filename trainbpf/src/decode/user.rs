@@ -4,10 +4,11 @@
 use serde::{Deserialize, Serialize};
 
 use super::{
-    CgroupName, Compaction, DecodeError, Event, ExeName, JobExit, JobStart, KIND_CGROUP,
-    KIND_COMPACTED, KIND_EXE, KIND_JOB_EXIT, KIND_JOB_START, KIND_LEAK_WARNING, KIND_LOST,
-    KIND_NOTE, KIND_PRESSURE, KIND_PROC_INFO, KIND_SHM, KIND_SIGNAL_RECEIVED, KIND_SMAPS,
-    LeakWarning, Lost, Pressure, ProcInfo, ShmObject, SignalReceived, SmapsSample, json,
+    CgroupName, Compaction, DecodeError, EbpfLog, Event, ExeName, JobExit, JobStart, KIND_CGROUP,
+    KIND_COMPACTED, KIND_EBPF_LOG, KIND_EXE, KIND_JOB_EXIT, KIND_JOB_START, KIND_LEAK_WARNING,
+    KIND_LOST, KIND_NOTE, KIND_PRESSURE, KIND_PROC_INFO, KIND_SHM, KIND_SIGNAL_RECEIVED,
+    KIND_SMAPS, LeakWarning, Lost, Pressure, ProcInfo, ShmObject, SignalReceived, SmapsSample,
+    json,
 };
 
 /// The JSON body of a userspace record.
@@ -33,6 +34,7 @@ pub enum UserBody {
     Compacted(Compaction),
     LeakWarning(LeakWarning),
     SignalReceived(SignalReceived),
+    EbpfLog(EbpfLog),
 }
 
 impl UserBody {
@@ -51,6 +53,7 @@ impl UserBody {
             UserBody::Compacted(_) => KIND_COMPACTED,
             UserBody::LeakWarning(_) => KIND_LEAK_WARNING,
             UserBody::SignalReceived(_) => KIND_SIGNAL_RECEIVED,
+            UserBody::EbpfLog(_) => KIND_EBPF_LOG,
         }
     }
 }
@@ -80,6 +83,7 @@ pub(super) fn decode(kind: u16, bytes: &[u8]) -> Result<(u64, Event), DecodeErro
         (KIND_COMPACTED, UserBody::Compacted(c)) => Event::Compacted(c),
         (KIND_LEAK_WARNING, UserBody::LeakWarning(w)) => Event::LeakWarning(w),
         (KIND_SIGNAL_RECEIVED, UserBody::SignalReceived(r)) => Event::SignalReceived(r),
+        (KIND_EBPF_LOG, UserBody::EbpfLog(l)) => Event::EbpfLog(l),
         _ => {
             return Err(DecodeError::Json {
                 kind,

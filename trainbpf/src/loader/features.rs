@@ -99,6 +99,7 @@ pub fn probe_features() -> Features {
         proc_map_entries: DEFAULT_PROC_MAP_ENTRIES,
         oom_probe: OomProbe::Auto,
         all_processes: false,
+        ebpf_log: false,
     };
     let config = match config(&kbtf, &t, 4096) {
         Ok(c) => c,

@@ -330,6 +330,7 @@ pub(crate) mod fixture {
             leaks: Default::default(),
             compaction: None,
             leak_warnings: Vec::new(),
+            ebpf_log: Default::default(),
         }
     }
 }
