@@ -366,6 +366,11 @@ pub struct Config {
     /// `record --stacks`: a process's user stack is taken each time its
     /// added memory climbs this many pages above its last high (0: off).
     pub stack_every_pages: i64,
+    /// `record --ebpf-log`: the programs log what only they can see (a
+    /// full map, a refused reserve, a read that failed) through aya-log.
+    /// 0, the default, leaves every log call dead code that the verifier
+    /// drops, since this struct is read-only.
+    pub ebpf_log: i64,
 }
 
 impl Config {
@@ -434,6 +439,7 @@ impl Config {
         pg_head: -1,
         page_size: 4096,
         stack_every_pages: 0,
+        ebpf_log: 0,
     };
 }
 

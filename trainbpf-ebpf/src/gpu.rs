@@ -56,7 +56,7 @@ fn pending_key(pid_tgid: u64, op: u32) -> u64 {
 }
 
 #[inline(always)]
-fn try_cuda_entry(ctx: &ProbeContext, op: u32) -> Result<u32, u32> {
+fn try_cuda_entry(ctx: &ProbeContext, op: u32, prog: &'static str) -> Result<u32, u32> {
     let pid_tgid = bpf_get_current_pid_tgid();
     if !in_job((pid_tgid >> 32) as u32) {
         return Ok(0);
@@ -72,6 +72,13 @@ fn try_cuda_entry(ctx: &ProbeContext, op: u32) -> Result<u32, u32> {
         .is_err()
     {
         bump(|c| c.pending_full += 1);
+        klog!(
+            warn,
+            crate::klog::SITE_CUDA_PENDING_FULL,
+            prog,
+            "CUDA_PENDING full: thread {}'s call not recorded ({} on this CPU)",
+            pid_tgid as u32
+        );
     }
     Ok(0)
 }
@@ -102,7 +109,7 @@ struct MemProp {
 }
 
 #[inline(always)]
-fn try_cuda_return(ctx: &RetProbeContext, op: u32) -> Result<u32, u32> {
+fn try_cuda_return(ctx: &RetProbeContext, op: u32, prog: &'static str) -> Result<u32, u32> {
     let pid_tgid = bpf_get_current_pid_tgid();
     let key = pending_key(pid_tgid, op);
     // SAFETY: the value is copied out before the entry is removed.
@@ -194,7 +201,7 @@ fn try_cuda_return(ctx: &RetProbeContext, op: u32) -> Result<u32, u32> {
         _ => (0, 0, 0, 0, -1),
     };
     let Some(mut entry) = EVENTS.reserve::<CudaEvent>(0) else {
-        count_lost(KIND_CUDA);
+        count_lost(KIND_CUDA, prog);
         return Ok(0);
     };
     let ev = entry.as_mut_ptr();
@@ -226,14 +233,14 @@ macro_rules! cuda_probe {
     ($entry:ident, $ret:ident, $op:expr) => {
         #[uprobe]
         pub fn $entry(ctx: ProbeContext) -> u32 {
-            match try_cuda_entry(&ctx, $op) {
+            match try_cuda_entry(&ctx, $op, stringify!($entry)) {
                 Ok(r) | Err(r) => r,
             }
         }
 
         #[uretprobe]
         pub fn $ret(ctx: RetProbeContext) -> u32 {
-            match try_cuda_return(&ctx, $op) {
+            match try_cuda_return(&ctx, $op, stringify!($ret)) {
                 Ok(r) | Err(r) => r,
             }
         }
@@ -325,7 +332,7 @@ fn try_nvidia_dev_xid(ctx: &TracePointContext) -> Result<u32, u32> {
         0
     };
     let Some(mut entry) = EVENTS.reserve::<XidEvent>(0) else {
-        count_lost(KIND_XID);
+        count_lost(KIND_XID, "nvidia_dev_xid");
         return Ok(0);
     };
     let ev = entry.as_mut_ptr();
@@ -374,7 +381,12 @@ fn try_nv_pages(ctx: &ProbeContext, op: u32) -> Result<u32, u32> {
     }
     let page_count: u32 = ctx.arg(1).unwrap_or(0);
     let Some(mut entry) = EVENTS.reserve::<NvPagesEvent>(0) else {
-        count_lost(KIND_NV_PAGES);
+        let prog = if op == NV_PAGES_ALLOC {
+            "nv_alloc_pages"
+        } else {
+            "nv_free_pages"
+        };
+        count_lost(KIND_NV_PAGES, prog);
         return Ok(0);
     };
     let ev = entry.as_mut_ptr();

@@ -54,14 +54,22 @@ fn try_sched_fork(ctx: &BtfTracePointContext) -> Result<u32, u32> {
     if !in_job(parent_tgid) {
         return Ok(0);
     }
-    if JOB.insert(&child_tgid, &1, 0).is_err()
-        && let Some(c) = COUNTERS.get_ptr_mut(0)
-    {
-        // SAFETY: per-CPU slot.
-        unsafe { (*c).job_map_full += 1 };
+    if JOB.insert(&child_tgid, &1, 0).is_err() {
+        if let Some(c) = COUNTERS.get_ptr_mut(0) {
+            // SAFETY: per-CPU slot.
+            unsafe { (*c).job_map_full += 1 };
+        }
+        klog!(
+            warn,
+            crate::klog::SITE_JOB_FULL,
+            "sched_fork",
+            "JOB map full: job process {}'s child {} not added to the job ({} on this CPU)",
+            parent_tgid,
+            child_tgid
+        );
     }
     let Some(mut entry) = EVENTS.reserve::<ForkEvent>(0) else {
-        count_lost(KIND_FORK);
+        count_lost(KIND_FORK, "sched_fork");
         return Ok(0);
     };
     let ev = entry.as_mut_ptr();
@@ -88,12 +96,13 @@ pub fn sched_exec(ctx: BtfTracePointContext) -> u32 {
 fn try_sched_exec(ctx: &BtfTracePointContext) -> Result<u32, u32> {
     let task: u64 = ctx.arg(0);
     let bprm: u64 = ctx.arg(2);
+    crate::klog::check_current_task("sched_exec", task);
     let tgid: u32 = rd(task, conf!(task_tgid))?;
     if !in_job(tgid) {
         return Ok(0);
     }
     let Some(mut entry) = EVENTS.reserve::<ExecEvent>(0) else {
-        count_lost(KIND_EXEC);
+        count_lost(KIND_EXEC, "sched_exec");
         return Ok(0);
     };
     let ev = entry.as_mut_ptr();
@@ -148,7 +157,7 @@ fn try_sched_exit(ctx: &BtfTracePointContext) -> Result<u32, u32> {
     }
     let _ = JOB.remove(&tgid);
     let Some(mut entry) = PRECIOUS.reserve::<ExitEvent>(0) else {
-        count_lost(KIND_EXIT);
+        count_lost(KIND_EXIT, "sched_exit");
         return Ok(0);
     };
     let ev = entry.as_mut_ptr();

@@ -56,6 +56,9 @@ pub(crate) fn read_conf(p: *const i64) -> i64 {
 }
 
 // Declared after `conf!`, which a module sees only if it comes later.
+/// `klog!`: the programs' own log, off unless `record --ebpf-log`.
+#[macro_use]
+mod klog;
 /// The GPU probes: CUDA driver uprobes, Xid, the driver's page allocator.
 mod gpu;
 /// Fork, exec and exit of the recorded job.
@@ -150,13 +153,22 @@ fn lazy_precious() -> u64 {
     }
 }
 
+/// A ring refused a record of `kind` in program `prog`: counted, and
+/// logged with `--ebpf-log`.
 #[inline(always)]
-pub(crate) fn count_lost(kind: u16) {
+pub(crate) fn count_lost(kind: u16, prog: &'static str) {
     if let Some(c) = COUNTERS.get_ptr_mut(0) {
         let i = (kind as usize) & (KIND_MAX as usize - 1);
         // SAFETY: per-CPU slot, this CPU only; programs don't nest here.
         unsafe { (*c).lost[i] += 1 };
     }
+    klog!(
+        warn,
+        klog::SITE_LOST + (kind as u32 & (KIND_MAX as u32 - 1)),
+        prog,
+        "ring buffer full: a record of kind {} lost ({} on this CPU)",
+        kind
+    );
 }
 
 #[inline(always)]

@@ -40,7 +40,7 @@ pub(crate) fn read_counters(mm: u64) -> [i64; NR_MM_COUNTERS] {
 #[inline(always)]
 fn proc_state(tgid: u32, task: u64, mm: u64, now: u64) -> Option<*mut ProcState> {
     let pid = bpf_get_current_pid_tgid() as u32;
-    procs::get_or_create(&procs::key_of(task, tgid, pid), task, mm, now)
+    procs::get_or_create(&procs::key_of(task, tgid, pid), task, mm, now, "rss_stat")
 }
 
 #[inline(always)]
@@ -97,7 +97,7 @@ fn try_rss_stat(ctx: &BtfTracePointContext) -> Result<u32, u32> {
     // SAFETY: `st` points into a map value; races between threads of one
     // process can only duplicate or delay a record, never corrupt one.
     unsafe { (*st).cur[member] = value };
-    maybe_emit(st, task, mm, tgid, now);
+    maybe_emit(st, task, mm, tgid, now, "rss_stat");
     if let Some(c) = slot {
         // SAFETY: this CPU's slot, as above; `st` is a live map value.
         unsafe {
@@ -125,9 +125,16 @@ fn threshold_for(total: i64) -> i64 {
 
 /// Sends a MemEvent when the process's RSS counters or its net page
 /// allocations moved by the threshold since the last record, or moved at
-/// all once the heartbeat passed.
+/// all once the heartbeat passed. `prog` names the program, for the log.
 #[inline(always)]
-pub(crate) fn maybe_emit(st: *mut ProcState, task: u64, mm: u64, tgid: u32, now: u64) {
+pub(crate) fn maybe_emit(
+    st: *mut ProcState,
+    task: u64,
+    mm: u64,
+    tgid: u32,
+    now: u64,
+    prog: &'static str,
+) {
     // SAFETY: `st` points into a live map value (see try_rss_stat).
     unsafe {
         let cur = (*st).cur;
@@ -182,7 +189,7 @@ pub(crate) fn maybe_emit(st: *mut ProcState, task: u64, mm: u64, tgid: u32, now:
         let cache = (*st).cache_added_pages as i64 - (*st).cache_removed_pages as i64;
         let net = (*st).alloc_pages as i64 - (*st).freed_pages as i64 - cache;
         let Some(mut entry) = EVENTS.reserve::<MemEvent>(0) else {
-            count_lost(KIND_MEM);
+            count_lost(KIND_MEM, prog);
             return;
         };
         let fresh = read_counters(mm);

@@ -58,14 +58,14 @@ fn fill_victim(ev: *mut OomEvent, kind: u16, source: u32, task: u64) {
 /// (mm/oom_kill.c): `oc->chosen` is the victim, `current` the allocating
 /// task that ran out.
 #[inline(always)]
-fn emit_oom_kill(oc: u64, source: u32) -> Result<u32, u32> {
+fn emit_oom_kill(oc: u64, source: u32, prog: &'static str) -> Result<u32, u32> {
     let chosen: u64 = rd(oc, conf!(oc_chosen))?;
     // NULL: nothing chosen; -1: the kernel aborted the selection.
     if chosen == 0 || chosen == u64::MAX {
         return Ok(0);
     }
     let Some(mut entry) = PRECIOUS.reserve::<OomEvent>(0) else {
-        count_lost(KIND_OOM_KILL);
+        count_lost(KIND_OOM_KILL, prog);
         return Ok(0);
     };
     let ev = entry.as_mut_ptr();
@@ -90,7 +90,7 @@ fn emit_oom_kill(oc: u64, source: u32) -> Result<u32, u32> {
 #[fentry(function = "oom_kill_process")]
 pub fn oom_kill_fentry(ctx: FEntryContext) -> u32 {
     let oc: u64 = ctx.arg(0);
-    match emit_oom_kill(oc, SRC_FENTRY) {
+    match emit_oom_kill(oc, SRC_FENTRY, "oom_kill_fentry") {
         Ok(r) | Err(r) => r,
     }
 }
@@ -98,7 +98,7 @@ pub fn oom_kill_fentry(ctx: FEntryContext) -> u32 {
 #[kprobe]
 pub fn oom_kill_kprobe(ctx: ProbeContext) -> u32 {
     let oc: u64 = ctx.arg(0).unwrap_or(0);
-    match emit_oom_kill(oc, SRC_KPROBE) {
+    match emit_oom_kill(oc, SRC_KPROBE, "oom_kill_kprobe") {
         Ok(r) | Err(r) => r,
     }
 }
@@ -116,7 +116,7 @@ fn try_mark_victim_btf(ctx: &BtfTracePointContext) -> Result<u32, u32> {
     let task: u64 = ctx.arg(0);
     let uid: u32 = ctx.arg(1);
     let Some(mut entry) = PRECIOUS.reserve::<OomEvent>(0) else {
-        count_lost(KIND_OOM_VICTIM);
+        count_lost(KIND_OOM_VICTIM, "mark_victim_btf");
         return Ok(0);
     };
     let ev = entry.as_mut_ptr();
@@ -148,7 +148,7 @@ fn tp_field<T: Default>(ctx: &TracePointContext, off: i64) -> T {
 fn try_mark_victim_tp(ctx: &TracePointContext) -> Result<u32, u32> {
     let pid: i32 = tp_field(ctx, conf!(tp_mv_pid));
     let Some(mut entry) = PRECIOUS.reserve::<OomEvent>(0) else {
-        count_lost(KIND_OOM_VICTIM);
+        count_lost(KIND_OOM_VICTIM, "mark_victim_tp");
         return Ok(0);
     };
     let ev = entry.as_mut_ptr();
@@ -262,7 +262,7 @@ fn try_printk_console(ctx: &TracePointContext) -> Result<u32, u32> {
         return Ok(0);
     }
     let Some(mut entry) = PRECIOUS.reserve::<PrintkEvent>(0) else {
-        count_lost(KIND_PRINTK);
+        count_lost(KIND_PRINTK, "printk_console");
         return Ok(0);
     };
     let ev = entry.as_mut_ptr();

@@ -58,6 +58,22 @@ pub(crate) const CACHE_DEL: u32 = 3;
 /// tables): taken back out of its allocations.
 pub(crate) const FORK_TABLES: u32 = 4;
 
+/// The program that passes `what`, for the log (a constant where inlined).
+#[inline(always)]
+fn prog_of(what: u32) -> &'static str {
+    match what {
+        ALLOC => "page_alloc",
+        FREE => "page_free",
+        CACHE_ADD => "cache_add",
+        CACHE_DEL => "cache_del",
+        _ => "sched_fork",
+    }
+}
+
+/// `check_growth` runs at the end of a batch in any of these, and takes
+/// nothing that says which: the per-page path stays as it is.
+const PAGE_PROGS: &str = "page_alloc/page_free/cache_add/cache_del";
+
 #[inline(always)]
 fn counters_add(f: impl FnOnce(*mut Counters)) {
     if let Some(c) = COUNTERS.get_ptr_mut(0) {
@@ -262,6 +278,16 @@ fn refill<const STACKS: bool>(
     // SAFETY: helper without preconditions.
     let task = unsafe { bpf_get_current_task() };
     let stack: u64 = rd(task, conf!(task_stack)).unwrap_or(0);
+    if stack == 0 && conf!(task_stack) >= 0 {
+        klog!(
+            warn,
+            crate::klog::SITE_STACK,
+            prog_of(what),
+            "task_struct.stack unreadable at BTF's offset {} (thread {}): its pages can't be told from an interrupt's ({} on this CPU)",
+            conf!(task_stack),
+            pid
+        );
+    }
     let size = conf!(thread_size);
     let (stack_lo, stack_size) = if stack != 0 && size > 0 {
         (stack, size as u64)
@@ -337,7 +363,7 @@ fn refill<const STACKS: bool>(
             let now = unsafe { bpf_ktime_get_ns() };
             // No room (counted): the slot counts nothing for the thread,
             // so its next pages cost a compare, not a failed insert each.
-            let Some(st) = procs::get_or_create(&key, task, mm, now) else {
+            let Some(st) = procs::get_or_create(&key, task, mm, now, prog_of(what)) else {
                 return 0;
             };
             look = true;
@@ -399,7 +425,7 @@ fn check_growth<const STACKS: bool>(st: *mut ProcState, tgid: u32, ctx: *mut c_v
     }
     // SAFETY: helper without preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
-    maybe_emit(st, task, mm, tgid, now);
+    maybe_emit(st, task, mm, tgid, now, PAGE_PROGS);
 }
 
 /// `__GFP_MOVABLE` and `__GFP_ZERO` (include/linux/gfp_types.h): 0x08 and

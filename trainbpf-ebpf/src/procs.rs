@@ -110,8 +110,9 @@ pub(crate) fn get(key: &ProcKey) -> Option<*mut ProcState> {
     PROCS.get_ptr_mut(key)
 }
 
+/// No room for `tgid` in `PROCS`: counted, and logged with `--ebpf-log`.
 #[inline(always)]
-fn count_full(job: bool) {
+fn count_full(job: bool, tgid: u32, prog: &'static str) {
     if let Some(c) = COUNTERS.get_ptr_mut(0) {
         // SAFETY: per-CPU slot, this CPU only.
         unsafe {
@@ -122,13 +123,39 @@ fn count_full(job: bool) {
             }
         }
     }
+    if job {
+        klog!(
+            warn,
+            crate::klog::SITE_PROCS_FULL,
+            prog,
+            "PROCS full ({} entries): job process {} not tracked, its memory records lost ({} on this CPU)",
+            conf!(procs_max),
+            tgid
+        );
+    } else {
+        klog!(
+            warn,
+            crate::klog::SITE_PROCS_ROOM,
+            prog,
+            "PROCS has no room left outside the {} of its {} entries held for the job: process {} not tracked ({} on this CPU)",
+            conf!(procs_job_reserve),
+            conf!(procs_max),
+            tgid
+        );
+    }
 }
 
 /// The entry of the current process, made on first sight. None for an
 /// exiting process (its entry went at its exit; one made now would outlive
-/// it) or when there is no room.
+/// it) or when there is no room. `prog` names the program, for the log.
 #[inline(always)]
-pub(crate) fn get_or_create(key: &ProcKey, task: u64, mm: u64, now: u64) -> Option<*mut ProcState> {
+pub(crate) fn get_or_create(
+    key: &ProcKey,
+    task: u64,
+    mm: u64,
+    now: u64,
+    prog: &'static str,
+) -> Option<*mut ProcState> {
     if let Some(st) = PROCS.get_ptr_mut(key) {
         return Some(st);
     }
@@ -141,7 +168,7 @@ pub(crate) fn get_or_create(key: &ProcKey, task: u64, mm: u64, now: u64) -> Opti
         let entries = entries();
         let room = conf!(procs_max) - conf!(procs_job_reserve);
         if entries as i64 >= room {
-            count_full(false);
+            count_full(false, key.tgid, prog);
             return None;
         }
     }
@@ -166,7 +193,7 @@ pub(crate) fn get_or_create(key: &ProcKey, task: u64, mm: u64, now: u64) -> Opti
         // Another thread of the process made it first: add to that one.
         Err(e) if e == -EEXIST => {}
         Err(_) => {
-            count_full(job);
+            count_full(job, key.tgid, prog);
             return None;
         }
     }

@@ -51,7 +51,7 @@ fn try_signal_generate(ctx: &BtfTracePointContext) -> Result<u32, u32> {
         _ => rd(info, conf!(siginfo_code)).unwrap_or(0),
     };
     let Some(mut entry) = PRECIOUS.reserve::<SignalEvent>(0) else {
-        count_lost(KIND_SIGNAL);
+        count_lost(KIND_SIGNAL, "signal_generate");
         return Ok(0);
     };
     let ev = entry.as_mut_ptr();
@@ -118,7 +118,7 @@ fn try_oom_adj_update(ctx: &BtfTracePointContext) -> Result<u32, u32> {
     let signal: u64 = rd(task, conf!(task_signal))?;
     let adj: i16 = rd(signal, conf!(signal_oom_score_adj))?;
     let Some(mut entry) = EVENTS.reserve::<AdjEvent>(0) else {
-        count_lost(KIND_OOM_ADJ);
+        count_lost(KIND_OOM_ADJ, "oom_adj_update");
         return Ok(0);
     };
     let ev = entry.as_mut_ptr();

@@ -49,7 +49,7 @@ pub(crate) fn inside(pid: u32) -> u32 {
 /// A thread enters a section. Kernel threads (kswapd, kcompactd) are left
 /// out: they stall nobody and their pages count for nobody anyway.
 #[inline(always)]
-fn enter() -> u32 {
+fn enter(prog: &'static str) -> u32 {
     // SAFETY: helper without preconditions.
     let task = unsafe { bpf_get_current_task() };
     if rd::<u64>(task, conf!(task_mm)).unwrap_or(0) == 0 {
@@ -70,6 +70,13 @@ fn enter() -> u32 {
             };
             // Full: the thread's pages are counted as its own, as before.
             if INSIDE.insert(&pid, &i, 0).is_err() {
+                klog!(
+                    warn,
+                    crate::klog::SITE_INSIDE_FULL,
+                    prog,
+                    "INSIDE full: thread {}'s reclaim or compaction not bracketed, its pages there count as its own ({} on this CPU)",
+                    pid
+                );
                 return 0;
             }
             procs::state_add(procs::inside_of, 1);
@@ -133,7 +140,7 @@ fn stall_end(kind: usize) -> u32 {
 
 #[btf_tracepoint(function = "mm_vmscan_direct_reclaim_begin")]
 pub fn direct_reclaim_begin(_ctx: BtfTracePointContext) -> u32 {
-    enter()
+    enter("direct_reclaim_begin")
 }
 
 #[btf_tracepoint(function = "mm_vmscan_direct_reclaim_end")]
@@ -143,7 +150,7 @@ pub fn direct_reclaim_end(_ctx: BtfTracePointContext) -> u32 {
 
 #[btf_tracepoint(function = "mm_vmscan_memcg_reclaim_begin")]
 pub fn memcg_reclaim_begin(_ctx: BtfTracePointContext) -> u32 {
-    enter()
+    enter("memcg_reclaim_begin")
 }
 
 #[btf_tracepoint(function = "mm_vmscan_memcg_reclaim_end")]
@@ -153,7 +160,7 @@ pub fn memcg_reclaim_end(_ctx: BtfTracePointContext) -> u32 {
 
 #[btf_tracepoint(function = "mm_compaction_begin")]
 pub fn compaction_begin(_ctx: BtfTracePointContext) -> u32 {
-    enter()
+    enter("compaction_begin")
 }
 
 #[btf_tracepoint(function = "mm_compaction_end")]

@@ -61,6 +61,13 @@ pub enum Command {
         #[arg(long, default_value_t = DEFAULT_PROC_MAP_ENTRIES, hide = true,
               value_parser = clap::value_parser!(u32).range(16..=1 << 22))]
         proc_map_entries: u32,
+        /// Have the kernel programs log what only they can see (a map that
+        /// filled, a ring that refused a record, a kernel read at BTF's
+        /// offset that failed), each message with the program that logged
+        /// it: into the recording, and to stderr. Off, the log calls are
+        /// dead code the verifier drops.
+        #[arg(long)]
+        ebpf_log: bool,
         /// No status line (elapsed time, top growers, projected time to OOM)
         /// on the terminal while the job runs.
         #[arg(long, short)]
@@ -183,6 +190,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             oom_probe,
             ring_size,
             proc_map_entries,
+            ebpf_log,
             quiet,
             leak_span,
             max_size,
@@ -219,6 +227,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                     oom_probe,
                     all_processes: matches!(target, record::Target::All),
                     stack_every_bytes: stacks.then_some(stack_every.max(1)),
+                    ebpf_log,
                 },
                 target,
                 quiet,

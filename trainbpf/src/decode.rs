@@ -25,9 +25,9 @@ pub mod stacks;
 /// The collector's own records, JSON.
 mod user;
 pub use events::{
-    CgroupName, Compaction, Event, ExeName, ExitStatus, JobExit, JobStart, LeakWarning, Lost,
-    OomControl, OomRecord, OomRecordKind, ProcKey, Rss, SignalReceived, SignalRecord, SmapsSample,
-    Task, Terminal, Timed, tty_path,
+    CgroupName, Compaction, EbpfLog, Event, ExeName, ExitStatus, JobExit, JobStart, LeakWarning,
+    Lost, OomControl, OomRecord, OomRecordKind, ProcKey, Rss, SignalReceived, SignalRecord,
+    SmapsSample, Task, Terminal, Timed, tty_path,
 };
 pub use samples::{CgroupPressure, Pressure, ProcInfo, Psi, ShmKind, ShmObject, Smaps};
 pub use user::{UserBody, UserRecord, encode_user};
@@ -53,6 +53,8 @@ pub const KIND_LEAK_WARNING: u16 = 121;
 pub const KIND_SIGNAL_RECEIVED: u16 = 124;
 /// Growth stacks drained from the kernel (`record --stacks`).
 pub const KIND_STACKS: u16 = 125;
+/// A message a kernel program logged (`record --ebpf-log`, [`EbpfLog`]).
+pub const KIND_EBPF_LOG: u16 = 130;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum DecodeError {
@@ -130,7 +132,7 @@ pub fn decode(kind: u16, bytes: &[u8], page_kb: u64) -> Result<Timed, DecodeErro
         gpu::KIND_GPU_ATTACH..=gpu::KIND_GPU_USER_MAX => gpu::decode_user(kind, bytes)?,
         KIND_JOB_START | KIND_JOB_EXIT | KIND_LOST | KIND_CGROUP | KIND_NOTE | KIND_EXE
         | KIND_PRESSURE | KIND_SMAPS | KIND_PROC_INFO | KIND_SHM | KIND_COMPACTED
-        | KIND_LEAK_WARNING | KIND_SIGNAL_RECEIVED | KIND_STACKS => user::decode(kind, bytes)?,
+        | KIND_LEAK_WARNING | KIND_SIGNAL_RECEIVED | KIND_STACKS | KIND_EBPF_LOG => user::decode(kind, bytes)?,
         other => return Err(DecodeError::UnknownKind(other)),
     };
     Ok(Timed {
@@ -393,6 +395,16 @@ mod tests {
             decode(KIND_LOST, &bytes, 4),
             Err(DecodeError::Json { .. })
         ));
+        let log = EbpfLog {
+            program: "sched_fork".into(),
+            level: "warn".into(),
+            site: "trainbpf-ebpf/src/lifecycle.rs:58".into(),
+            message: "JOB map full".into(),
+        };
+        let (kind, bytes) = encode_user(7, UserBody::EbpfLog(log.clone()));
+        assert_eq!(kind, KIND_EBPF_LOG);
+        let t = decode(kind, &bytes, 4).unwrap();
+        assert_eq!((t.ts_ns, t.event), (7, Event::EbpfLog(log)));
     }
 
     #[test]

@@ -153,15 +153,35 @@ impl KernelBtf {
     }
 
     /// Whether tracepoint `tp`'s first argument is `struct <name> *`, from
-    /// its BTF prototype `btf_trace_<tp>` (`void (*)(void *, args...)`).
-    pub fn tp_first_arg_is(&self, tp: &str, name: &str) -> bool {
-        self.tp_arg_struct(tp, 1).as_deref() == Some(name)
+    /// its BTF prototype `btf_trace_<tp>` (`void (*)(void *, args...)`); if
+    /// not, what this kernel's BTF shows instead, in words. The prototype, not the version, decides: Debian's 6.1
+    /// already passes `mark_victim` a task_struct, upstream 6.8 first.
+    pub fn tp_first_arg_struct(&self, tp: &str, name: &str) -> Result<(), String> {
+        let proto = format!("btf_trace_{tp}");
+        let Some(arg) = self.tp_arg(&proto, 1) else {
+            return Err(format!("the kernel's BTF has no {proto} prototype"));
+        };
+        let pointee = match skip_mods(&self.btf, arg.clone()) {
+            Type::Ptr(p) => self.btf.resolve_chained_type(&p).ok(),
+            _ => None,
+        };
+        if let Some(Type::Struct(s)) = pointee.map(|t| skip_mods(&self.btf, t))
+            && self.btf.resolve_name(&s).is_ok_and(|n| n == name)
+        {
+            return Ok(());
+        }
+        Err(format!(
+            "the kernel's BTF prototype {proto} passes {} first, not struct {name} *",
+            self.c_type(arg, 0)
+        ))
     }
 
-    fn tp_arg_struct(&self, tp: &str, index: usize) -> Option<String> {
+    /// Parameter `index` of the tracepoint prototype `proto` (0 is the
+    /// context pointer).
+    fn tp_arg(&self, proto: &str, index: usize) -> Option<Type> {
         let t = self
             .btf
-            .resolve_types_by_name(&format!("btf_trace_{tp}"))
+            .resolve_types_by_name(proto)
             .ok()?
             .into_iter()
             .next()?;
@@ -172,13 +192,46 @@ impl KernelBtf {
             return None;
         };
         let param = proto.parameters.get(index)?;
-        let Type::Ptr(arg) = skip_mods(&self.btf, self.btf.resolve_chained_type(param).ok()?)
-        else {
-            return None;
+        self.btf.resolve_chained_type(param).ok()
+    }
+
+    /// A type as C spells it, as far as a message needs: `int`, `pid_t`,
+    /// `struct task_struct *`.
+    fn c_type(&self, t: Type, depth: usize) -> String {
+        let named = |kind: &str, b: Option<&dyn btf_rs::BtfType>| {
+            let name = b
+                .and_then(|b| self.btf.resolve_name(b).ok())
+                .filter(|n| !n.is_empty())
+                .unwrap_or_else(|| "(anonymous)".into());
+            if kind.is_empty() {
+                name
+            } else {
+                format!("{kind} {name}")
+            }
         };
-        match skip_mods(&self.btf, self.btf.resolve_chained_type(&arg).ok()?) {
-            Type::Struct(s) => self.btf.resolve_name(&s).ok(),
-            _ => None,
+        let inner = |t: &Type| {
+            t.as_btf_type()
+                .and_then(|b| self.btf.resolve_chained_type(b).ok())
+        };
+        match &t {
+            Type::Void => "void".into(),
+            Type::Int(_) | Type::Float(_) | Type::Typedef(_) => named("", t.as_btf_type()),
+            Type::Struct(_) => named("struct", t.as_btf_type()),
+            Type::Union(_) => named("union", t.as_btf_type()),
+            Type::Enum(_) | Type::Enum64(_) => named("enum", t.as_btf_type()),
+            Type::Ptr(_) | Type::Const(_) | Type::Volatile(_) | Type::Restrict(_) if depth < 8 => {
+                let base = match inner(&t) {
+                    Some(n) => self.c_type(n, depth + 1),
+                    None => "void".into(),
+                };
+                match &t {
+                    Type::Ptr(_) => format!("{base} *"),
+                    Type::Const(_) => format!("const {base}"),
+                    Type::Volatile(_) => format!("volatile {base}"),
+                    _ => base,
+                }
+            }
+            other => format!("a BTF {}", other.name()),
         }
     }
 
@@ -437,6 +490,30 @@ mod tests {
         ] {
             assert!(v >= 0, "{what}");
         }
-        assert!(k.tp_first_arg_is("sched_process_fork", "task_struct"));
+        assert_eq!(
+            k.tp_first_arg_struct("sched_process_fork", "task_struct"),
+            Ok(())
+        );
+    }
+
+    /// A prototype that does not pass the struct says what it passes, as
+    /// this kernel's BTF spells it: the reason `record` gives for falling
+    /// back from tp_btf/mark_victim.
+    #[test]
+    fn a_prototype_that_does_not_fit_says_what_btf_shows() {
+        let k = KernelBtf::open().expect("kernel BTF");
+        assert_eq!(k.tp_first_arg_struct("mark_victim", "task_struct"), Ok(()));
+        assert_eq!(
+            k.tp_first_arg_struct("cpu_idle", "task_struct"),
+            Err("the kernel's BTF prototype btf_trace_cpu_idle passes unsigned int first, not struct task_struct *".into())
+        );
+        assert_eq!(
+            k.tp_first_arg_struct("sys_enter", "task_struct"),
+            Err("the kernel's BTF prototype btf_trace_sys_enter passes struct pt_regs * first, not struct task_struct *".into())
+        );
+        assert_eq!(
+            k.tp_first_arg_struct("no_such_tracepoint", "task_struct"),
+            Err("the kernel's BTF has no btf_trace_no_such_tracepoint prototype".into())
+        );
     }
 }

@@ -6,9 +6,10 @@
 //!   no lockdown veto), then `kprobe/oom_kill_process` (CONFIG_KPROBES);
 //!   without either there is no `oom_control` (points, totalpages), but the
 //!   victim is still caught:
-//! - victim: `tp_btf/mark_victim` with a `task_struct *` (6.8+), then the
-//!   classic `oom:mark_victim` tracepoint (all fields on 6.8+, `pid` alone
-//!   before);
+//! - victim: `tp_btf/mark_victim` where its BTF prototype passes a
+//!   `task_struct *` (upstream 6.8+, and distribution kernels that took the
+//!   change, Debian's 6.1 among them), then the classic `oom:mark_victim`
+//!   tracepoint (all fields where it has them, `pid` alone before);
 //! - lifecycle: `tp_btf/sched_process_{fork,exec,exit}` (5.5+);
 //! - honest growth: `tp_btf/mm_page_{alloc,free}` (5.5+), batched per CPU;
 //! - memory (RSS): read by those page probes, once per batch of a process's
@@ -33,9 +34,11 @@ use crate::{
 };
 
 mod attach;
+mod ebpf_log;
 mod features;
 pub use attach::RSS_VIA_PAGES;
 use attach::{attach_kill_context, attach_lifecycle, attach_memory, attach_printk, attach_victim};
+pub use ebpf_log::KernelLog;
 pub use features::{Features, Probe, Unavailable, probe_features};
 
 #[derive(Debug, thiserror::Error)]
@@ -69,6 +72,8 @@ pub struct Tunables {
     /// `--stacks`: take a job process's user stack each time its added
     /// memory climbs this many bytes above its last high. `None`: off.
     pub stack_every_bytes: Option<u64>,
+    /// `--ebpf-log`: the programs log what only they see (`KernelLog`).
+    pub ebpf_log: bool,
 }
 
 /// Which probe on `oom_kill_process` to try.
@@ -98,6 +103,8 @@ pub struct Loaded {
     pub stacks: Option<crate::stacks::StackMaps>,
     pub attach: Attach,
     pub fallbacks: Vec<Fallback>,
+    /// The programs' own log, with `--ebpf-log`.
+    pub kernel_log: Option<KernelLog>,
 }
 
 /// The eBPF object, built by build.rs with aya-build.
@@ -147,6 +154,7 @@ fn config(kbtf: &KernelBtf, t: &Tunables, page_size: u64) -> Result<Config, Load
     config.rss_relative_shift = t.rss_relative_shift as i64;
     config.heartbeat_ns = (t.heartbeat_ms * 1_000_000) as i64;
     config.all_processes = i64::from(t.all_processes);
+    config.ebpf_log = i64::from(t.ebpf_log);
     // THREAD_SIZE: 16 KiB on x86-64 and arm64, twice that with KASAN, and
     // never under a page. Not in BTF; a wrong size would only make every
     // page event look like an interrupt's, so it errs large only by KASAN.
@@ -169,16 +177,23 @@ fn config(kbtf: &KernelBtf, t: &Tunables, page_size: u64) -> Result<Config, Load
     Ok(config)
 }
 
+/// With the config: whether `mark_victim`'s prototype passes a task, or
+/// what BTF showed instead.
+type Facts = (Config, Result<(), String>);
+
 /// The offsets and facts `load` reads from the kernel's BTF. Parsing it
 /// (btf-rs, the whole of vmlinux's types) peaks near 50 MB, which would stay
 /// the recorder's high-water mark for days: a short-lived child does it and
 /// hands back the few bytes that matter. Without a child (fork refused), it
 /// is done here.
-fn btf_facts(t: &Tunables, page_size: u64) -> Result<(Config, bool), LoadError> {
-    let facts = || -> Result<(Config, bool), LoadError> {
+fn btf_facts(t: &Tunables, page_size: u64) -> Result<Facts, LoadError> {
+    let facts = || -> Result<Facts, LoadError> {
         let kbtf = KernelBtf::open()?;
         let config = config(&kbtf, t, page_size)?;
-        Ok((config, kbtf.tp_first_arg_is("mark_victim", "task_struct")))
+        Ok((
+            config,
+            kbtf.tp_first_arg_struct("mark_victim", "task_struct"),
+        ))
     };
     let Ok((rd, wr)) = nix::unistd::pipe() else {
         return facts();
@@ -191,9 +206,10 @@ fn btf_facts(t: &Tunables, page_size: u64) -> Result<(Config, bool), LoadError> 
             drop(rd);
             let mut out = std::fs::File::from(wr);
             let msg = match facts() {
-                Ok((c, has_task)) => {
-                    let mut m = vec![0u8, u8::from(has_task)];
+                Ok((c, task)) => {
+                    let mut m = vec![0u8, u8::from(task.is_ok())];
                     m.extend_from_slice(&crate::decode::pod_bytes(&c));
+                    m.extend_from_slice(task.err().unwrap_or_default().as_bytes());
                     m
                 }
                 Err(e) => {
@@ -212,12 +228,18 @@ fn btf_facts(t: &Tunables, page_size: u64) -> Result<(Config, bool), LoadError> 
             let read = std::io::Read::read_to_end(&mut std::fs::File::from(rd), &mut msg);
             let _ = nix::sys::wait::waitpid(child, None);
             match (read, msg.first()) {
-                (Ok(_), Some(0)) if msg.len() == 2 + size_of::<Config>() => {
+                (Ok(_), Some(0)) if msg.len() >= 2 + size_of::<Config>() => {
                     // SAFETY: Config is plain #[repr(C)] integers, and the
-                    // bytes are exactly one, written by the same binary.
+                    // bytes are one, written by the same binary.
                     let c: Config =
                         unsafe { std::ptr::read_unaligned(msg[2..].as_ptr() as *const Config) };
-                    Ok((c, msg[1] != 0))
+                    let why = &msg[2 + size_of::<Config>()..];
+                    let task = if msg[1] != 0 {
+                        Ok(())
+                    } else {
+                        Err(String::from_utf8_lossy(why).into_owned())
+                    };
+                    Ok((c, task))
                 }
                 (Ok(_), Some(1)) => Err(LoadError::Object(
                     String::from_utf8_lossy(&msg[1..]).into_owned(),
@@ -233,7 +255,7 @@ fn btf_facts(t: &Tunables, page_size: u64) -> Result<(Config, bool), LoadError> 
 pub fn load(t: &Tunables, page_size: u64) -> Result<Loaded, LoadError> {
     // Mounted first, here: the child reads tracepoint layouts from it.
     let tracefs = kernel::ensure_tracefs();
-    let (mut config, mark_victim_has_task) = btf_facts(t, page_size)?;
+    let (mut config, mark_victim_task) = btf_facts(t, page_size)?;
     // Signals sent to the recorder are kept too: it passes them on to the
     // job, and the kernel's record of who sent them is the evidence. Set
     // here, not in `config`, which may run in a child.
@@ -263,13 +285,27 @@ pub fn load(t: &Tunables, page_size: u64) -> Result<Loaded, LoadError> {
         &mut ebpf,
         &btf,
         &tracefs,
-        mark_victim_has_task,
+        &mark_victim_task,
         &mut attach,
         &mut fell,
     )?;
     attach_lifecycle(&mut ebpf, &btf, &mut attach, &mut fell)?;
     attach_memory(&mut ebpf, &btf, &config, &mut attach, &mut fell);
     attach_printk(&mut ebpf, &config, &tracefs, &mut attach, &mut fell);
+    let kernel_log = if t.ebpf_log {
+        match KernelLog::open(&mut ebpf) {
+            Ok(l) => {
+                attach.ebpf_log = Some("aya-log ring AYA_LOGS".into());
+                Some(l)
+            }
+            Err(e) => {
+                fell("aya-log ring AYA_LOGS", e.to_string());
+                None
+            }
+        }
+    } else {
+        None
+    };
 
     let take = |ebpf: &mut Ebpf, name: &str| {
         ebpf.take_map(name)
@@ -304,6 +340,7 @@ pub fn load(t: &Tunables, page_size: u64) -> Result<Loaded, LoadError> {
         stacks,
         attach,
         fallbacks,
+        kernel_log,
     })
 }
 
@@ -323,6 +360,10 @@ fn load_object(
     let btf = Btf::from_sys_fs()?;
     loader.btf(Some(&btf));
     loader.override_global("CONFIG", config, true);
+    // Every log call already waits on `CONFIG.ebpf_log`; aya-log's own
+    // level (all, unless told) is set to match, so that none can slip by.
+    let log_level: u8 = if config.ebpf_log != 0 { u8::MAX } else { 0 };
+    loader.override_global(aya_log::LEVEL, &log_level, true);
     if let Some(g) = gpu_config {
         loader.override_global("GPU_CONFIG", g, true);
     }
@@ -375,6 +416,9 @@ pub fn describe(attach: &Attach, fallbacks: &[Fallback]) -> String {
     ));
     if let Some(st) = &attach.stacks {
         s.push_str(&format!("; growth stacks via {st}"));
+    }
+    if attach.ebpf_log.is_some() {
+        s.push_str("; the programs' own log on (--ebpf-log)");
     }
     for f in fallbacks {
         s.push_str(&format!("\n  fallback: {} not used: {}", f.probe, f.reason));

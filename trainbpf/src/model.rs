@@ -37,6 +37,8 @@ pub use attribution::{Group, SumCheck};
 mod before;
 pub use before::PressureBefore;
 mod deaths;
+/// What the kernel programs logged (`record --ebpf-log`).
+mod ebpf_log;
 mod grid;
 mod growers;
 mod kernel_log;
@@ -49,11 +51,12 @@ pub mod stacks;
 mod timeline;
 pub use badness::{Candidate as RankedCandidate, Ranking, TotalSource};
 pub use deaths::{Cause, Death, Sender};
+pub use ebpf_log::{EbpfLogReport, MAX_MESSAGES as EBPF_LOG_KEPT};
 pub use leaks::{LeakOptions, LeakReport, Projection, Trend};
 pub(crate) mod series;
 /// Decoded values the report carries as they are: part of the model's
 /// vocabulary, so that the renderers read them from the model alone.
-pub use crate::decode::{Compaction, ExitStatus, LeakWarning, OomRecordKind};
+pub use crate::decode::{Compaction, EbpfLog, ExitStatus, LeakWarning, OomRecordKind};
 pub use growers::Grower;
 pub use kills::{Constraint, Kill, KillSource, TreeNode, Trigger, Victim};
 pub use processes::{Job, MemoryUser, Process, wait_status};
@@ -152,6 +155,8 @@ pub struct Report {
     pub leak_warnings: Vec<(u64, crate::decode::LeakWarning)>,
     /// Growth stacks per process (`record --stacks`; empty without).
     pub stacks: Stacks,
+    /// What the kernel programs logged (`record --ebpf-log`).
+    pub ebpf_log: EbpfLogReport,
 }
 
 impl Report {
@@ -247,6 +252,7 @@ struct Builder {
     lost: Lost,
     compaction: Option<crate::decode::Compaction>,
     leak_warnings: Vec<(u64, crate::decode::LeakWarning)>,
+    ebpf_log: EbpfLogReport,
     signals: deaths::Signals,
     page_kb: u64,
     pressure: before::History,
@@ -286,6 +292,10 @@ impl Builder {
             lost: Lost::default(),
             compaction: None,
             leak_warnings: Vec::new(),
+            ebpf_log: EbpfLogReport {
+                enabled: header.attach.ebpf_log.is_some(),
+                ..Default::default()
+            },
             signals: deaths::Signals::default(),
             page_kb: (header.page_size / 1024).max(1),
             pressure: before::History::default(),
@@ -376,6 +386,7 @@ impl Builder {
             Event::Lost(l) => self.lost = l,
             Event::Compacted(c) => self.compaction = Some(c),
             Event::LeakWarning(w) => self.leak_warnings.push((ts, w)),
+            Event::EbpfLog(m) => self.ebpf_log.push(ts, m),
             Event::Cgroup(CgroupName { id, path }) => {
                 self.cgroups.insert(id, path);
             }
@@ -473,6 +484,7 @@ impl Builder {
             compaction: self.compaction,
             leak_warnings: self.leak_warnings,
             stacks: std::mem::take(&mut self.stacks),
+            ebpf_log: self.ebpf_log,
         };
         let kill_windows: Vec<(u64, u64)> = report
             .kills

@@ -97,6 +97,10 @@ pub struct Attach {
     /// and how often.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stacks: Option<String>,
+    /// `record --ebpf-log`: the kernel programs' own log, read from
+    /// aya-log's ring.
+    #[serde(default)]
+    pub ebpf_log: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -324,6 +324,24 @@ pub enum Event {
     SignalReceived(SignalReceived),
     /// Growth stacks' deltas (`record --stacks`).
     Stacks(super::stacks::StackSample),
+    /// A kernel program logged something only it could see
+    /// (`record --ebpf-log`).
+    EbpfLog(EbpfLog),
+}
+
+/// One message a kernel program logged through aya-log (`record
+/// --ebpf-log`): a map that filled, a ring that refused a record, a read
+/// at BTF's offset that failed. Written by the program; escape it before
+/// it reaches a terminal.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EbpfLog {
+    /// The program that logged it (`page_alloc`, `sched_fork`...).
+    pub program: String,
+    /// aya-log's level: `error`, `warn`, `info`, `debug`, `trace`.
+    pub level: String,
+    /// Where in the eBPF source: `file:line`.
+    pub site: String,
+    pub message: String,
 }
 
 /// A leak `record` warned of while the job ran, as its leak model (the

@@ -4,10 +4,10 @@
 use serde::{Deserialize, Serialize};
 
 use super::{
-    CgroupName, Compaction, DecodeError, Event, ExeName, JobExit, JobStart, KIND_CGROUP,
-    KIND_COMPACTED, KIND_EXE, KIND_JOB_EXIT, KIND_JOB_START, KIND_LEAK_WARNING, KIND_LOST,
-    KIND_NOTE, KIND_PRESSURE, KIND_PROC_INFO, KIND_SHM, KIND_SIGNAL_RECEIVED, KIND_SMAPS,
-    KIND_STACKS, LeakWarning, Lost, Pressure, ProcInfo, ShmObject, SignalReceived, SmapsSample,
+    CgroupName, Compaction, DecodeError, EbpfLog, Event, ExeName, JobExit, JobStart, KIND_CGROUP,
+    KIND_COMPACTED, KIND_EBPF_LOG, KIND_EXE, KIND_JOB_EXIT, KIND_JOB_START, KIND_LEAK_WARNING,
+    KIND_LOST, KIND_NOTE, KIND_PRESSURE, KIND_PROC_INFO, KIND_SHM, KIND_SIGNAL_RECEIVED,
+    KIND_SMAPS, KIND_STACKS, LeakWarning, Lost, Pressure, ProcInfo, ShmObject, SignalReceived, SmapsSample,
     json,
 };
 
@@ -35,6 +35,7 @@ pub enum UserBody {
     LeakWarning(LeakWarning),
     SignalReceived(SignalReceived),
     Stacks(super::stacks::StackSample),
+    EbpfLog(EbpfLog),
 }
 
 impl UserBody {
@@ -54,6 +55,7 @@ impl UserBody {
             UserBody::LeakWarning(_) => KIND_LEAK_WARNING,
             UserBody::SignalReceived(_) => KIND_SIGNAL_RECEIVED,
             UserBody::Stacks(_) => KIND_STACKS,
+            UserBody::EbpfLog(_) => KIND_EBPF_LOG,
         }
     }
 }
@@ -84,6 +86,7 @@ pub(super) fn decode(kind: u16, bytes: &[u8]) -> Result<(u64, Event), DecodeErro
         (KIND_LEAK_WARNING, UserBody::LeakWarning(w)) => Event::LeakWarning(w),
         (KIND_SIGNAL_RECEIVED, UserBody::SignalReceived(r)) => Event::SignalReceived(r),
         (KIND_STACKS, UserBody::Stacks(s)) => Event::Stacks(s),
+        (KIND_EBPF_LOG, UserBody::EbpfLog(l)) => Event::EbpfLog(l),
         _ => {
             return Err(DecodeError::Json {
                 kind,

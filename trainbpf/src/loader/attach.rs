@@ -55,34 +55,34 @@ pub(super) fn attach_kill_context(
     }
 }
 
-/// The victim: `tp_btf/mark_victim` where it passes a task, else the
-/// classic tracepoint. Fails when neither this nor the kill context
+/// The victim: `tp_btf/mark_victim` where its BTF prototype passes a task
+/// (`mark_victim_task`: else what BTF showed), else the classic
+/// tracepoint. Fails when neither this nor the kill context
 /// attached: there would be no OOM kill to record.
 pub(super) fn attach_victim(
     ebpf: &mut Ebpf,
     btf: &Btf,
     tracefs: &Result<(), String>,
-    mark_victim_has_task: bool,
+    mark_victim_task: &Result<(), String>,
     attach: &mut Attach,
     fell: &mut impl FnMut(&str, String),
 ) -> Result<(), LoadError> {
     // Victim.
     let tp_btf = "tp_btf:mark_victim";
     let classic = "tracepoint:oom:mark_victim";
-    let btf_ok = if mark_victim_has_task {
-        match attach_tp_btf(ebpf, btf, "mark_victim_btf", "mark_victim") {
+    let btf_ok = match mark_victim_task {
+        Ok(()) => match attach_tp_btf(ebpf, btf, "mark_victim_btf", "mark_victim") {
             Ok(()) => true,
             Err(e) => {
                 fell(tp_btf, e);
                 false
             }
+        },
+        // The program would load, and read a pid as a task_struct pointer.
+        Err(why) => {
+            fell(tp_btf, why.clone());
+            false
         }
-    } else {
-        fell(
-            tp_btf,
-            "this kernel's mark_victim passes a pid, not a task_struct (before 6.8)".into(),
-        );
-        false
     };
     if btf_ok {
         attach.oom_victim = Some(tp_btf.into());

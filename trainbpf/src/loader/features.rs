@@ -56,7 +56,8 @@ pub struct Features {
     pub fentry: Probe,
     /// `kprobe/oom_kill_process`, loaded and attached.
     pub kprobe: Probe,
-    /// `tp_btf/mark_victim` with a `task_struct *` (6.8+).
+    /// `tp_btf/mark_victim`, where its BTF prototype passes a
+    /// `task_struct *` (upstream 6.8+, Debian's 6.1 too).
     pub tp_btf: Probe,
     /// The classic `oom:mark_victim` tracepoint (needs tracefs).
     pub tracepoint: Probe,
@@ -99,6 +100,7 @@ pub fn probe_features() -> Features {
         oom_probe: OomProbe::Auto,
         all_processes: false,
         stack_every_bytes: None,
+        ebpf_log: false,
     };
     let config = match config(&kbtf, &t, 4096) {
         Ok(c) => c,
@@ -145,12 +147,11 @@ pub fn probe_features() -> Features {
             ),
         )
     };
-    // Same test as `load`: before 6.8 the program would load but read a
-    // pid as if it were a task_struct pointer.
-    let tp_btf = if !kbtf.tp_first_arg_is("mark_victim", "task_struct") {
-        Err(Unavailable::Missing(
-            "this kernel's mark_victim passes a pid, not a task_struct (before 6.8)".into(),
-        ))
+    // Same test as `load`: where the prototype passes a pid (upstream
+    // before 6.8) the program would load but read it as a task_struct
+    // pointer. BTF decides, not the version.
+    let tp_btf = if let Err(why) = kbtf.tp_first_arg_struct("mark_victim", "task_struct") {
+        Err(Unavailable::Missing(why))
     } else {
         tried(
             probe_program::<BtfTracePoint>(&mut ebpf, "mark_victim_btf").and_then(

@@ -54,6 +54,7 @@ pub(super) async fn collect(
         mut job,
         attach,
         stacks,
+        kernel_log,
         ..
     } = loaded;
     let job_memcg = match (&target, cgroup) {
@@ -103,6 +104,7 @@ pub(super) async fn collect(
         attached,
         pid,
         child,
+        kernel_log,
     };
     let (status, stopping) = s.until_the_job_ends().await?;
     s.c.status.clear();
@@ -237,6 +239,8 @@ struct Session {
     pid: u32,
     /// The spawned job; `None` for an attached one.
     child: Option<tokio::process::Child>,
+    /// The kernel programs' own log, with `--ebpf-log`.
+    kernel_log: Option<crate::loader::KernelLog>,
 }
 
 impl Session {
@@ -258,6 +262,7 @@ impl Session {
             target,
             attached,
             child,
+            kernel_log,
             ..
         } = self;
         let mut last_flush = Instant::now();
@@ -277,6 +282,7 @@ impl Session {
                 _ = tick.tick() => {
                     c.drain(rings);
                     c.poll_lost(counters);
+                    c.kernel_log(kernel_log.as_mut());
                     reap_orphans(Some(pid));
                     if attached_done(target, &c.job) {
                         break c.root_exit;
@@ -353,6 +359,7 @@ impl Session {
             gpu,
             tick,
             child,
+            kernel_log,
             ..
         } = self;
         // Exits of the last workers and the kill's log lines trail the main
@@ -385,6 +392,7 @@ impl Session {
                     _ = tick.tick() => {
                         c.drain(rings);
                         c.poll_lost(counters);
+                        c.kernel_log(kernel_log.as_mut());
                         reap_orphans(None);
                         c.job.retain(|&t| crate::procfs::alive(t));
                         if c.job.is_empty() {
@@ -428,11 +436,13 @@ impl Session {
             counters,
             mut gpu,
             pid,
+            mut kernel_log,
             ..
         } = self;
         c.drain(&mut rings);
         c.poll_stacks();
         c.poll_lost(&counters);
+        c.kernel_log(kernel_log.as_mut());
         for (kind, bytes) in gpu.finish(mono_ns()) {
             c.writer.record(kind, &bytes);
         }

@@ -393,6 +393,28 @@ impl Collector {
         }
     }
 
+    /// What the kernel programs logged since the last time
+    /// (`--ebpf-log`): into the recording, and on stderr with the program
+    /// that logged it.
+    pub(super) fn kernel_log(&mut self, log: Option<&mut crate::loader::KernelLog>) {
+        let Some(log) = log else { return };
+        let lines = log.drain();
+        if lines.is_empty() {
+            return;
+        }
+        self.status.clear();
+        for l in lines {
+            // The programs wrote these from kernel memory: escaped.
+            eprintln!(
+                "trainbpf: kernel {} {}: {}",
+                crate::term::escape(&l.program),
+                crate::term::escape(&l.level),
+                crate::term::escape(&l.message)
+            );
+            self.user(UserBody::EbpfLog(l));
+        }
+    }
+
     /// Compaction's news, on their own lines under the status line.
     fn tell(&mut self, lines: Vec<String>) {
         if lines.is_empty() {

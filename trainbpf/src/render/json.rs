@@ -23,6 +23,8 @@ use serde_json::Value;
 use crate::model::{ExitStatus, Report, ns_to_s};
 use crate::render::rfc3339_ms;
 
+/// The `ebpf_log` object: what the kernel programs logged.
+mod ebpf_log;
 /// The `gpu` object.
 mod gpu;
 /// `kills[]`, with the victim, growers, ranking and pressure.
@@ -58,6 +60,8 @@ pub struct JsonReport {
     pub attribution_at_peak: Option<kills::SumCheck>,
     /// Every job process that ended, with its cause, in time order.
     pub deaths: Vec<processes::Death>,
+    /// What the kernel programs logged (`record --ebpf-log`).
+    pub ebpf_log: ebpf_log::EbpfLog,
     /// GPU and pinned host memory per process, CUDA OOMs, Xid errors, NVML.
     pub gpu: gpu::Gpu,
     /// The job's processes that play one role, over the whole run.
@@ -111,6 +115,7 @@ impl JsonReport {
                 .iter()
                 .map(|d| processes::Death::new(r, d))
                 .collect(),
+            ebpf_log: ebpf_log::EbpfLog::new(r),
             gpu: gpu::Gpu::new(r),
             groups: r.groups.iter().map(processes::Group::new).collect(),
             job: r.job.as_ref().map(processes::Job::new),
@@ -442,6 +447,19 @@ mod tests {
                 ..Default::default()
             },
         )];
+        r.ebpf_log = crate::model::EbpfLogReport {
+            enabled: true,
+            messages: vec![(
+                r.first_ns.unwrap() + 1_500_000_000,
+                crate::decode::EbpfLog {
+                    program: "page_alloc".into(),
+                    level: "warn".into(),
+                    site: "trainbpf-ebpf/src/procs.rs:131".into(),
+                    message: "PROCS full".into(),
+                },
+            )],
+            omitted: 2,
+        };
         r.compaction = Some(crate::decode::Compaction {
             count: 1,
             tiers: vec![[3600, 10]],
@@ -484,6 +502,13 @@ mod tests {
         assert_eq!(v["shared_memory"][0]["kind"], "posix");
         assert_eq!(v["shared_memory"][0]["owner_pid"], 812);
         assert_eq!(v["leak_warnings"][0]["limit_of"], "cgroup");
+        assert_eq!(
+            v["ebpf_log"],
+            json!({"enabled": true, "omitted": 2, "messages": [{
+                "level": "warn", "message": "PROCS full", "program": "page_alloc",
+                "site": "trainbpf-ebpf/src/procs.rs:131", "time_s": 1.5
+            }]})
+        );
         assert_eq!(v["recording"]["compaction"]["tiers"][0]["bucket_s"], 10);
         assert_eq!(v["processes"][0]["exit"], json!({"code": 1}));
         // The schema is not vacuous: a kill without a victim fails, and so

@@ -11,6 +11,8 @@ use crate::units::{human_kb, human_secs};
 // `esc` before it is formatted (see crate::term).
 use crate::term::{escape as esc, escape_join};
 
+/// What the kernel programs logged (`record --ebpf-log`).
+mod ebpf_log;
 /// GPU and pinned memory, CUDA OOMs, Xid.
 mod gpu;
 /// One OOM kill's section.
@@ -65,6 +67,7 @@ pub fn render(r: &Report, o: &TextOptions) -> String {
 
     gpu::section(&mut out, r, width, &p);
     run::deaths_section(&mut out, r, &p);
+    ebpf_log::section(&mut out, r, &p);
     run::footer(&mut out, r, &p);
     finish(out, o.color)
 }
@@ -313,6 +316,15 @@ mod render_tests {
         for p in &mut r.processes {
             p.comm = EVIL.into();
         }
+        r.ebpf_log.messages.push((
+            r.first_ns.unwrap(),
+            crate::decode::EbpfLog {
+                program: EVIL.into(),
+                level: EVIL.into(),
+                site: EVIL.into(),
+                message: EVIL.into(),
+            },
+        ));
         r
     }
 

@@ -112,6 +112,8 @@ impl Recording {
 /// `"fentry:oom_kill_process"`, or null when that probe could not attach.
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct Attach {
+    /// `record --ebpf-log`: the kernel programs' own log (`ebpf_log`).
+    pub ebpf_log: Option<String>,
     /// Always null: user page faults are not counted.
     pub faults: Option<String>,
     /// Where forks are seen.
@@ -143,6 +145,7 @@ impl Attach {
     fn new(r: &Report) -> Attach {
         let a = &r.header.attach;
         Attach {
+            ebpf_log: a.ebpf_log.clone(),
             faults: a.faults.clone(),
             forks: a.forks.clone(),
             lifecycle: a.lifecycle.clone(),
