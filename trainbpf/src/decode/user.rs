@@ -7,8 +7,8 @@ use super::{
     CgroupName, Compaction, DecodeError, EbpfLog, Event, ExeName, JobExit, JobStart, KIND_CGROUP,
     KIND_COMPACTED, KIND_EBPF_LOG, KIND_EXE, KIND_JOB_EXIT, KIND_JOB_START, KIND_LEAK_WARNING,
     KIND_LOST, KIND_NOTE, KIND_PRESSURE, KIND_PROC_INFO, KIND_SHM, KIND_SIGNAL_RECEIVED,
-    KIND_SMAPS, KIND_STACKS, LeakWarning, Lost, Pressure, ProcInfo, ShmObject, SignalReceived, SmapsSample,
-    json,
+    KIND_SMAPS, KIND_STACKS, LeakWarning, Lost, Pressure, ProcInfo, ShmObject, SignalReceived,
+    SmapsSample, json,
 };
 
 /// The JSON body of a userspace record.
