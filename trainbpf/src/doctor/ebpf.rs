@@ -205,17 +205,18 @@ pub fn check_fentry(f: Option<&Features>) -> Check {
 
 pub fn check_tp_btf(f: Option<&Features>) -> Check {
     let id = "tp_btf";
-    let why = "tp_btf/mark_victim hands record the victim's task_struct (6.8+) at the moment it is chosen; record's process-lifecycle and memory probes are tp_btf too";
+    let why = "tp_btf/mark_victim hands record the victim's task_struct at the moment it is chosen (where the kernel's BTF says the tracepoint passes one: upstream 6.8+, and backports such as Debian's 6.1); record's process-lifecycle and memory probes are tp_btf too";
     let Some(f) = f else {
         return needs_root(id, "loading tp_btf/mark_victim", why);
     };
     let (status, fix) = match &f.tp_btf {
         Ok(()) => (Status::Ok, ""),
-        // Before 6.8: record falls back to the classic tracepoint; the
+        // BTF says mark_victim passes no task_struct (upstream before 6.8,
+        // unless backported): record falls back to the classic tracepoint; the
         // sched_process_* tp_btf probes still work.
         Err(Unavailable::Missing(_)) => (
             Status::Warn,
-            "record uses the classic oom:mark_victim tracepoint instead; a 6.8+ kernel gives the victim's task_struct",
+            "record uses the classic oom:mark_victim tracepoint instead; a kernel whose mark_victim passes the task_struct (upstream 6.8+, or a backport) gives it",
         ),
         Err(_) => (
             Status::Fail,
@@ -407,9 +408,9 @@ pub fn check_record(
         && !f.mark_victim_fields.iter().any(|n| n == "anon_rss")
     {
         lost.push(
-            "oom:mark_victim carries only the pid before 6.8: the victim's RSS and oom_score_adj at the kill come from the last tracked figures".to_string(),
+            "this kernel's oom:mark_victim carries only the pid (its format has no anon_rss): the victim's RSS and oom_score_adj at the kill come from the last tracked figures".to_string(),
         );
-        fixes.push("a 6.8+ kernel gives the victim's figures at the kill");
+        fixes.push("a kernel whose oom:mark_victim carries the victim's figures (upstream 6.8+, or a backport) gives them at the kill");
     }
     let full = lost.is_empty();
     check(
