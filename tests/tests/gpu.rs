@@ -395,3 +395,106 @@ fn nvml_missing_is_said_and_xid_lines_are_recorded() {
         "{t}"
     );
 }
+
+/// The line of `marker`'s comment in tests/gpu/cuda_stacks.c.
+fn stacks_line(marker: &str) -> u64 {
+    let text = std::fs::read_to_string(src("cuda_stacks.c")).unwrap();
+    text.lines()
+        .position(|l| l.contains(&format!("/* {marker} */")))
+        .unwrap() as u64
+        + 1
+}
+
+/// Whether a GPU stack names `function` at tests/gpu/cuda_stacks.c:`line`.
+fn names(stack: &Value, function: &str, line: u64) -> bool {
+    stack["frames"].as_array().unwrap().iter().any(|f| {
+        f["function"] == function
+            && f["file"].as_str().is_some_and(|s| s.ends_with("cuda_stacks.c"))
+            && f["line"].as_u64() == Some(line)
+    })
+}
+
+/// `record --stacks`: each CUDA allocation's stack is taken at the driver
+/// call, in the caller's context, and its bytes added under it. The
+/// stand-in is built with frame pointers, so that its entry points begin
+/// `push %rbp`, where the kernel's unwinder adds the caller a uprobe at a
+/// function's entry would otherwise skip.
+#[test]
+fn gpu_allocation_stacks_name_the_allocating_line() {
+    require_root();
+    let _g = serial();
+    let dir = TempDir::new("gpu-stacks");
+    let lib = dir.path("lib");
+    std::fs::create_dir_all(&lib).unwrap();
+    let libcuda = lib.join("libcuda.so.1");
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    cc(&[
+        "-shared",
+        "-fPIC",
+        "-fno-omit-frame-pointer",
+        "-o",
+        &s(&libcuda),
+        &s(&src("standin_cuda.c")),
+        "-lpthread",
+    ]);
+    let job = dir.path("cuda_stacks");
+    cc(&[
+        "-O0",
+        "-g",
+        "-fno-omit-frame-pointer",
+        "-o",
+        &s(&job),
+        &s(&src("cuda_stacks.c")),
+        &s(&libcuda),
+        &format!("-Wl,-rpath,{}", s(&lib)),
+    ]);
+    let rec = dir.path("gpu.rec");
+    let out = Command::new(bin())
+        .args(["record", "--stacks", "-q", "-o"])
+        .arg(&rec)
+        .arg("--")
+        .arg(&job)
+        .env("TRAINBPF_LIBCUDA", &libcuda)
+        .env_remove("TRAINBPF_LIBNVML")
+        .env_remove("LD_LIBRARY_PATH")
+        .stdin(Stdio::null())
+        .output()
+        .expect("running trainbpf record");
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "the job checks every return");
+
+    let r = report_json(&rec);
+    let p = gpu_proc(&r, u(&r["job"]["pid"]));
+    let stacks = p["stacks"].as_array().expect("gpu.processes[].stacks");
+    eprintln!("{:#}", p["stacks"]);
+    // Heaviest first: alloc_here's three 8 MiB calls, then pin_here's one.
+    let top = &stacks[0];
+    assert_eq!(u(&top["bytes"]), 24 * MIB, "{top:#}");
+    assert_eq!(u(&top["count"]), 3, "{top:#}");
+    assert_eq!(u(&top["kb"]), 24 * 1024);
+    assert!(names(top, "alloc_here", stacks_line("ALLOC")), "{top:#}");
+    assert!(!names(top, "pin_here", stacks_line("PIN")), "{top:#}");
+    let pin = stacks
+        .iter()
+        .find(|s| names(s, "pin_here", stacks_line("PIN")))
+        .unwrap_or_else(|| panic!("no stack names pin_here: {stacks:#?}"));
+    assert_eq!((u(&pin["bytes"]), u(&pin["count"])), (4 * MIB, 1));
+    // Only allocations: the context calls take no stack.
+    let total: u64 = stacks.iter().map(|s| u(&s["bytes"])).sum();
+    assert_eq!(total, 28 * MIB, "{stacks:#?}");
+
+    // The text report shows them under the GPU section.
+    let t = report_text(&rec);
+    eprintln!("{t}");
+    assert!(
+        t.contains("Where the CUDA allocations were asked for"),
+        "{t}"
+    );
+    assert!(
+        t.contains(&format!(
+            "cuda_stacks.c:{} in alloc_here",
+            stacks_line("ALLOC")
+        )),
+        "{t}"
+    );
+}

@@ -28,7 +28,7 @@ use trainbpf_common::*;
 
 use crate::{
     count_lost, header, in_job, leader_start_ns,
-    maps::{CUDA_PENDING, EVENTS, GPU_COUNTERS, Pending},
+    maps::{CUDA_PENDING, EVENTS, GPU_COUNTERS, GPU_STACK_AGG, Pending, ProcKey},
 };
 
 /// Offsets of `nvidia:nvidia_dev_xid`, set by the loader from tracefs.
@@ -62,11 +62,36 @@ fn try_cuda_entry(ctx: &ProbeContext, op: u32, prog: &'static str) -> Result<u32
         return Ok(0);
     }
     let a = |n: usize| ctx.arg::<u64>(n).unwrap_or(0);
-    let p = Pending {
+    let mut p = Pending {
         args: [a(0), a(1), a(2), a(3), a(4)],
         // SAFETY: helper without preconditions.
         entry_ns: unsafe { bpf_ktime_get_ns() },
+        taken: 0,
+        stack_id: 0,
+        py_id: 0,
+        py_state: 0,
+        _pad: 0,
+        start_ns: 0,
     };
+    // The allocation's stack, at the entry: the caller's frames are all
+    // still there (the kernel adds the return address a uprobe at a
+    // function's first instruction would miss). `op` is a constant in
+    // each program, so only the allocating calls' programs carry this.
+    if is_alloc(op) && conf!(stack_every_pages) > 0 {
+        // SAFETY: helper without preconditions.
+        let start_ns = leader_start_ns(unsafe { bpf_get_current_task() });
+        let key = ProcKey {
+            tgid: (pid_tgid >> 32) as u32,
+            _pad: 0,
+            start_ns,
+        };
+        let (stack_id, py_id, py_state) = crate::stacks::take(ctx, &key);
+        p.taken = 1;
+        p.stack_id = stack_id;
+        p.py_id = py_id;
+        p.py_state = py_state;
+        p.start_ns = start_ns;
+    }
     if CUDA_PENDING
         .insert(&pending_key(pid_tgid, op), &p, 0)
         .is_err()
@@ -81,6 +106,43 @@ fn try_cuda_entry(ctx: &ProbeContext, op: u32, prog: &'static str) -> Result<u32
         );
     }
     Ok(0)
+}
+
+/// The calls that allocate memory, device or host: their bytes are
+/// attributed to the stack that asked (`record --stacks`).
+#[inline(always)]
+fn is_alloc(op: u32) -> bool {
+    matches!(
+        op,
+        CU_MEM_ALLOC
+            | CU_MEM_ALLOC_ASYNC
+            | CU_MEM_ALLOC_FROM_POOL
+            | CU_MEM_ALLOC_MANAGED
+            | CU_MEM_ALLOC_HOST
+            | CU_MEM_HOST_ALLOC
+            | CU_MEM_HOST_REGISTER
+            | CU_MEM_CREATE
+    )
+}
+
+/// A successful allocation's bytes, under the stack its entry took.
+#[inline(always)]
+fn add_stack(tgid: u32, p: &Pending, size: u64) {
+    if p.taken == 0 || size == 0 {
+        return;
+    }
+    crate::stacks::add(
+        &GPU_STACK_AGG,
+        &StackKey {
+            tgid,
+            stack_id: p.stack_id,
+            start_ns: p.start_ns,
+            py_id: p.py_id,
+            py_state: p.py_state,
+            _pad: 0,
+        },
+        size,
+    );
 }
 
 /// Reads what the call wrote through an out-pointer (`CUdeviceptr *`,
@@ -200,12 +262,15 @@ fn try_cuda_return(ctx: &RetProbeContext, op: u32, prog: &'static str) -> Result
         CU_MEM_UNMAP => (a[1], a[0], 0, 0, -1),
         _ => (0, 0, 0, 0, -1),
     };
+    let tgid = (pid_tgid >> 32) as u32;
+    if ok {
+        add_stack(tgid, &p, size);
+    }
     let Some(mut entry) = EVENTS.reserve::<CudaEvent>(0) else {
         count_lost(KIND_CUDA, prog);
         return Ok(0);
     };
     let ev = entry.as_mut_ptr();
-    let tgid = (pid_tgid >> 32) as u32;
     // SAFETY: helper without preconditions.
     let task = unsafe { bpf_get_current_task() };
     // SAFETY: `ev` points at a reserved ring-buffer slot of the right size.

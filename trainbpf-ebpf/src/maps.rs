@@ -3,7 +3,8 @@
 //! logic that reads and writes each lives with its programs: `procs.rs`
 //! (`PROCS`, `STATE`, `PENDING_DELETE`), `pages.rs` (`PAGE_CACHE`),
 //! `stalls.rs` (`INSIDE`), `gpu.rs` (`GPU_COUNTERS`, `CUDA_PENDING`),
-//! `stacks.rs` (`STACKS`, `STACK_AGG`, `STACK_HIGH`), `python.rs`
+//! `stacks.rs` (`STACKS`, `STACK_AGG`, `STACK_HIGH`; `GPU_STACK_AGG` for
+//! `gpu.rs`), `python.rs`
 //! (`PY_PROCS`, `PY_STACKS`, `PY_SCRATCH`).
 
 use aya_ebpf::{
@@ -191,6 +192,15 @@ pub(crate) static CUDA_PENDING: HashMap<u64, Pending> = HashMap::with_max_entrie
 pub(crate) struct Pending {
     pub(crate) args: [u64; 5],
     pub(crate) entry_ns: u64,
+    /// An allocation's stack, taken at its entry in the caller's context
+    /// (`record --stacks`; `taken` 0 when not): what its bytes are added
+    /// under at a successful return.
+    pub(crate) taken: u32,
+    pub(crate) stack_id: i32,
+    pub(crate) py_id: u64,
+    pub(crate) py_state: u32,
+    pub(crate) _pad: u32,
+    pub(crate) start_ns: u64,
 }
 
 // ------------------------------------------------ growth stacks (stacks.rs)
@@ -206,6 +216,14 @@ pub(crate) static STACKS: StackTrace = StackTrace::with_max_entries(4096, 0);
 /// is counted (`Counters::stack_map_full`).
 #[map]
 pub(crate) static STACK_AGG: HashMap<StackKey, StackVal> = HashMap::with_max_entries(16384, 0);
+
+/// Bytes the CUDA driver's allocation calls asked for and were given, per
+/// (process, stack at the call) (`record --stacks`): the GPU variant of
+/// `STACK_AGG`, drained the same way. Frees are not subtracted. Its size
+/// is set by the loader: one entry when stacks are off.
+#[map]
+pub(crate) static GPU_STACK_AGG: HashMap<StackKey, StackVal> =
+    HashMap::with_max_entries(4096, 0);
 
 /// Each process's added memory (pages) at its last stack: its high so far.
 /// Removed by userspace after the process's exit.

@@ -187,6 +187,7 @@ mod tests {
             count: 1,
             frames,
             error: None,
+            gpu: false,
         }
     }
 
