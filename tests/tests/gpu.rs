@@ -409,7 +409,9 @@ fn stacks_line(marker: &str) -> u64 {
 fn names(stack: &Value, function: &str, line: u64) -> bool {
     stack["frames"].as_array().unwrap().iter().any(|f| {
         f["function"] == function
-            && f["file"].as_str().is_some_and(|s| s.ends_with("cuda_stacks.c"))
+            && f["file"]
+                .as_str()
+                .is_some_and(|s| s.ends_with("cuda_stacks.c"))
             && f["line"].as_u64() == Some(line)
     })
 }

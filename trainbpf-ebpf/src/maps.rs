@@ -222,8 +222,7 @@ pub(crate) static STACK_AGG: HashMap<StackKey, StackVal> = HashMap::with_max_ent
 /// `STACK_AGG`, drained the same way. Frees are not subtracted. Its size
 /// is set by the loader: one entry when stacks are off.
 #[map]
-pub(crate) static GPU_STACK_AGG: HashMap<StackKey, StackVal> =
-    HashMap::with_max_entries(4096, 0);
+pub(crate) static GPU_STACK_AGG: HashMap<StackKey, StackVal> = HashMap::with_max_entries(4096, 0);
 
 /// Each process's added memory (pages) at its last stack: its high so far.
 /// Removed by userspace after the process's exit.
