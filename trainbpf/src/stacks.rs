@@ -1,5 +1,6 @@
 //! Growth stacks, the collector's side (`record --stacks`): drains the
-//! kernel's per-(process, stack) totals as deltas, reads each new stack's
+//! kernel's per-(process, stack) totals as deltas (growth, and the CUDA
+//! allocation probes' `GPU_STACK_AGG`, marked `gpu`), reads each new stack's
 //! frames and resolves them while the process lives, and clears a
 //! process's keys after its exit so that the bounded maps never fill with
 //! the dead.
