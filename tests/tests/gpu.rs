@@ -416,11 +416,11 @@ fn names(stack: &Value, function: &str, line: u64) -> bool {
     })
 }
 
-/// `record --stacks`: each CUDA allocation's stack is taken at the driver
-/// call, in the caller's context, and its bytes added under it. The
-/// stand-in is built with frame pointers, so that its entry points begin
-/// `push %rbp`, where the kernel's unwinder adds the caller a uprobe at a
-/// function's entry would otherwise skip.
+/// `record --stacks`: each CUDA allocation's stack is taken as the driver
+/// call returns to its caller, and its bytes added under it. The stand-in
+/// is built without frame pointers, as a driver may be: its entry points
+/// do not begin `push %rbp`, where a stack taken at the entry would miss
+/// the immediate caller (`alloc_here`).
 #[test]
 fn gpu_allocation_stacks_name_the_allocating_line() {
     require_root();
@@ -433,7 +433,7 @@ fn gpu_allocation_stacks_name_the_allocating_line() {
     cc(&[
         "-shared",
         "-fPIC",
-        "-fno-omit-frame-pointer",
+        "-fomit-frame-pointer",
         "-o",
         &s(&libcuda),
         &s(&src("standin_cuda.c")),
@@ -499,4 +499,76 @@ fn gpu_allocation_stacks_name_the_allocating_line() {
         )),
         "{t}"
     );
+}
+
+/// A Python job that calls the driver through ctypes from `alloc_here()`.
+const CUDA_PY: &str = r#"import ctypes, sys, time
+lib = ctypes.CDLL(sys.argv[1])
+# Time for the recorder to locate this interpreter (at its first stacks).
+time.sleep(1.5)
+ctx = ctypes.c_void_p()
+assert lib.cuInit(0) == 0
+assert lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
+
+def alloc_here(n):
+    p = ctypes.c_ulonglong()
+    assert lib.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(n)) == 0  # @alloc
+    return p.value
+
+for _ in range(2):
+    alloc_here(16 << 20)
+time.sleep(2.5)
+"#;
+
+/// `record --stacks` on a Python job: the GPU allocation's stack names the
+/// Python function and line that asked, read from the interpreter.
+#[test]
+fn gpu_allocation_stacks_name_the_python_line() {
+    require_root();
+    let _g = serial();
+    let dir = TempDir::new("gpu-stacks-py");
+    let s = build(&dir);
+    let script = dir.path("cuda_job.py");
+    std::fs::write(&script, CUDA_PY).unwrap();
+    let line = CUDA_PY
+        .lines()
+        .position(|l| l.contains("# @alloc"))
+        .unwrap() as u64
+        + 1;
+    let rec = dir.path("gpu.rec");
+    let libcuda = s.libcuda.to_str().unwrap();
+    let out = Command::new(bin())
+        .args(["record", "--stacks", "-q", "-o"])
+        .arg(&rec)
+        .arg("--")
+        .args([python(), script.to_str().unwrap(), libcuda])
+        .env("TRAINBPF_LIBCUDA", libcuda)
+        .env_remove("TRAINBPF_LIBNVML")
+        .env_remove("LD_LIBRARY_PATH")
+        .stdin(Stdio::null())
+        .output()
+        .expect("running trainbpf record");
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0));
+    let r = report_json(&rec);
+    let p = gpu_proc(&r, u(&r["job"]["pid"]));
+    let top = &p["stacks"][0];
+    eprintln!("{top:#}");
+    assert_eq!(
+        (u(&top["bytes"]), u(&top["count"])),
+        (32 * MIB, 2),
+        "{top:#}"
+    );
+    let py = top["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["kind"] == "python")
+        .unwrap_or_else(|| panic!("no Python frame: {top:#}"));
+    assert_eq!(py["function"], "alloc_here", "{top:#}");
+    assert!(
+        py["file"].as_str().unwrap().ends_with("cuda_job.py"),
+        "{py}"
+    );
+    assert_eq!(u(&py["line"]), line, "{py}");
 }

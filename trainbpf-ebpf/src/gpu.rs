@@ -62,36 +62,11 @@ fn try_cuda_entry(ctx: &ProbeContext, op: u32, prog: &'static str) -> Result<u32
         return Ok(0);
     }
     let a = |n: usize| ctx.arg::<u64>(n).unwrap_or(0);
-    let mut p = Pending {
+    let p = Pending {
         args: [a(0), a(1), a(2), a(3), a(4)],
         // SAFETY: helper without preconditions.
         entry_ns: unsafe { bpf_ktime_get_ns() },
-        taken: 0,
-        stack_id: 0,
-        py_id: 0,
-        py_state: 0,
-        _pad: 0,
-        start_ns: 0,
     };
-    // The allocation's stack, at the entry: the caller's frames are all
-    // still there (the kernel adds the return address a uprobe at a
-    // function's first instruction would miss). `op` is a constant in
-    // each program, so only the allocating calls' programs carry this.
-    if is_alloc(op) && conf!(stack_every_pages) > 0 {
-        // SAFETY: helper without preconditions.
-        let start_ns = leader_start_ns(unsafe { bpf_get_current_task() });
-        let key = ProcKey {
-            tgid: (pid_tgid >> 32) as u32,
-            _pad: 0,
-            start_ns,
-        };
-        let (stack_id, py_id, py_state) = crate::stacks::take(ctx, &key);
-        p.taken = 1;
-        p.stack_id = stack_id;
-        p.py_id = py_id;
-        p.py_state = py_state;
-        p.start_ns = start_ns;
-    }
     if CUDA_PENDING
         .insert(&pending_key(pid_tgid, op), &p, 0)
         .is_err()
@@ -125,20 +100,35 @@ fn is_alloc(op: u32) -> bool {
     )
 }
 
-/// A successful allocation's bytes, under the stack its entry took.
+/// A successful allocation's bytes, under the stack that asked
+/// (`record --stacks`). Taken at the return, where the registers are the
+/// caller's again (the instruction pointer is the return address, the
+/// frame pointer the caller's): the whole caller chain, however the driver
+/// itself was built. At the entry, a driver function that does not begin
+/// by pushing the frame pointer would hide its immediate caller from the
+/// unwinder. `op` is a constant in each program, so only the allocating
+/// calls' programs carry this.
 #[inline(always)]
-fn add_stack(tgid: u32, p: &Pending, size: u64) {
-    if p.taken == 0 || size == 0 {
+fn add_stack(ctx: &RetProbeContext, op: u32, tgid: u32, size: u64) {
+    if !is_alloc(op) || size == 0 || conf!(stack_every_pages) <= 0 {
         return;
     }
+    // SAFETY: helper without preconditions.
+    let start_ns = leader_start_ns(unsafe { bpf_get_current_task() });
+    let key = ProcKey {
+        tgid,
+        _pad: 0,
+        start_ns,
+    };
+    let (stack_id, py_id, py_state) = crate::stacks::take(ctx, &key);
     crate::stacks::add(
         &GPU_STACK_AGG,
         &StackKey {
             tgid,
-            stack_id: p.stack_id,
-            start_ns: p.start_ns,
-            py_id: p.py_id,
-            py_state: p.py_state,
+            stack_id,
+            start_ns,
+            py_id,
+            py_state,
             _pad: 0,
         },
         size,
@@ -264,7 +254,7 @@ fn try_cuda_return(ctx: &RetProbeContext, op: u32, prog: &'static str) -> Result
     };
     let tgid = (pid_tgid >> 32) as u32;
     if ok {
-        add_stack(tgid, &p, size);
+        add_stack(ctx, op, tgid, size);
     }
     let Some(mut entry) = EVENTS.reserve::<CudaEvent>(0) else {
         count_lost(KIND_CUDA, prog);

@@ -192,15 +192,6 @@ pub(crate) static CUDA_PENDING: HashMap<u64, Pending> = HashMap::with_max_entrie
 pub(crate) struct Pending {
     pub(crate) args: [u64; 5],
     pub(crate) entry_ns: u64,
-    /// An allocation's stack, taken at its entry in the caller's context
-    /// (`record --stacks`; `taken` 0 when not): what its bytes are added
-    /// under at a successful return.
-    pub(crate) taken: u32,
-    pub(crate) stack_id: i32,
-    pub(crate) py_id: u64,
-    pub(crate) py_state: u32,
-    pub(crate) _pad: u32,
-    pub(crate) start_ns: u64,
 }
 
 // ------------------------------------------------ growth stacks (stacks.rs)

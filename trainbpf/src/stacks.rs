@@ -217,7 +217,16 @@ impl Collector {
             }
             match self.maps.stacks.get(&(out[i].stack_id as u32), 0) {
                 Ok(st) => {
-                    ips.push(st.frames().iter().map(|f| f.ip).collect());
+                    let mut v: Vec<u64> = st.frames().iter().map(|f| f.ip).collect();
+                    // A GPU stack is taken at the driver call's return:
+                    // its innermost address is a return address as well,
+                    // looked up at the call (and shown as taken, below).
+                    if out[i].gpu
+                        && let Some(ip) = v.first_mut()
+                    {
+                        *ip = ip.saturating_sub(1);
+                    }
+                    ips.push(v);
                     ok.push(i);
                 }
                 Err(e) => {
@@ -237,27 +246,31 @@ impl Collector {
             Err("the process was gone before its stack was resolved".into())
         };
         for (n, &i) in ok.iter().enumerate() {
-            match &resolved {
+            let mut f = match &resolved {
                 Ok(frames) => {
-                    out[i].frames = Some(frames[n].0.clone());
                     out[i].error = frames[n].1.clone();
+                    frames[n].0.clone()
                 }
                 // The addresses still say something: kept, unsymbolized.
                 Err(e) => {
                     out[i].error = Some(e.clone());
-                    out[i].frames = Some(
-                        ips[n]
-                            .iter()
-                            .take(crate::decode::stacks::MAX_FRAMES)
-                            .map(|&addr| crate::decode::stacks::Frame {
-                                kind: "native".into(),
-                                addr,
-                                ..Default::default()
-                            })
-                            .collect(),
-                    );
+                    ips[n]
+                        .iter()
+                        .take(crate::decode::stacks::MAX_FRAMES)
+                        .map(|&addr| crate::decode::stacks::Frame {
+                            kind: "native".into(),
+                            addr,
+                            ..Default::default()
+                        })
+                        .collect()
                 }
+            };
+            if out[i].gpu
+                && let Some(first) = f.first_mut()
+            {
+                first.addr = first.addr.saturating_add(1);
             }
+            out[i].frames = Some(f);
         }
         for &i in idx {
             // Even for a process gone: what it said of its interpreter.

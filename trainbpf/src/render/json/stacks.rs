@@ -47,9 +47,9 @@ pub struct Frame {
     pub module: Option<String>,
 }
 
-/// Where a process's CUDA allocations were asked for: the stack at the
-/// driver call (taken at its entry, in the caller's context), with what
-/// the successful calls through it were given.
+/// Where a process's CUDA allocations were asked for: the calling
+/// thread's stack (native and Python), taken as the driver call returned
+/// to its caller, with what the successful calls through it were given.
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct GpuStack {
     /// Bytes the successful allocation calls through this stack were
@@ -61,7 +61,8 @@ pub struct GpuStack {
     pub count: u64,
     /// As in a growth stack's `error`.
     pub error: Option<String>,
-    /// Innermost first; the innermost is the driver's call itself.
+    /// Innermost first: the innermost is the line that called the driver
+    /// (its `addr` the call's return address, like the others).
     pub frames: Vec<Frame>,
     /// `bytes` in kB (rounded down).
     pub kb: u64,
