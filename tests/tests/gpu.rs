@@ -395,3 +395,180 @@ fn nvml_missing_is_said_and_xid_lines_are_recorded() {
         "{t}"
     );
 }
+
+/// The line of `marker`'s comment in tests/gpu/cuda_stacks.c.
+fn stacks_line(marker: &str) -> u64 {
+    let text = std::fs::read_to_string(src("cuda_stacks.c")).unwrap();
+    text.lines()
+        .position(|l| l.contains(&format!("/* {marker} */")))
+        .unwrap() as u64
+        + 1
+}
+
+/// Whether a GPU stack names `function` at tests/gpu/cuda_stacks.c:`line`.
+fn names(stack: &Value, function: &str, line: u64) -> bool {
+    stack["frames"].as_array().unwrap().iter().any(|f| {
+        f["function"] == function
+            && f["file"]
+                .as_str()
+                .is_some_and(|s| s.ends_with("cuda_stacks.c"))
+            && f["line"].as_u64() == Some(line)
+    })
+}
+
+/// `record --stacks`: each CUDA allocation's stack is taken as the driver
+/// call returns to its caller, and its bytes added under it. The stand-in
+/// is built without frame pointers, as a driver may be: its entry points
+/// do not begin `push %rbp`, where a stack taken at the entry would miss
+/// the immediate caller (`alloc_here`).
+#[test]
+fn gpu_allocation_stacks_name_the_allocating_line() {
+    require_root();
+    let _g = serial();
+    let dir = TempDir::new("gpu-stacks");
+    let lib = dir.path("lib");
+    std::fs::create_dir_all(&lib).unwrap();
+    let libcuda = lib.join("libcuda.so.1");
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    cc(&[
+        "-shared",
+        "-fPIC",
+        "-fomit-frame-pointer",
+        "-o",
+        &s(&libcuda),
+        &s(&src("standin_cuda.c")),
+        "-lpthread",
+    ]);
+    let job = dir.path("cuda_stacks");
+    cc(&[
+        "-O0",
+        "-g",
+        "-fno-omit-frame-pointer",
+        "-o",
+        &s(&job),
+        &s(&src("cuda_stacks.c")),
+        &s(&libcuda),
+        &format!("-Wl,-rpath,{}", s(&lib)),
+    ]);
+    let rec = dir.path("gpu.rec");
+    let out = Command::new(bin())
+        .args(["record", "--stacks", "-q", "-o"])
+        .arg(&rec)
+        .arg("--")
+        .arg(&job)
+        .env("TRAINBPF_LIBCUDA", &libcuda)
+        .env_remove("TRAINBPF_LIBNVML")
+        .env_remove("LD_LIBRARY_PATH")
+        .stdin(Stdio::null())
+        .output()
+        .expect("running trainbpf record");
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "the job checks every return");
+
+    let r = report_json(&rec);
+    let p = gpu_proc(&r, u(&r["job"]["pid"]));
+    let stacks = p["stacks"].as_array().expect("gpu.processes[].stacks");
+    eprintln!("{:#}", p["stacks"]);
+    // Heaviest first: alloc_here's three 8 MiB calls, then pin_here's one.
+    let top = &stacks[0];
+    assert_eq!(u(&top["bytes"]), 24 * MIB, "{top:#}");
+    assert_eq!(u(&top["count"]), 3, "{top:#}");
+    assert_eq!(u(&top["kb"]), 24 * 1024);
+    assert!(names(top, "alloc_here", stacks_line("ALLOC")), "{top:#}");
+    assert!(!names(top, "pin_here", stacks_line("PIN")), "{top:#}");
+    let pin = stacks
+        .iter()
+        .find(|s| names(s, "pin_here", stacks_line("PIN")))
+        .unwrap_or_else(|| panic!("no stack names pin_here: {stacks:#?}"));
+    assert_eq!((u(&pin["bytes"]), u(&pin["count"])), (4 * MIB, 1));
+    // Only allocations: the context calls take no stack.
+    let total: u64 = stacks.iter().map(|s| u(&s["bytes"])).sum();
+    assert_eq!(total, 28 * MIB, "{stacks:#?}");
+
+    // The text report shows them under the GPU section.
+    let t = report_text(&rec);
+    eprintln!("{t}");
+    assert!(
+        t.contains("Where the CUDA allocations were asked for"),
+        "{t}"
+    );
+    assert!(
+        t.contains(&format!(
+            "cuda_stacks.c:{} in alloc_here",
+            stacks_line("ALLOC")
+        )),
+        "{t}"
+    );
+}
+
+/// A Python job that calls the driver through ctypes from `alloc_here()`.
+const CUDA_PY: &str = r#"import ctypes, sys, time
+lib = ctypes.CDLL(sys.argv[1])
+# Time for the recorder to locate this interpreter (at its first stacks).
+time.sleep(1.5)
+ctx = ctypes.c_void_p()
+assert lib.cuInit(0) == 0
+assert lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
+
+def alloc_here(n):
+    p = ctypes.c_ulonglong()
+    assert lib.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(n)) == 0  # @alloc
+    return p.value
+
+for _ in range(2):
+    alloc_here(16 << 20)
+time.sleep(2.5)
+"#;
+
+/// `record --stacks` on a Python job: the GPU allocation's stack names the
+/// Python function and line that asked, read from the interpreter.
+#[test]
+fn gpu_allocation_stacks_name_the_python_line() {
+    require_root();
+    let _g = serial();
+    let dir = TempDir::new("gpu-stacks-py");
+    let s = build(&dir);
+    let script = dir.path("cuda_job.py");
+    std::fs::write(&script, CUDA_PY).unwrap();
+    let line = CUDA_PY
+        .lines()
+        .position(|l| l.contains("# @alloc"))
+        .unwrap() as u64
+        + 1;
+    let rec = dir.path("gpu.rec");
+    let libcuda = s.libcuda.to_str().unwrap();
+    let out = Command::new(bin())
+        .args(["record", "--stacks", "-q", "-o"])
+        .arg(&rec)
+        .arg("--")
+        .args([python(), script.to_str().unwrap(), libcuda])
+        .env("TRAINBPF_LIBCUDA", libcuda)
+        .env_remove("TRAINBPF_LIBNVML")
+        .env_remove("LD_LIBRARY_PATH")
+        .stdin(Stdio::null())
+        .output()
+        .expect("running trainbpf record");
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0));
+    let r = report_json(&rec);
+    let p = gpu_proc(&r, u(&r["job"]["pid"]));
+    let top = &p["stacks"][0];
+    eprintln!("{top:#}");
+    assert_eq!(
+        (u(&top["bytes"]), u(&top["count"])),
+        (32 * MIB, 2),
+        "{top:#}"
+    );
+    let py = top["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["kind"] == "python")
+        .unwrap_or_else(|| panic!("no Python frame: {top:#}"));
+    assert_eq!(py["function"], "alloc_here", "{top:#}");
+    assert!(
+        py["file"].as_str().unwrap().ends_with("cuda_job.py"),
+        "{py}"
+    );
+    assert_eq!(u(&py["line"]), line, "{py}");
+}

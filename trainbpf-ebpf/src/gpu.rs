@@ -28,7 +28,7 @@ use trainbpf_common::*;
 
 use crate::{
     count_lost, header, in_job, leader_start_ns,
-    maps::{CUDA_PENDING, EVENTS, GPU_COUNTERS, Pending},
+    maps::{CUDA_PENDING, EVENTS, GPU_COUNTERS, GPU_STACK_AGG, Pending, ProcKey},
 };
 
 /// Offsets of `nvidia:nvidia_dev_xid`, set by the loader from tracefs.
@@ -81,6 +81,58 @@ fn try_cuda_entry(ctx: &ProbeContext, op: u32, prog: &'static str) -> Result<u32
         );
     }
     Ok(0)
+}
+
+/// The calls that allocate memory, device or host: their bytes are
+/// attributed to the stack that asked (`record --stacks`).
+#[inline(always)]
+fn is_alloc(op: u32) -> bool {
+    matches!(
+        op,
+        CU_MEM_ALLOC
+            | CU_MEM_ALLOC_ASYNC
+            | CU_MEM_ALLOC_FROM_POOL
+            | CU_MEM_ALLOC_MANAGED
+            | CU_MEM_ALLOC_HOST
+            | CU_MEM_HOST_ALLOC
+            | CU_MEM_HOST_REGISTER
+            | CU_MEM_CREATE
+    )
+}
+
+/// A successful allocation's bytes, under the stack that asked
+/// (`record --stacks`). Taken at the return, where the registers are the
+/// caller's again (the instruction pointer is the return address, the
+/// frame pointer the caller's): the whole caller chain, however the driver
+/// itself was built. At the entry, a driver function that does not begin
+/// by pushing the frame pointer would hide its immediate caller from the
+/// unwinder. `op` is a constant in each program, so only the allocating
+/// calls' programs carry this.
+#[inline(always)]
+fn add_stack(ctx: &RetProbeContext, op: u32, tgid: u32, size: u64) {
+    if !is_alloc(op) || size == 0 || conf!(stack_every_pages) <= 0 {
+        return;
+    }
+    // SAFETY: helper without preconditions.
+    let start_ns = leader_start_ns(unsafe { bpf_get_current_task() });
+    let key = ProcKey {
+        tgid,
+        _pad: 0,
+        start_ns,
+    };
+    let (stack_id, py_id, py_state) = crate::stacks::take(ctx, &key);
+    crate::stacks::add(
+        &GPU_STACK_AGG,
+        &StackKey {
+            tgid,
+            stack_id,
+            start_ns,
+            py_id,
+            py_state,
+            _pad: 0,
+        },
+        size,
+    );
 }
 
 /// Reads what the call wrote through an out-pointer (`CUdeviceptr *`,
@@ -200,12 +252,15 @@ fn try_cuda_return(ctx: &RetProbeContext, op: u32, prog: &'static str) -> Result
         CU_MEM_UNMAP => (a[1], a[0], 0, 0, -1),
         _ => (0, 0, 0, 0, -1),
     };
+    let tgid = (pid_tgid >> 32) as u32;
+    if ok {
+        add_stack(ctx, op, tgid, size);
+    }
     let Some(mut entry) = EVENTS.reserve::<CudaEvent>(0) else {
         count_lost(KIND_CUDA, prog);
         return Ok(0);
     };
     let ev = entry.as_mut_ptr();
-    let tgid = (pid_tgid >> 32) as u32;
     // SAFETY: helper without preconditions.
     let task = unsafe { bpf_get_current_task() };
     // SAFETY: `ev` points at a reserved ring-buffer slot of the right size.

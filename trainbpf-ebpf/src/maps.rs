@@ -3,7 +3,8 @@
 //! logic that reads and writes each lives with its programs: `procs.rs`
 //! (`PROCS`, `STATE`, `PENDING_DELETE`), `pages.rs` (`PAGE_CACHE`),
 //! `stalls.rs` (`INSIDE`), `gpu.rs` (`GPU_COUNTERS`, `CUDA_PENDING`),
-//! `stacks.rs` (`STACKS`, `STACK_AGG`, `STACK_HIGH`), `python.rs`
+//! `stacks.rs` (`STACKS`, `STACK_AGG`, `STACK_HIGH`; `GPU_STACK_AGG` for
+//! `gpu.rs`), `python.rs`
 //! (`PY_PROCS`, `PY_STACKS`, `PY_SCRATCH`).
 
 use aya_ebpf::{
@@ -206,6 +207,13 @@ pub(crate) static STACKS: StackTrace = StackTrace::with_max_entries(4096, 0);
 /// is counted (`Counters::stack_map_full`).
 #[map]
 pub(crate) static STACK_AGG: HashMap<StackKey, StackVal> = HashMap::with_max_entries(16384, 0);
+
+/// Bytes the CUDA driver's allocation calls asked for and were given, per
+/// (process, stack at the call) (`record --stacks`): the GPU variant of
+/// `STACK_AGG`, drained the same way. Frees are not subtracted. Its size
+/// is set by the loader: one entry when stacks are off.
+#[map]
+pub(crate) static GPU_STACK_AGG: HashMap<StackKey, StackVal> = HashMap::with_max_entries(4096, 0);
 
 /// Each process's added memory (pages) at its last stack: its high so far.
 /// Removed by userspace after the process's exit.

@@ -15,7 +15,10 @@ use core::{
     ptr::addr_of_mut,
 };
 
-use aya_ebpf::programs::{BtfTracePointContext, tracing::StackIdContext};
+use aya_ebpf::{
+    maps::HashMap,
+    programs::{BtfTracePointContext, tracing::StackIdContext},
+};
 use trainbpf_common::{StackKey, StackVal};
 
 use crate::{
@@ -103,19 +106,9 @@ pub(crate) fn sample(ctx: *mut c_void, st: *mut ProcState, tgid: u32) {
     unsafe { *high = net };
     let bytes = grown as u64 * conf!(page_size) as u64;
     let tp = BtfTracePointContext::new(ctx);
-    let stack_id = match tp.get_stackid(&STACKS, BPF_F_USER_STACK) {
-        Ok(id) => id as i32,
-        // Aggregated under the error (-EFAULT: the stack could not be
-        // read; -EEXIST: its bucket holds another stack), so the bytes
-        // still show, as unreadable.
-        Err(e) => {
-            count(errors);
-            e
-        }
-    };
-    // A located Python's frames, walked at the same point.
-    let (py_id, py_state) = crate::python::walk(&key);
+    let (stack_id, py_id, py_state) = take(&tp, &key);
     add(
+        &STACK_AGG,
         &StackKey {
             tgid,
             stack_id,
@@ -128,9 +121,33 @@ pub(crate) fn sample(ctx: *mut c_void, st: *mut ProcState, tgid: u32) {
     );
 }
 
+/// The current thread's user stack (native, by frame pointers, into
+/// `STACKS`) and its Python frames where the collector located an
+/// interpreter for `key`: `(stack_id, py_id, py_state)`, what names a
+/// stack in the aggregation maps. Shared by the growth stacks and the
+/// CUDA allocation probes (`gpu.rs`).
 #[inline(always)]
-fn add(key: &StackKey, bytes: u64) {
-    if let Some(v) = STACK_AGG.get_ptr_mut(key) {
+pub(crate) fn take<C: StackIdContext>(ctx: &C, key: &ProcKey) -> (i32, u64, u32) {
+    let stack_id = match ctx.get_stackid(&STACKS, BPF_F_USER_STACK) {
+        Ok(id) => id as i32,
+        // Aggregated under the error (-EFAULT: the stack could not be
+        // read; -EEXIST: its bucket holds another stack), so the bytes
+        // still show, as unreadable.
+        Err(e) => {
+            count(errors);
+            e
+        }
+    };
+    // A located Python's frames, walked at the same point.
+    let (py_id, py_state) = crate::python::walk(key);
+    (stack_id, py_id, py_state)
+}
+
+/// Adds `bytes` and one capture to `key`'s total in `map` (`STACK_AGG`,
+/// `GPU_STACK_AGG`); a full map is counted, never silent.
+#[inline(always)]
+pub(crate) fn add(map: &HashMap<StackKey, StackVal>, key: &StackKey, bytes: u64) {
+    if let Some(v) = map.get_ptr_mut(key) {
         // SAFETY: aligned u64s in a live map value.
         unsafe {
             atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(addr_of_mut!((*v).bytes), bytes);
@@ -138,11 +155,11 @@ fn add(key: &StackKey, bytes: u64) {
         }
         return;
     }
-    match STACK_AGG.insert(key, &StackVal { bytes, count: 1 }, BPF_NOEXIST) {
+    match map.insert(key, &StackVal { bytes, count: 1 }, BPF_NOEXIST) {
         Ok(()) => {}
         // Another CPU made it first: add to that one.
         Err(e) if e == -EEXIST => {
-            if let Some(v) = STACK_AGG.get_ptr_mut(key) {
+            if let Some(v) = map.get_ptr_mut(key) {
                 // SAFETY: as above.
                 unsafe {
                     atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(

@@ -324,6 +324,7 @@ pub fn load(t: &Tunables, page_size: u64) -> Result<Loaded, LoadError> {
         Some(crate::stacks::StackMaps {
             stacks: aya::maps::StackTraceMap::try_from(take(&mut ebpf, "STACKS")?).map_err(obj)?,
             agg: HashMap::try_from(take(&mut ebpf, "STACK_AGG")?).map_err(obj)?,
+            gpu_agg: HashMap::try_from(take(&mut ebpf, "GPU_STACK_AGG")?).map_err(obj)?,
             high: HashMap::try_from(take(&mut ebpf, "STACK_HIGH")?).map_err(obj)?,
             py_procs: HashMap::try_from(take(&mut ebpf, "PY_PROCS")?).map_err(obj)?,
             py_stacks: HashMap::try_from(take(&mut ebpf, "PY_STACKS")?).map_err(obj)?,
@@ -375,22 +376,25 @@ fn load_object(
     }
     // Growth stacks' maps take memory only when used (the stack table
     // alone is about 1 KiB an entry).
-    let (st, agg, high, py_procs, py_stacks) = if stacks {
+    let (st, agg, gpu_agg, high, py_procs, py_stacks) = if stacks {
         use crate::stacks::{
-            AGG_MAP_ENTRIES, HIGH_MAP_ENTRIES, PY_PROC_ENTRIES, PY_STACK_ENTRIES, STACK_MAP_ENTRIES,
+            AGG_MAP_ENTRIES, GPU_AGG_MAP_ENTRIES, HIGH_MAP_ENTRIES, PY_PROC_ENTRIES,
+            PY_STACK_ENTRIES, STACK_MAP_ENTRIES,
         };
         (
             STACK_MAP_ENTRIES,
             AGG_MAP_ENTRIES,
+            GPU_AGG_MAP_ENTRIES,
             HIGH_MAP_ENTRIES,
             PY_PROC_ENTRIES,
             PY_STACK_ENTRIES,
         )
     } else {
-        (1, 1, 1, 1, 1)
+        (1, 1, 1, 1, 1, 1)
     };
     loader.map_max_entries("STACKS", st);
     loader.map_max_entries("STACK_AGG", agg);
+    loader.map_max_entries("GPU_STACK_AGG", gpu_agg);
     loader.map_max_entries("STACK_HIGH", high);
     loader.map_max_entries("PY_PROCS", py_procs);
     loader.map_max_entries("PY_STACKS", py_stacks);

@@ -67,7 +67,7 @@ pub use stacks::{GrowthStack, Stacks};
 
 use std::collections::{HashMap, VecDeque};
 
-use crate::decode::{CgroupName, Event, JobExit, Lost, ProcKey, Timed};
+use crate::decode::{CgroupName, Event, JobExit, Lost, ProcKey, Timed, stacks::StackSample};
 use crate::recording::{RecordingHeader, Skipped, Stop};
 
 use kernel_log::{KernelLine, LogLine, parse_kernel_line};
@@ -269,6 +269,8 @@ struct Builder {
     gpu: gpu::Ledger,
     leaks: leaks::Builder,
     stacks: Stacks,
+    /// CUDA allocation stacks: put on the GPU report's processes at the end.
+    gpu_stacks: Stacks,
 }
 
 impl Builder {
@@ -308,6 +310,7 @@ impl Builder {
             gpu: gpu::Ledger::default(),
             leaks: leaks::Builder::new(opts.leaks.clone(), header.attach.pages.is_some()),
             stacks: Stacks::default(),
+            gpu_stacks: Stacks::default(),
         }
     }
 
@@ -401,7 +404,11 @@ impl Builder {
             Event::Gpu(_) => {}
             Event::ProcInfo(i) => self.on_proc_info(i),
             Event::Shm(o) => self.attribution.on_shm(o),
-            Event::Stacks(s) => self.stacks.observe(ts, s),
+            Event::Stacks(s) => {
+                let (gpu, growth) = s.stacks.into_iter().partition(|d| d.gpu);
+                self.stacks.observe(ts, StackSample { stacks: growth });
+                self.gpu_stacks.observe(ts, StackSample { stacks: gpu });
+            }
         }
         self.settle(false);
         if self.now >= self.next_sweep {
@@ -492,6 +499,13 @@ impl Builder {
             .map(|k| (k.ts_ns, k.window_ns))
             .collect();
         report.gpu = std::mem::take(&mut self.gpu).finish(&kill_windows);
+        for p in &mut report.gpu.processes {
+            let key = crate::decode::ProcKey {
+                tgid: p.pid,
+                start_ns: p.start_ns,
+            };
+            p.stacks = self.gpu_stacks.of(key, None);
+        }
         for i in 0..report.kills.len() {
             report.kills[i].realtime_ns = report.realtime_ns(report.kills[i].ts_ns);
         }

@@ -1,5 +1,6 @@
 //! Growth stacks, the collector's side (`record --stacks`): drains the
-//! kernel's per-(process, stack) totals as deltas, reads each new stack's
+//! kernel's per-(process, stack) totals as deltas (growth, and the CUDA
+//! allocation probes' `GPU_STACK_AGG`, marked `gpu`), reads each new stack's
 //! frames and resolves them while the process lives, and clears a
 //! process's keys after its exit so that the bounded maps never fill with
 //! the dead.
@@ -25,6 +26,9 @@ pub use symbolize::{Native, bounded};
 /// (process, stack) totals, and processes' highs.
 pub const STACK_MAP_ENTRIES: u32 = 4096;
 pub const AGG_MAP_ENTRIES: u32 = 16384;
+/// (process, stack) totals of CUDA allocations: one entry per allocating
+/// line of a process, far fewer than its growth stacks.
+pub const GPU_AGG_MAP_ENTRIES: u32 = 4096;
 pub const HIGH_MAP_ENTRIES: u32 = 8192;
 /// Python processes the kernel walks, and their kept frames (each about
 /// 0.5 KiB).
@@ -38,6 +42,8 @@ const MAX_NAMED: usize = 1 << 20;
 pub struct StackMaps {
     pub stacks: StackTraceMap<MapData>,
     pub agg: BpfHashMap<MapData, StackKey, StackVal>,
+    /// CUDA allocations' bytes per (process, stack at the call).
+    pub gpu_agg: BpfHashMap<MapData, StackKey, StackVal>,
     pub high: BpfHashMap<MapData, ProcId, i64>,
     pub py_procs: BpfHashMap<MapData, ProcId, PyProc>,
     pub py_stacks: BpfHashMap<MapData, u64, PyStack>,
@@ -54,10 +60,12 @@ fn name_of(k: &StackKey) -> StackName {
 pub struct Collector {
     maps: StackMaps,
     deltas: Deltas,
+    gpu_deltas: Deltas,
     native: Native,
     pythons: Pythons,
-    /// (process, stack) pairs whose frames were recorded.
-    named: HashSet<(ProcKey, StackName)>,
+    /// (process, stack, GPU map or not) whose frames were recorded: each
+    /// map's first record of a stack carries its frames.
+    named: HashSet<(ProcKey, StackName, bool)>,
     /// Processes that exited since the last drain: their keys go after it.
     exited: Vec<ProcKey>,
     /// Processes that exec'd since the last drain.
@@ -83,6 +91,7 @@ impl Collector {
         Collector {
             maps,
             deltas: Deltas::default(),
+            gpu_deltas: Deltas::default(),
             native: Native::new(),
             pythons: Pythons::new(PY_PROC_ENTRIES as usize),
             named: HashSet::new(),
@@ -124,8 +133,18 @@ impl Collector {
     pub fn drain(&mut self) -> (Option<StackSample>, std::time::Duration) {
         let t = std::time::Instant::now();
         let now: Vec<(StackKey, StackVal)> = self.maps.agg.iter().filter_map(Result::ok).collect();
+        let gpu_now: Vec<(StackKey, StackVal)> =
+            self.maps.gpu_agg.iter().filter_map(Result::ok).collect();
         let read = t.elapsed();
-        let moved = self.deltas.next(now);
+        let moved: Vec<(StackKey, StackVal, bool)> = (self.deltas.next(now).into_iter())
+            .map(|(k, v)| (k, v, false))
+            .chain(
+                self.gpu_deltas
+                    .next(gpu_now)
+                    .into_iter()
+                    .map(|(k, v)| (k, v, true)),
+            )
+            .collect();
         let mut out = Vec::with_capacity(moved.len());
         // New stacks, per process, resolved in one pass over its maps.
         let mut todo: HashMap<u32, Vec<usize>> = HashMap::new();
@@ -133,18 +152,19 @@ impl Collector {
         // (tried again after a miss): before its stacks are named.
         let mut procs: Vec<ProcKey> = moved
             .iter()
-            .map(|(k, _)| ProcKey {
+            .map(|(k, ..)| ProcKey {
                 tgid: k.tgid,
                 start_ns: k.start_ns,
             })
             .collect();
+        procs.sort_by_key(|p| (p.tgid, p.start_ns));
         procs.dedup();
         for p in procs {
             if !self.exited.contains(&p) {
                 self.pythons.ensure(p, &mut self.maps.py_procs);
             }
         }
-        for (k, v) in moved {
+        for (k, v, gpu) in moved {
             let proc = ProcKey {
                 tgid: k.tgid,
                 start_ns: k.start_ns,
@@ -158,11 +178,12 @@ impl Collector {
                 count: v.count,
                 frames: None,
                 error: None,
+                gpu,
             };
             if k.stack_id < 0 {
                 d.error = Some(stack_error(k.stack_id));
             }
-            if self.named.len() < MAX_NAMED && !self.named.contains(&(proc, name_of(&k))) {
+            if self.named.len() < MAX_NAMED && !self.named.contains(&(proc, name_of(&k), gpu)) {
                 todo.entry(k.tgid).or_default().push(out.len());
             }
             out.push(d);
@@ -196,7 +217,16 @@ impl Collector {
             }
             match self.maps.stacks.get(&(out[i].stack_id as u32), 0) {
                 Ok(st) => {
-                    ips.push(st.frames().iter().map(|f| f.ip).collect());
+                    let mut v: Vec<u64> = st.frames().iter().map(|f| f.ip).collect();
+                    // A GPU stack is taken at the driver call's return:
+                    // its innermost address is a return address as well,
+                    // looked up at the call (and shown as taken, below).
+                    if out[i].gpu
+                        && let Some(ip) = v.first_mut()
+                    {
+                        *ip = ip.saturating_sub(1);
+                    }
+                    ips.push(v);
                     ok.push(i);
                 }
                 Err(e) => {
@@ -216,34 +246,38 @@ impl Collector {
             Err("the process was gone before its stack was resolved".into())
         };
         for (n, &i) in ok.iter().enumerate() {
-            match &resolved {
+            let mut f = match &resolved {
                 Ok(frames) => {
-                    out[i].frames = Some(frames[n].0.clone());
                     out[i].error = frames[n].1.clone();
+                    frames[n].0.clone()
                 }
                 // The addresses still say something: kept, unsymbolized.
                 Err(e) => {
                     out[i].error = Some(e.clone());
-                    out[i].frames = Some(
-                        ips[n]
-                            .iter()
-                            .take(crate::decode::stacks::MAX_FRAMES)
-                            .map(|&addr| crate::decode::stacks::Frame {
-                                kind: "native".into(),
-                                addr,
-                                ..Default::default()
-                            })
-                            .collect(),
-                    );
+                    ips[n]
+                        .iter()
+                        .take(crate::decode::stacks::MAX_FRAMES)
+                        .map(|&addr| crate::decode::stacks::Frame {
+                            kind: "native".into(),
+                            addr,
+                            ..Default::default()
+                        })
+                        .collect()
                 }
+            };
+            if out[i].gpu
+                && let Some(first) = f.first_mut()
+            {
+                first.addr = first.addr.saturating_add(1);
             }
+            out[i].frames = Some(f);
         }
         for &i in idx {
             // Even for a process gone: what it said of its interpreter.
             self.python(&mut out[i]);
             let d = &out[i];
             self.named
-                .insert((d.proc, (d.stack_id, d.py_id, d.py_state)));
+                .insert((d.proc, (d.stack_id, d.py_id, d.py_state), d.gpu));
         }
     }
 
@@ -269,13 +303,28 @@ impl Collector {
     /// Deletes an exited process's keys and high from the kernel's maps,
     /// and the stacks no one else has.
     fn forget(&mut self, p: ProcKey) {
-        for k in self.deltas.forget(p.tgid, p.start_ns) {
-            let _ = self.maps.agg.remove(&k);
-            self.named.remove(&(p, name_of(&k)));
-            if k.stack_id >= 0 && !self.deltas.in_use(k.stack_id) {
+        let growth = self.deltas.forget(p.tgid, p.start_ns);
+        let gpu = self.gpu_deltas.forget(p.tgid, p.start_ns);
+        for k in &growth {
+            let _ = self.maps.agg.remove(k);
+        }
+        for k in &gpu {
+            let _ = self.maps.gpu_agg.remove(k);
+        }
+        // Both maps name stacks in the same tables: one goes when neither
+        // has it.
+        for (k, g) in growth
+            .iter()
+            .map(|k| (k, false))
+            .chain(gpu.iter().map(|k| (k, true)))
+        {
+            self.named.remove(&(p, name_of(k), g));
+            let in_use = |id| self.deltas.in_use(id) || self.gpu_deltas.in_use(id);
+            if k.stack_id >= 0 && !in_use(k.stack_id) {
                 let _ = self.maps.stacks.remove(&(k.stack_id as u32));
             }
-            if k.py_id != 0 && !self.deltas.py_in_use(k.py_id) {
+            let py_in_use = |id| self.deltas.py_in_use(id) || self.gpu_deltas.py_in_use(id);
+            if k.py_id != 0 && !py_in_use(k.py_id) {
                 let _ = self.maps.py_stacks.remove(&k.py_id);
             }
         }

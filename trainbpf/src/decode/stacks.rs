@@ -43,6 +43,12 @@ pub struct StackDelta {
     /// its stack was read).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// A GPU allocation stack: `bytes` are what the CUDA driver's
+    /// allocation calls through this stack asked for and were given,
+    /// `count` the calls (frees not subtracted). Absent (false): a growth
+    /// stack.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub gpu: bool,
 }
 
 /// A frame as the recording keeps it: resolved while the process lived.
@@ -68,6 +74,10 @@ pub struct Frame {
 
 fn is_zero_u64(v: &u64) -> bool {
     *v == 0
+}
+
+fn is_false(v: &bool) -> bool {
+    !*v
 }
 
 fn is_zero_u32(v: &u32) -> bool {

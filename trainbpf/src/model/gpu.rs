@@ -143,6 +143,11 @@ pub struct GpuProcess {
     /// `nv_alloc_pages`/`nv_free_pages` page counts, where those probes ran.
     pub nv_pages_alloc: u64,
     pub nv_pages_free: u64,
+    /// Where its CUDA allocations were asked for (`record --stacks`),
+    /// heaviest first: per stack at the call, the bytes successful
+    /// allocations through it were given and how many (frees not
+    /// subtracted).
+    pub stacks: Vec<crate::model::GrowthStack>,
 }
 
 impl GpuProcess {

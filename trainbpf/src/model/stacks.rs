@@ -187,6 +187,7 @@ mod tests {
             count: 1,
             frames,
             error: None,
+            gpu: false,
         }
     }
 
@@ -288,6 +289,52 @@ mod tests {
         assert_eq!((st[0].bytes, st[0].count), (150 << 10, 2));
         assert_eq!(st[0].frames, vec![py]);
         assert_eq!(st[1].frames, vec![frame("native_only")]);
+    }
+
+    /// GPU allocation stacks go to the GPU report's process, growth
+    /// stacks to the processes' own: one recorded drain holds both.
+    #[test]
+    fn gpu_stacks_go_to_the_gpu_process() {
+        use crate::decode::gpu::{CudaCall, CudaOp, GpuEvent};
+        use crate::decode::{Event, Timed};
+        let cuda = Timed {
+            ts_ns: 10,
+            event: Event::Gpu(Box::new(GpuEvent::Cuda(CudaCall {
+                proc: key(1),
+                tid: 1,
+                comm: "job".into(),
+                op: CudaOp::MemAlloc,
+                result: 0,
+                device: None,
+                size: 8 << 20,
+                ptr: 0x1000,
+                handle: 0,
+                aux: 0,
+                entry_ns: 9,
+            }))),
+        };
+        let mut gpu = delta(1, 5, 8 << 10, Some(vec![frame("alloc_here")]));
+        gpu.gpu = true;
+        let growth = delta(1, 5, 512, Some(vec![frame("grow_here")]));
+        let drain = Timed {
+            ts_ns: 20,
+            event: Event::Stacks(StackSample {
+                stacks: vec![gpu, growth],
+            }),
+        };
+        let r = crate::model::build(
+            &Default::default(),
+            [cuda, drain].into_iter(),
+            &Default::default(),
+        );
+        let p = &r.gpu.processes[0];
+        assert_eq!(p.pid, 1);
+        assert_eq!(p.stacks.len(), 1, "{:?}", p.stacks);
+        assert_eq!(p.stacks[0].bytes, 8 << 20);
+        assert_eq!(p.stacks[0].frames, vec![frame("alloc_here")]);
+        let own = r.stacks.of(key(1), None);
+        assert_eq!(own.len(), 1);
+        assert_eq!(own[0].frames, vec![frame("grow_here")]);
     }
 
     /// A long run's deltas are merged, never dropped: the sum holds.

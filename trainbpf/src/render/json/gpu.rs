@@ -422,6 +422,9 @@ pub struct GpuProcess {
     pub pinned_bytes_peak: u64,
     /// The part of pinned memory that was registered.
     pub registered_bytes_peak: u64,
+    /// Where its CUDA allocations were asked for (`record --stacks`),
+    /// heaviest first; empty without stacks.
+    pub stacks: Vec<super::stacks::GpuStack>,
     /// Frees of pointers the ledger never saw allocated.
     pub unknown_frees: u64,
     /// A job process other than the root that initialised CUDA.
@@ -474,6 +477,7 @@ impl GpuProcess {
             pinned_bytes_end: p.pinned.end,
             pinned_bytes_peak: p.pinned.peak,
             registered_bytes_peak: p.registered_peak,
+            stacks: super::stacks::gpu_stacks(&p.stacks),
             unknown_frees: p.unknown_frees,
             worker_init: p.worker_init,
         }

@@ -1,5 +1,5 @@
 //! Growth stacks (`record --stacks`): `kills[].growers[].stacks` and
-//! `processes[].stacks`.
+//! `processes[].stacks`; CUDA allocation stacks: `gpu.processes[].stacks`.
 
 use schemars::JsonSchema;
 use serde::Serialize;
@@ -47,23 +47,59 @@ pub struct Frame {
     pub module: Option<String>,
 }
 
+/// Where a process's CUDA allocations were asked for: the calling
+/// thread's stack (native and Python), taken as the driver call returned
+/// to its caller, with what the successful calls through it were given.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct GpuStack {
+    /// Bytes the successful allocation calls through this stack were
+    /// given (device, pinned, registered or managed memory), frees not
+    /// subtracted: what this line asked for over the run, not what it
+    /// held at the end.
+    pub bytes: u64,
+    /// Successful allocation calls through this stack.
+    pub count: u64,
+    /// As in a growth stack's `error`.
+    pub error: Option<String>,
+    /// Innermost first: the innermost is the line that called the driver
+    /// (its `addr` the call's return address, like the others).
+    pub frames: Vec<Frame>,
+    /// `bytes` in kB (rounded down).
+    pub kb: u64,
+}
+
+fn frames(s: &GrowthStack) -> Vec<Frame> {
+    s.frames
+        .iter()
+        .map(|f| Frame {
+            addr: format!("{:#x}", f.addr),
+            file: f.file.clone(),
+            function: f.function.clone(),
+            kind: f.kind.clone(),
+            line: f.line,
+            module: f.module.clone(),
+        })
+        .collect()
+}
+
 pub fn stacks(s: &[GrowthStack]) -> Vec<Stack> {
     s.iter()
         .map(|s| Stack {
             count: s.count,
             error: s.error.clone(),
-            frames: s
-                .frames
-                .iter()
-                .map(|f| Frame {
-                    addr: format!("{:#x}", f.addr),
-                    file: f.file.clone(),
-                    function: f.function.clone(),
-                    kind: f.kind.clone(),
-                    line: f.line,
-                    module: f.module.clone(),
-                })
-                .collect(),
+            frames: frames(s),
+            kb: s.bytes / 1024,
+        })
+        .collect()
+}
+
+pub fn gpu_stacks(s: &[GrowthStack]) -> Vec<GpuStack> {
+    s.iter()
+        .map(|s| GpuStack {
+            bytes: s.bytes,
+            count: s.count,
+            error: s.error.clone(),
+            frames: frames(s),
             kb: s.bytes / 1024,
         })
         .collect()

@@ -34,6 +34,7 @@ fn delta(tgid: u32, start_ns: u64, id: i32, kb: u64, count: u64) -> StackDelta {
         count,
         frames: None,
         error: None,
+        gpu: false,
     }
 }
 

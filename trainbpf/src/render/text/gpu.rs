@@ -25,6 +25,9 @@ fn context_phrase(p: &GpuProcess) -> Option<String> {
     Some(s)
 }
 
+/// CUDA allocation stacks shown per process (`report --stacks`: all).
+const GPU_STACKS: usize = 3;
+
 /// The GPU section, when the recording has anything GPU-related.
 pub fn section(out: &mut String, r: &Report, width: usize, p: &Paint) {
     let g = &r.gpu;
@@ -37,6 +40,7 @@ pub fn section(out: &mut String, r: &Report, width: usize, p: &Paint) {
         p.bold("GPU and pinned host memory (CUDA driver calls, per process):")
     );
     processes_part(out, r, width, p);
+    super::stacks::gpu_lines(out, r, GPU_STACKS);
     workers_part(out, r, width, p);
     cuda_ooms_part(out, r, width, p);
     xid_part(out, r, p);

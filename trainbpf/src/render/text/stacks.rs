@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use super::style::{Paint, TextOptions, finish};
 use crate::model::{GrowthStack, Kill, Report};
 use crate::term::escape as esc;
-use crate::units::human_kb;
+use crate::units::{human_bytes, human_kb};
 
 /// Growers whose stacks a kill's section shows, and stacks per grower.
 const KILL_GROWERS: usize = 3;
@@ -31,15 +31,25 @@ pub(super) fn frame_text(f: &crate::model::stacks::Frame) -> String {
     }
 }
 
+/// How a stack's bytes read: growth in kB, GPU allocations in bytes.
+fn growth_size(bytes: u64) -> String {
+    human_kb(bytes / 1024)
+}
+
 fn stack_lines(out: &mut String, stacks: &[GrowthStack], max: usize, indent: &str) {
+    sized_stack_lines(out, stacks, max, indent, growth_size);
+}
+
+fn sized_stack_lines(
+    out: &mut String,
+    stacks: &[GrowthStack],
+    max: usize,
+    indent: &str,
+    size: fn(u64) -> String,
+) {
     for s in stacks.iter().take(max) {
         let times = if s.count == 1 { "time" } else { "times" };
-        let _ = writeln!(
-            out,
-            "{indent}{} ({} {times}):",
-            human_kb(s.bytes / 1024),
-            s.count
-        );
+        let _ = writeln!(out, "{indent}{} ({} {times}):", size(s.bytes), s.count);
         if let Some(e) = &s.error {
             let _ = writeln!(out, "{indent}    [{}]", esc(e));
         }
@@ -55,10 +65,34 @@ fn stack_lines(out: &mut String, stacks: &[GrowthStack], max: usize, indent: &st
         let _ = writeln!(
             out,
             "{indent}{} in {} more stacks (report --stacks lists them)",
-            human_kb(rest / 1024),
+            size(rest),
             stacks.len() - max
         );
     }
+}
+
+/// Under the GPU section: each process's heaviest CUDA allocation stacks
+/// (`max` each). Nothing without `record --stacks`.
+pub(super) fn gpu_lines(out: &mut String, r: &Report, max: usize) {
+    let procs: Vec<_> = r
+        .gpu
+        .processes
+        .iter()
+        .filter(|x| !x.stacks.is_empty())
+        .collect();
+    if procs.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "  Where the CUDA allocations were asked for (bytes allocated through each stack over \
+         the run, frees not subtracted; innermost frame first):"
+    );
+    for x in procs {
+        let _ = writeln!(out, "    {} ({}):", esc(&x.comm), x.pid);
+        sized_stack_lines(out, &x.stacks, max, "      ", human_bytes);
+    }
+    out.push('\n');
 }
 
 /// Under a kill's growers: the top growers' heaviest stacks. Nothing
@@ -93,7 +127,8 @@ pub fn report(r: &Report, o: &TextOptions) -> String {
     let p = Paint(o.color);
     let mut out = String::new();
     let _ = writeln!(out, "{}", p.bold("Growth stacks (innermost frame first)"));
-    if r.stacks.is_empty() {
+    let gpu = r.gpu.processes.iter().any(|x| !x.stacks.is_empty());
+    if r.stacks.is_empty() && !gpu {
         let _ = writeln!(out, "none recorded: record with --stacks to take them");
         return finish(out, o.color);
     }
@@ -115,6 +150,24 @@ pub fn report(r: &Report, o: &TextOptions) -> String {
             if stacks.len() == 1 { "" } else { "s" }
         );
         stack_lines(&mut out, &stacks, usize::MAX, "  ");
+    }
+    if gpu {
+        let _ = writeln!(
+            out,
+            "\n{}",
+            p.bold("GPU allocation stacks (bytes allocated through each, frees not subtracted)")
+        );
+        for x in r.gpu.processes.iter().filter(|x| !x.stacks.is_empty()) {
+            let total: u64 = x.stacks.iter().map(|s| s.bytes).sum();
+            let _ = writeln!(
+                out,
+                "\n{} ({}): {} allocated through the CUDA driver",
+                esc(&x.comm),
+                x.pid,
+                human_bytes(total)
+            );
+            sized_stack_lines(&mut out, &x.stacks, usize::MAX, "  ", human_bytes);
+        }
     }
     if r.lost.stack_map_full > 0 || r.lost.stack_errors > 0 {
         let _ = writeln!(

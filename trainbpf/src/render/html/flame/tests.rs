@@ -222,6 +222,7 @@ fn page_has_graphs_only_with_stacks() {
                 count: 400,
                 frames: Some(vec![f("grow_here", 6), f("main", 16)]),
                 error: None,
+                gpu: false,
             }],
         },
     );
