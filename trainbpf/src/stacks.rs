@@ -127,15 +127,18 @@ impl Collector {
     }
 
     /// Drains the totals; returns the deltas, with frames for stacks not
-    /// named before (`None` when nothing moved), and what reading the map
-    /// took (the part of a drain that grows with the job; resolving is
-    /// once per stack).
+    /// named before (`None` when nothing moved), and the CPU time reading
+    /// the map took (the part of a drain that grows with the job; resolving
+    /// is once per stack). CPU time, not wall time: on a busy machine the
+    /// wall time of the read includes waiting for a core, and pacing on it
+    /// put drains seconds apart, so a victim died before its stacks were
+    /// named.
     pub fn drain(&mut self) -> (Option<StackSample>, std::time::Duration) {
-        let t = std::time::Instant::now();
+        let t = thread_cpu();
         let now: Vec<(StackKey, StackVal)> = self.maps.agg.iter().filter_map(Result::ok).collect();
         let gpu_now: Vec<(StackKey, StackVal)> =
             self.maps.gpu_agg.iter().filter_map(Result::ok).collect();
-        let read = t.elapsed();
+        let read = thread_cpu().saturating_sub(t);
         let moved: Vec<(StackKey, StackVal, bool)> = (self.deltas.next(now).into_iter())
             .map(|(k, v)| (k, v, false))
             .chain(
@@ -335,6 +338,21 @@ impl Collector {
             start_ns: p.start_ns,
         });
     }
+}
+
+/// This thread's CPU time so far.
+fn thread_cpu() -> std::time::Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given; the clock id
+    // is valid on every Linux.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return std::time::Duration::ZERO;
+    }
+    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 #[cfg(test)]

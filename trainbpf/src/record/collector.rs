@@ -248,8 +248,8 @@ impl Collector {
         let (sample, read) = st.drain();
         // A stack is resolved only while its process lives: drain often,
         // but keep reading the map (two syscalls a key) to about 1% of a
-        // core.
-        self.stacks_every = STACKS_EVERY.max(read * 100);
+        // core, and never less often than once a second.
+        self.stacks_every = (read * 100).clamp(STACKS_EVERY, Duration::from_secs(1));
         self.last_stacks = Instant::now();
         if let Some(sample) = sample {
             let (kind, bytes) = decode::encode_user(ts, UserBody::Stacks(sample));
