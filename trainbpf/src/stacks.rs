@@ -109,12 +109,11 @@ impl Collector {
     }
 
     /// A job process forked: a located Python's child runs the same
-    /// interpreter, located at the next drain, before its first stacks
-    /// (a forked worker's copy-on-write growth starts at once).
+    /// interpreter, which the kernel handed on at the fork (a forked
+    /// worker's copy-on-write growth starts at once); its frames are named
+    /// through the parent's, on the child's memory, opened now.
     pub fn on_fork(&mut self, child: ProcKey, parent: ProcKey) {
-        if self.pythons.interpreter_path(parent).is_some() {
-            self.locate.push(child);
-        }
+        self.pythons.inherit(child, parent, &mut self.maps.py_procs);
     }
 
     /// Drains the totals; returns the deltas, with frames for stacks not
@@ -170,7 +169,11 @@ impl Collector {
         for (tgid, idx) in todo {
             self.name(tgid, &idx, &mut out);
         }
-        for p in std::mem::take(&mut self.exited) {
+        let exited = std::mem::take(&mut self.exited);
+        // One that exec'd and exited since the last drain is not looked
+        // for: it would stay as a failed look-up, never forgotten.
+        self.locate.retain(|p| !exited.contains(p));
+        for p in exited {
             self.forget(p);
         }
         for tgid in std::mem::take(&mut self.execed) {

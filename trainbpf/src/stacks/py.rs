@@ -203,6 +203,42 @@ impl Pythons {
         self.procs.insert(p, state);
     }
 
+    /// A job process forked: the kernel handed a located parent's
+    /// description to the child already (`python::inherit` in the eBPF
+    /// crate); the child's frames are named through the parent's
+    /// interpreter, opened on the child's memory now, while it lives (a
+    /// worker may be gone before the next drain). Whatever happens, the
+    /// child is tracked, so that its exit removes the kernel's entry.
+    pub fn inherit(
+        &mut self,
+        child: ProcKey,
+        parent: ProcKey,
+        map: &mut BpfHashMap<MapData, ProcId, PyProc>,
+    ) {
+        let Some(State::Found(i)) = self.procs.get(&parent) else {
+            return;
+        };
+        if self.procs.len() >= self.max || self.procs.contains_key(&child) {
+            // Not tracked: no entry of the kernel's may outlive it.
+            if !self.procs.contains_key(&child) {
+                let _ = map.remove(&proc_id(child));
+            }
+            return;
+        }
+        let state = match i.forked(child.tgid) {
+            Ok(c) => State::Found(Box::new(c)),
+            // Gone already (its exit follows), or its memory unreadable:
+            // its stacks say why, and no look-up is tried again.
+            Err(e) => State::Failed {
+                not_python: false,
+                error: bounded(&e.to_string()),
+                tries: MAX_TRIES,
+                last: Instant::now(),
+            },
+        };
+        self.procs.insert(child, state);
+    }
+
     /// Tries again the processes not located yet that have tries left:
     /// each drain, so that one caught before its `libpython` was mapped
     /// is located before its first stacks, not after.
