@@ -213,8 +213,26 @@ impl Collector {
         let alive = idx
             .first()
             .is_some_and(|&i| !self.exited.contains(&out[i].proc) && crate::procfs::alive(tgid));
+        let proc = idx.first().map(|&i| out[i].proc);
+        // A forked Python worker gone already: what it ran before the
+        // fork is mapped at the same addresses in its parent.
+        let parent = proc
+            .and_then(|p| self.pythons.parent_of(p))
+            .filter(|pp| !self.exited.contains(pp) && crate::procfs::alive(pp.tgid));
         let resolved = if alive {
             self.native.resolve(tgid, &refs)
+        } else if let Some(pp) = parent {
+            self.native.resolve(pp.tgid, &refs).map(|mut v| {
+                for (_, why) in &mut v {
+                    let note =
+                        "native frames named through the parent's maps (the process was gone)";
+                    *why = Some(match why.take() {
+                        Some(e) => bounded(&format!("{e}; {note}")),
+                        None => note.into(),
+                    });
+                }
+                v
+            })
         } else {
             Err("the process was gone before its stack was resolved".into())
         };
