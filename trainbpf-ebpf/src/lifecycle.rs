@@ -68,6 +68,20 @@ fn try_sched_fork(ctx: &BtfTracePointContext) -> Result<u32, u32> {
             child_tgid
         );
     }
+    if conf!(stack_every_pages) > 0 {
+        crate::python::inherit(
+            &ProcKey {
+                tgid: parent_tgid,
+                _pad: 0,
+                start_ns: leader_start_ns(parent),
+            },
+            &ProcKey {
+                tgid: child_tgid,
+                _pad: 0,
+                start_ns: leader_start_ns(child),
+            },
+        );
+    }
     let Some(mut entry) = EVENTS.reserve::<ForkEvent>(0) else {
         count_lost(KIND_FORK, "sched_fork");
         return Ok(0);
@@ -100,6 +114,16 @@ fn try_sched_exec(ctx: &BtfTracePointContext) -> Result<u32, u32> {
     let tgid: u32 = rd(task, conf!(task_tgid))?;
     if !in_job(tgid) {
         return Ok(0);
+    }
+    if conf!(stack_every_pages) > 0 {
+        // The new program is no longer the interpreter described (one
+        // inherited at a fork, or located before): until the collector
+        // looks again, its stacks are walked as no Python's.
+        crate::python::forget(&ProcKey {
+            tgid,
+            _pad: 0,
+            start_ns: leader_start_ns(task),
+        });
     }
     let Some(mut entry) = EVENTS.reserve::<ExecEvent>(0) else {
         count_lost(KIND_EXEC, "sched_exec");

@@ -165,3 +165,25 @@ pub(crate) fn walk(key: &ProcKey) -> (u64, u32) {
         Err(_) => (0, PY_STORE_FULL),
     }
 }
+
+/// A forked child of a located Python runs the same interpreter at the
+/// same addresses: it gets its parent's description here, in the parent's
+/// context before the child first runs, so that a worker's copy-on-write
+/// growth, which starts at once, is walked from its first stack (the
+/// collector reads the fork later). A full map leaves the child to the
+/// collector's own look-up.
+#[inline(always)]
+pub(crate) fn inherit(parent: &ProcKey, child: &ProcKey) {
+    // SAFETY: the value is copied out at once.
+    let Some(p) = (unsafe { PY_PROCS.get(parent) }) else {
+        return;
+    };
+    let p: PyProc = *p;
+    let _ = PY_PROCS.insert(child, &p, 0);
+}
+
+/// A process exec'd: its description no longer fits its program.
+#[inline(always)]
+pub(crate) fn forget(key: &ProcKey) {
+    let _ = PY_PROCS.remove(key);
+}

@@ -176,6 +176,24 @@ impl Interpreter {
         })
     }
 
+    /// The same interpreter in `child`, a fork of this process: the same
+    /// file at the same addresses, and the same code objects until the
+    /// child makes its own (each is checked on use), so nothing is looked
+    /// up again but the child's memory.
+    pub fn forked(&self, child: u32) -> Result<Interpreter, PyError> {
+        Ok(Interpreter {
+            pid: child,
+            path: self.path.clone(),
+            version: self.version,
+            bias: self.bias,
+            runtime: self.runtime,
+            offsets: self.offsets,
+            mem: mem::Mem::open(child)?,
+            codes: self.codes.clone(),
+            code_type: self.code_type,
+        })
+    }
+
     pub fn pid(&self) -> u32 {
         self.pid
     }

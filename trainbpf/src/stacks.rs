@@ -118,12 +118,11 @@ impl Collector {
     }
 
     /// A job process forked: a located Python's child runs the same
-    /// interpreter, located at the next drain, before its first stacks
-    /// (a forked worker's copy-on-write growth starts at once).
+    /// interpreter, which the kernel handed on at the fork (a forked
+    /// worker's copy-on-write growth starts at once); its frames are named
+    /// through the parent's, on the child's memory, opened now.
     pub fn on_fork(&mut self, child: ProcKey, parent: ProcKey) {
-        if self.pythons.interpreter_path(parent).is_some() {
-            self.locate.push(child);
-        }
+        self.pythons.inherit(child, parent, &mut self.maps.py_procs);
     }
 
     /// Drains the totals; returns the deltas, with frames for stacks not
@@ -194,7 +193,11 @@ impl Collector {
         for (tgid, idx) in todo {
             self.name(tgid, &idx, &mut out);
         }
-        for p in std::mem::take(&mut self.exited) {
+        let exited = std::mem::take(&mut self.exited);
+        // One that exec'd and exited since the last drain is not looked
+        // for: it would stay as a failed look-up, never forgotten.
+        self.locate.retain(|p| !exited.contains(p));
+        for p in exited {
             self.forget(p);
         }
         for tgid in std::mem::take(&mut self.execed) {
@@ -243,8 +246,26 @@ impl Collector {
         let alive = idx
             .first()
             .is_some_and(|&i| !self.exited.contains(&out[i].proc) && crate::procfs::alive(tgid));
+        let proc = idx.first().map(|&i| out[i].proc);
+        // A forked Python worker gone already: what it ran before the
+        // fork is mapped at the same addresses in its parent.
+        let parent = proc
+            .and_then(|p| self.pythons.parent_of(p))
+            .filter(|pp| !self.exited.contains(pp) && crate::procfs::alive(pp.tgid));
         let resolved = if alive {
             self.native.resolve(tgid, &refs)
+        } else if let Some(pp) = parent {
+            self.native.resolve(pp.tgid, &refs).map(|mut v| {
+                for (_, why) in &mut v {
+                    let note =
+                        "native frames named through the parent's maps (the process was gone)";
+                    *why = Some(match why.take() {
+                        Some(e) => bounded(&format!("{e}; {note}")),
+                        None => note.into(),
+                    });
+                }
+                v
+            })
         } else {
             Err("the process was gone before its stack was resolved".into())
         };

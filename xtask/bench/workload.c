@@ -8,6 +8,7 @@
 //   workload faults THREADS PASSES MIB    W1: map, touch, unmap, per thread
 //   workload forks TOTAL MIB PARALLEL     W3: workers touch MIB and exit
 //   workload steady SECONDS               W4: training-like step loop
+//   workload grow TOTAL_MIB ROUND_MIB WORK W5: steady growth, new highs only
 #define _GNU_SOURCE
 #include <malloc.h>
 #include <pthread.h>
@@ -232,6 +233,63 @@ static int steady(double seconds) {
     return 0;
 }
 
+// ------------------------------------------------------------- W5 grow
+
+// Cache-resident arithmetic between two MiB of growth: `work` passes over
+// 16 KiB. At the bench's WORK it sets the pace to about 100 MB/s of new
+// memory on the machines the bench runs on (the figure printed, rate_mb_s,
+// says what it was), so the growth is a share of the job's time, as in a
+// job that builds its dataset or caches as it goes.
+static float grow_compute(float *buf, size_t n, unsigned long work) {
+    for (unsigned long r = 0; r < work; r++)
+        for (size_t i = 0; i < n; i++)
+            buf[i] = buf[i] * 0.999f + 0.001f;
+    return buf[n / 2];
+}
+
+// One round: a fresh process touches ROUND_MIB of new memory, a MiB a
+// step, and never frees it, so every MiB is a new high of the process's
+// added memory (what `record --stacks` samples at). A fresh child per
+// round keeps it so: a process that freed and grew again would make no
+// new high until it passed its old one.
+static int grow_round(size_t round_mib, unsigned long work) {
+    unsigned char *p = map_anon(round_mib * MIB);
+    float buf[4096];
+    for (size_t i = 0; i < 4096; i++)
+        buf[i] = (float)i;
+    float sink = 0;
+    for (size_t m = 0; m < round_mib; m++) {
+        touch(p + m * MIB, MIB, (unsigned char)m);
+        sink += grow_compute(buf, 4096, work);
+    }
+    return sink == sink ? 0 : 1;
+}
+
+static int grow(unsigned long total_mib, unsigned long round_mib, unsigned long work) {
+    if (!round_mib || round_mib > total_mib)
+        round_mib = total_mib;
+    double t0 = now_s();
+    unsigned long done = 0;
+    while (done < total_mib) {
+        unsigned long n = total_mib - done < round_mib ? total_mib - done : round_mib;
+        pid_t pid = fork();
+        if (pid < 0)
+            die("fork");
+        if (pid == 0)
+            _exit(grow_round(n, work));
+        int st;
+        if (waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+            fprintf(stderr, "workload: a grow round failed\n");
+            return 1;
+        }
+        done += n;
+    }
+    double t = now_s() - t0;
+    printf("elapsed_s=%.6f cpu_s=%.6f minflt=%ld rate_mb_s=%.1f\n", t, cpu_s() - start_cpu,
+           minflt() - start_minflt, total_mib * (double)MIB / 1e6 / t);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     start_minflt = minflt();
     start_cpu = cpu_s();
@@ -241,7 +299,10 @@ int main(int argc, char **argv) {
         return forks(strtoul(argv[2], NULL, 10), strtoul(argv[3], NULL, 10), atoi(argv[4]));
     if (argc == 3 && !strcmp(argv[1], "steady"))
         return steady(atof(argv[2]));
-    fprintf(stderr,
-            "usage: workload faults THREADS PASSES MIB | forks TOTAL MIB PARALLEL | steady SECONDS\n");
+    if (argc == 5 && !strcmp(argv[1], "grow"))
+        return grow(strtoul(argv[2], NULL, 10), strtoul(argv[3], NULL, 10),
+                    strtoul(argv[4], NULL, 10));
+    fprintf(stderr, "usage: workload faults THREADS PASSES MIB | forks TOTAL MIB PARALLEL | "
+                    "steady SECONDS | grow TOTAL_MIB ROUND_MIB WORK\n");
     return 2;
 }

@@ -55,7 +55,8 @@ enum Task {
     /// 300 MiB memory limit, then print the report.
     Demo,
     /// Root: overhead benchmark (issue 5). Each workload runs untraced,
-    /// under trainbpf, bpftrace and perf, interleaved; writes
+    /// under trainbpf (with and without --stacks where issue 15 asks),
+    /// bpftrace and perf, interleaved; writes
     /// target/bench/results.md (smoke.md with --smoke) and prints it. About
     /// 35 minutes in full.
     Bench {
@@ -69,7 +70,8 @@ enum Task {
         /// Seconds of one W4 (steady job) run [default: 180, or 2 with --smoke].
         #[arg(long)]
         w4_secs: Option<u64>,
-        /// Only these workloads, by id: W1-1, W1-N, W3, W4 (comma-separated).
+        /// Only these workloads, by id: W1-1, W1-N, W3, W4, W5 (steady
+        /// growth), W6 (Python-heavy) (comma-separated).
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
     },

@@ -42,6 +42,8 @@ enum State {
 /// The located interpreters, by process; bounded by the kernel map's size.
 pub struct Pythons {
     procs: HashMap<ProcKey, State>,
+    /// Forked children's located parents (`inherit`), while both are known.
+    parents: HashMap<ProcKey, ProcKey>,
     max: usize,
 }
 
@@ -161,6 +163,7 @@ impl Pythons {
     pub fn new(max: usize) -> Pythons {
         Pythons {
             procs: HashMap::new(),
+            parents: HashMap::new(),
             max,
         }
     }
@@ -203,6 +206,47 @@ impl Pythons {
         self.procs.insert(p, state);
     }
 
+    /// A job process forked: the kernel handed a located parent's
+    /// description to the child already (`python::inherit` in the eBPF
+    /// crate); the child's frames are named through the parent's
+    /// interpreter, opened on the child's memory now, while it lives (a
+    /// worker may be gone before the next drain). Whatever happens, the
+    /// child is tracked, so that its exit removes the kernel's entry.
+    pub fn inherit(
+        &mut self,
+        child: ProcKey,
+        parent: ProcKey,
+        map: &mut BpfHashMap<MapData, ProcId, PyProc>,
+    ) {
+        let Some(State::Found(i)) = self.procs.get(&parent) else {
+            return;
+        };
+        if self.procs.contains_key(&child) {
+            // Its stacks came before its fork was read, and it was looked
+            // up from them: only the way back to the parent is new.
+            self.parents.insert(child, parent);
+            return;
+        }
+        if self.procs.len() >= self.max {
+            // Not tracked: no entry of the kernel's may outlive it.
+            let _ = map.remove(&proc_id(child));
+            return;
+        }
+        let state = match i.forked(child.tgid) {
+            Ok(c) => State::Found(Box::new(c)),
+            // Gone already (its exit follows), or its memory unreadable:
+            // its stacks say why, and no look-up is tried again.
+            Err(e) => State::Failed {
+                not_python: false,
+                error: bounded(&e.to_string()),
+                tries: MAX_TRIES,
+                last: Instant::now(),
+            },
+        };
+        self.procs.insert(child, state);
+        self.parents.insert(child, parent);
+    }
+
     /// Tries again the processes not located yet that have tries left:
     /// each drain, so that one caught before its `libpython` was mapped
     /// is located before its first stacks, not after.
@@ -219,6 +263,11 @@ impl Pythons {
         for p in due {
             self.ensure(p, map);
         }
+    }
+
+    /// The located parent `p` was forked from, if it is one.
+    pub fn parent_of(&self, p: ProcKey) -> Option<ProcKey> {
+        self.parents.get(&p).copied()
     }
 
     /// The interpreter's file, where `p`'s was located.
@@ -239,8 +288,19 @@ impl Pythons {
         state: u32,
         stacks: &BpfHashMap<MapData, u64, PyStack>,
     ) -> (Vec<Frame>, Option<String>) {
-        let interp = match self.procs.get_mut(&p) {
+        let parent = self.parents.get(&p).copied();
+        let parent_found =
+            parent.is_some_and(|pp| matches!(self.procs.get(&pp), Some(State::Found(_))));
+        let interp = match self.procs.get(&p) {
             Some(State::Found(i)) => i,
+            // A forked child gone before its fork was read: its parent's
+            // interpreter, which it ran, names its frames below.
+            Some(State::Failed { .. }) if parent_found => {
+                match parent.and_then(|pp| self.procs.get(&pp)) {
+                    Some(State::Found(i)) => i,
+                    _ => return (Vec::new(), None),
+                }
+            }
             Some(State::Failed {
                 error, not_python, ..
             }) => {
@@ -279,7 +339,25 @@ impl Pythons {
             let Some((code, instr)) = pair(&desc, tagged, instr) else {
                 continue;
             };
-            match interp.resolve(code, instr) {
+            let mut r = match self.procs.get_mut(&p) {
+                Some(State::Found(i)) => i.resolve(code, instr),
+                _ => Err(PyError::NotPython { pid: p.tgid }),
+            };
+            // A forked worker gone before its stacks were named (its
+            // memory unreadable): its code objects were made before the
+            // fork, at the same addresses in the parent, which still
+            // lives. Each is checked as a code object there too.
+            // (Its memory may be gone before its state says it exited.)
+            if r.is_err()
+                && let Some(Some(State::Found(pi))) = parent.map(|pp| self.procs.get_mut(&pp))
+                && let Ok(f) = pi.resolve(code, instr)
+            {
+                note.get_or_insert_with(|| {
+                    "Python frames named through the parent's memory (the process was gone)".into()
+                });
+                r = Ok(f);
+            }
+            match r {
                 Ok(f) => out.push(Frame {
                     kind: "python".into(),
                     addr: code,
@@ -303,6 +381,7 @@ impl Pythons {
 
     /// Forgets an exited process, in the kernel's map too.
     pub fn forget(&mut self, p: ProcKey, map: &mut BpfHashMap<MapData, ProcId, PyProc>) {
+        self.parents.remove(&p);
         if self.procs.remove(&p).is_some() {
             let _ = map.remove(&proc_id(p));
         }
@@ -318,6 +397,7 @@ impl Pythons {
             .copied()
             .collect();
         for p in gone {
+            self.parents.remove(&p);
             self.procs.remove(&p);
             let _ = map.remove(&proc_id(p));
         }

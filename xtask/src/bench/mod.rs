@@ -9,9 +9,11 @@
 //! spans a round disturbs less). While a tool runs, its process is sampled
 //! from /proc for CPU and RSS.
 //!
-//! Tools: `trainbpf record`, a bpftrace script doing the nearest equivalent
-//! work (a fault count per process in a kernel map, plus `oom:mark_victim`),
-//! and `perf record -e exceptions:page_fault_user`.
+//! Tools: `trainbpf record`, and with `--stacks` (issue 15: stacks go on by
+//! default only if they cost W1 one thread and steady growth at most 5%),
+//! a bpftrace script doing the nearest equivalent work (a fault count per
+//! process in a kernel map, plus `oom:mark_victim`), and
+//! `perf record -e exceptions:page_fault_user`.
 
 mod proc;
 mod report;
@@ -45,7 +47,7 @@ pub struct Options {
     pub runs: Option<usize>,
     /// Length of one W4 run, seconds; default 180 (2 with `smoke`).
     pub w4_secs: Option<u64>,
-    /// Workload ids to run (`W1-1`, `W1-N`, `W3`, `W4`); empty: all.
+    /// Workload ids to run (`W1-1`, `W1-N`, `W3`, `W4`, `W5`, `W6`); empty: all.
     pub only: Vec<String>,
 }
 
@@ -95,6 +97,7 @@ tracepoint:oom:mark_victim { printf(\"oom victim %d\\n\", args->pid); }";
 enum Tool {
     Untraced,
     Trainbpf,
+    TrainbpfStacks,
     Bpftrace,
     Perf,
 }
@@ -104,6 +107,7 @@ impl Tool {
         match self {
             Tool::Untraced => "untraced",
             Tool::Trainbpf => "trainbpf record",
+            Tool::TrainbpfStacks => "trainbpf record --stacks",
             Tool::Bpftrace => "bpftrace",
             Tool::Perf => "perf record",
         }
@@ -118,10 +122,12 @@ enum Metric {
 }
 
 struct Workload {
-    /// W1-1, W1-N, W3, W4: the key the targets refer to.
+    /// W1-1, W1-N, W3, W4, W5, W6: the key the targets refer to.
     id: &'static str,
     title: String,
+    /// The C workload's mode and arguments, or the Python script's.
     args: Vec<String>,
+    python: bool,
     metric: Metric,
     tools: Vec<Tool>,
 }
@@ -200,8 +206,9 @@ pub fn bench(opts: Options) -> Result<()> {
     fs::copy(&bin, &pinned).with_context(|| format!("copying {}", bin.display()))?;
     let source = source_state();
     let workload = build_workload(&scratch.0)?;
+    let python_script = workspace_root().join("xtask/bench/pyheavy.py");
 
-    let mut tools = vec![Tool::Untraced, Tool::Trainbpf];
+    let mut tools = vec![Tool::Untraced, Tool::Trainbpf, Tool::TrainbpfStacks];
     let mut notes = Vec::new();
     match ensure_bpftrace() {
         Ok(()) => tools.push(Tool::Bpftrace),
@@ -218,6 +225,7 @@ pub fn bench(opts: Options) -> Result<()> {
     let ctx = Ctx {
         bin: pinned,
         workload,
+        python_script,
         scratch: scratch.0.clone(),
         clk_tck: clock_ticks(),
     };
@@ -296,12 +304,33 @@ fn plan(smoke: bool, nproc: usize, w4_secs: u64, tools: &[Tool]) -> Vec<Workload
     // here, long enough that a tool's attach jitter is noise.
     let passes = if smoke { 4 } else { 100 };
     let forks = if smoke { 16 } else { 200 };
+    // W5: 1 GiB of new memory in fresh 256 MiB processes, about 10 s at
+    // 100 MB/s; WORK paces it there (measured on the project's 2-core VM).
+    let (grow_total, grow_round) = if smoke { (32, 16) } else { (1024, 256) };
+    const GROW_WORK: &str = "35000";
+    // W6: about 5 s of Python here.
+    let py_iters = if smoke { 100 } else { 8000 };
     let s = |v: &[&str]| v.iter().map(|a| a.to_string()).collect::<Vec<_>>();
+    // Stacks on and off side by side where issue 15's rule judges them (W1
+    // one thread, steady growth) and for Python; elsewhere, off.
+    let no_stacks: Vec<Tool> = tools
+        .iter()
+        .copied()
+        .filter(|&t| t != Tool::TrainbpfStacks)
+        .collect();
+    // bpftrace and perf are left out of W4 to W6: their W1 figures compare
+    // the tools already, and these runs are long.
+    let ours: Vec<Tool> = tools
+        .iter()
+        .copied()
+        .filter(|t| matches!(t, Tool::Untraced | Tool::Trainbpf | Tool::TrainbpfStacks))
+        .collect();
     vec![
         Workload {
             id: "W1-1",
             title: "W1 fault storm, 1 thread".into(),
             args: s(&["faults", "1", &passes.to_string(), "64"]),
+            python: false,
             metric: Metric::Elapsed,
             tools: tools.to_vec(),
         },
@@ -309,28 +338,52 @@ fn plan(smoke: bool, nproc: usize, w4_secs: u64, tools: &[Tool]) -> Vec<Workload
             id: "W1-N",
             title: format!("W1 fault storm, {nproc} threads"),
             args: s(&["faults", &nproc.to_string(), &passes.to_string(), "64"]),
+            python: false,
             metric: Metric::Elapsed,
-            tools: tools.to_vec(),
+            tools: no_stacks.clone(),
         },
         Workload {
             id: "W3",
             title: format!("W3 fork storm, {forks} workers x 16 MiB"),
             args: s(&["forks", &forks.to_string(), "16", &nproc.to_string()]),
+            python: false,
             metric: Metric::Elapsed,
-            tools: tools.to_vec(),
+            tools: no_stacks.clone(),
         },
-        // bpftrace and perf are left out of W4: their W1 figures compare the
-        // tools already, and each arm of W4 costs minutes.
         Workload {
             id: "W4",
             title: format!("W4 steady job, {w4_secs} s (step time)"),
             args: s(&["steady", &w4_secs.to_string()]),
+            python: false,
             metric: Metric::StepMedian,
-            tools: tools
+            tools: ours
                 .iter()
                 .copied()
-                .filter(|t| matches!(t, Tool::Untraced | Tool::Trainbpf))
+                .filter(|&t| t != Tool::TrainbpfStacks)
                 .collect(),
+        },
+        Workload {
+            id: "W5",
+            title: format!(
+                "W5 steady growth, {grow_total} MiB new (fresh process per {grow_round} MiB)"
+            ),
+            args: s(&[
+                "grow",
+                &grow_total.to_string(),
+                &grow_round.to_string(),
+                GROW_WORK,
+            ]),
+            python: false,
+            metric: Metric::Elapsed,
+            tools: ours.clone(),
+        },
+        Workload {
+            id: "W6",
+            title: format!("W6 Python-heavy, {py_iters} iterations"),
+            args: s(&[&py_iters.to_string()]),
+            python: true,
+            metric: Metric::Elapsed,
+            tools: ours,
         },
     ]
 }
@@ -421,17 +474,33 @@ fn loadavg() -> String {
         .unwrap_or_else(|_| "?".into())
 }
 
+/// The interpreter W6 runs on, by absolute path: the image's own CPython.
+const PYTHON: &str = "/usr/bin/python3";
+
 struct Ctx {
     bin: PathBuf,
     workload: PathBuf,
+    python_script: PathBuf,
     scratch: PathBuf,
     clk_tck: f64,
 }
 
 impl Ctx {
+    /// The job's command line: the C workload or the Python one.
+    fn job_argv(&self, w: &Workload) -> Vec<std::ffi::OsString> {
+        let mut argv: Vec<std::ffi::OsString> = if w.python {
+            vec![PYTHON.into(), self.python_script.clone().into()]
+        } else {
+            vec![self.workload.clone().into()]
+        };
+        argv.extend(w.args.iter().map(Into::into));
+        argv
+    }
+
     fn workload_cmd(&self, w: &Workload) -> Command {
-        let mut cmd = Command::new(&self.workload);
-        cmd.args(&w.args);
+        let argv = self.job_argv(w);
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..]);
         cmd
     }
 
@@ -443,20 +512,21 @@ impl Ctx {
                 let r = job.result()?;
                 sample(w, &r, None, None, None, None)
             }
-            Tool::Trainbpf => self.trainbpf(w),
+            Tool::Trainbpf => self.trainbpf(w, false),
+            Tool::TrainbpfStacks => self.trainbpf(w, true),
             Tool::Bpftrace => self.bpftrace(w),
             Tool::Perf => self.perf(w),
         }
     }
 
-    fn trainbpf(&self, w: &Workload) -> Result<Sample> {
+    fn trainbpf(&self, w: &Workload, stacks: bool) -> Result<Sample> {
         let rec = self.scratch.join("bench.rec");
         let mut cmd = Command::new(&self.bin);
-        cmd.args(["record", "-o"])
-            .arg(&rec)
-            .arg("--")
-            .arg(&self.workload)
-            .args(&w.args);
+        cmd.args(["record", "-o"]).arg(&rec);
+        if stacks {
+            cmd.arg("--stacks");
+        }
+        cmd.arg("--").args(self.job_argv(w));
         let mut p = Watched::spawn(&mut cmd, true)?;
         // Printed once the probes are attached, just before the job starts.
         let ready = p.wait_for("trainbpf: recording to", Duration::from_secs(60))?;
@@ -526,8 +596,7 @@ impl Ctx {
         cmd.args(["record", "-e", "exceptions:page_fault_user", "-o"])
             .arg(&data)
             .arg("--")
-            .arg(&self.workload)
-            .args(&w.args);
+            .args(self.job_argv(w));
         let ready = Instant::now();
         let done = Watched::spawn(&mut cmd, true)?.finish()?;
         done.check("perf record")?;

@@ -189,7 +189,8 @@ pub(super) fn render(info: &RunInfo) -> String {
     }
     let _ = writeln!(
         w,
-        "\nmedian time: the workload's own time (W4: its median step). ratio: median over the \
+        "\nmedian time: the workload's own time (W4: its median step; W5: the whole growth, paced \
+         near 100 MB/s untraced; W6: /usr/bin/python3's loop). ratio: median over the \
          untraced median (the targets judge this one). paired ratio: median of each round's ratio \
          to the untraced run just before it, which a slow spell of the machine disturbs less. job CPU ratio: the job's own user + system \
          CPU for the same work (W4: per step) over the untraced median; the probes' cost lands \
@@ -304,6 +305,8 @@ pub(super) fn render(info: &RunInfo) -> String {
         s.and_then(|s| Some(s.bytes_per_min? <= 1e6)),
     );
 
+    stacks_targets(w, info.smoke, &summaries);
+
     let _ = writeln!(w, "\n## Every run\n");
     let _ = writeln!(
         w,
@@ -325,4 +328,73 @@ pub(super) fn render(info: &RunInfo) -> String {
         let _ = writeln!(w, "\nNote: {n}");
     }
     md
+}
+
+/// Issue 15's rule for `record --stacks`: on by default only if W1 one
+/// thread and the steady growth (W5) stay at or below 1.05x with stacks
+/// on. Judged on the stacks arm's own ratio to untraced; the plain
+/// recorder's figure beside it shows what the stacks add.
+fn stacks_targets(
+    w: &mut String,
+    smoke: bool,
+    summaries: &BTreeMap<(&'static str, Tool), Summary>,
+) {
+    let _ = writeln!(
+        w,
+        "\n## Stacks on or off (issue 15){}\n\n\
+         `record --stacks` goes on by default only if W1 one thread and W5 steady growth \
+         both stay at or below 1.05× with stacks on.\n",
+        if smoke {
+            ": not judged on a smoke run"
+        } else {
+            ""
+        }
+    );
+    let _ = writeln!(
+        w,
+        "| workload | without stacks | with stacks | ≤ 1.05× |\n|---|---|---|---|"
+    );
+    let fig = |s: Option<&Summary>| {
+        s.map(|s| {
+            format!(
+                "{:.3}× (paired {:.3}×, job CPU {:.3}×)",
+                s.ratio, s.paired, s.cpu_ratio
+            )
+        })
+        .unwrap_or_else(|| "–".into())
+    };
+    let mut verdicts = Vec::new();
+    for (id, what, judged) in [
+        ("W1-1", "W1 one thread", true),
+        ("W5", "W5 steady growth", true),
+        ("W6", "W6 Python-heavy (not judged)", false),
+    ] {
+        let on = summaries.get(&(id, Tool::TrainbpfStacks));
+        let met = on.map(|s| s.ratio <= 1.05);
+        if judged {
+            verdicts.push(met);
+        }
+        let verdict = match (smoke, met) {
+            (true, _) => "–",
+            (false, Some(true)) => "yes",
+            (false, Some(false)) => "**no**",
+            (false, None) => "not measured",
+        };
+        let _ = writeln!(
+            w,
+            "| {what} | {} | {} | {verdict} |",
+            fig(summaries.get(&(id, Tool::Trainbpf))),
+            fig(on)
+        );
+    }
+    let rule = if smoke {
+        "not judged on a smoke run"
+    } else if verdicts.iter().any(Option::is_none) {
+        "not judged: W1-1 or W5 was not measured with stacks"
+    } else if verdicts.iter().all(|v| *v == Some(true)) {
+        "met: stacks may be on by default"
+    } else {
+        "**not met**: stacks stay off by default (`record --stacks` turns them on)"
+    };
+    let _ = writeln!(w, "\nRule: {rule}.");
 }

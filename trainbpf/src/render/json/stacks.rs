@@ -17,7 +17,9 @@ pub struct Stack {
     /// `EEXIST`), or one the process exited before it was resolved; for
     /// a Python process, why its Python frames are missing or partial
     /// (an interpreter that cannot be read, a read fault, a stack taken
-    /// before the interpreter was located). Null when all is there.
+    /// before the interpreter was located); or that a forked worker gone
+    /// before its stack was resolved was named through its parent, which
+    /// maps the same code. Null when all is there.
     pub error: Option<String>,
     /// Innermost first.
     pub frames: Vec<Frame>,
