@@ -36,6 +36,8 @@ pub mod gpu;
 pub use attribution::{Group, SumCheck};
 mod before;
 pub use before::PressureBefore;
+/// The victim's stack at death (`record --stacks`).
+pub mod death_stacks;
 mod deaths;
 /// What the kernel programs logged (`record --ebpf-log`).
 mod ebpf_log;
@@ -155,6 +157,8 @@ pub struct Report {
     pub leak_warnings: Vec<(u64, crate::decode::LeakWarning)>,
     /// Growth stacks per process (`record --stacks`; empty without).
     pub stacks: Stacks,
+    /// Job threads' stacks at a fatal signal (`record --stacks`).
+    pub death_stacks: death_stacks::Deaths,
     /// What the kernel programs logged (`record --ebpf-log`).
     pub ebpf_log: EbpfLogReport,
 }
@@ -193,6 +197,21 @@ impl Report {
         };
         self.stacks
             .of(key, Some(kill.ts_ns.saturating_add(stacks::KILL_SLACK_NS)))
+    }
+
+    /// A kill's victim's stacks at death: `Ok(None)` when stacks were
+    /// not recorded, `Err` why there are none.
+    pub fn victim_stack_at_death(
+        &self,
+        kill: &Kill,
+    ) -> Result<Option<death_stacks::StackAtDeath>, String> {
+        let trigger = if kill.trigger.tgid == kill.victim.pid {
+            kill.trigger.pid
+        } else {
+            0
+        };
+        self.death_stacks
+            .of(kill.victim.key(), trigger, kill.victim.thread_pid)
     }
 
     /// A process's stacks over the whole run.
@@ -269,6 +288,7 @@ struct Builder {
     gpu: gpu::Ledger,
     leaks: leaks::Builder,
     stacks: Stacks,
+    death_stacks: death_stacks::Deaths,
 }
 
 impl Builder {
@@ -308,6 +328,13 @@ impl Builder {
             gpu: gpu::Ledger::default(),
             leaks: leaks::Builder::new(opts.leaks.clone(), header.attach.pages.is_some()),
             stacks: Stacks::default(),
+            death_stacks: death_stacks::Deaths::new(
+                header
+                    .attach
+                    .stacks
+                    .as_ref()
+                    .map(|s| s.contains("signal_deliver")),
+            ),
         }
     }
 
@@ -402,6 +429,7 @@ impl Builder {
             Event::ProcInfo(i) => self.on_proc_info(i),
             Event::Shm(o) => self.attribution.on_shm(o),
             Event::Stacks(s) => self.stacks.observe(ts, s),
+            Event::StackAtDeath(s) => self.death_stacks.observe(s),
         }
         self.settle(false);
         if self.now >= self.next_sweep {
@@ -484,6 +512,7 @@ impl Builder {
             compaction: self.compaction,
             leak_warnings: self.leak_warnings,
             stacks: std::mem::take(&mut self.stacks),
+            death_stacks: std::mem::take(&mut self.death_stacks),
             ebpf_log: self.ebpf_log,
         };
         let kill_windows: Vec<(u64, u64)> = report

@@ -14,6 +14,7 @@ use crate::decode::{
     stacks::{StackDelta, StackSample},
 };
 
+mod death;
 mod delta;
 mod py;
 mod symbolize;
@@ -64,6 +65,9 @@ pub struct Collector {
     execed: Vec<u32>,
     /// Processes to locate an interpreter in after the next drain.
     locate: Vec<ProcKey>,
+    /// Each process's named native frames, by address: what names its
+    /// stack at death once it is gone.
+    known: HashMap<ProcKey, HashMap<u64, crate::decode::stacks::Frame>>,
 }
 
 /// What an errno from `bpf_get_stackid` means, for the report.
@@ -89,6 +93,7 @@ impl Collector {
             exited: Vec::new(),
             execed: Vec::new(),
             locate: Vec::new(),
+            known: HashMap::new(),
         }
     }
 
@@ -218,6 +223,7 @@ impl Collector {
         for (n, &i) in ok.iter().enumerate() {
             match &resolved {
                 Ok(frames) => {
+                    death::remember(self.known.entry(out[i].proc).or_default(), &frames[n].0);
                     out[i].frames = Some(frames[n].0.clone());
                     out[i].error = frames[n].1.clone();
                 }
@@ -280,6 +286,7 @@ impl Collector {
             }
         }
         self.pythons.forget(p, &mut self.maps.py_procs);
+        self.known.remove(&p);
         let _ = self.maps.high.remove(&ProcId {
             tgid: p.tgid,
             _pad: 0,
