@@ -16,6 +16,7 @@ use crate::decode::{
 
 mod death;
 mod delta;
+mod mapped;
 mod py;
 mod symbolize;
 pub use delta::Deltas;
@@ -68,6 +69,9 @@ pub struct Collector {
     /// Each process's named native frames, by address: what names its
     /// stack at death once it is gone.
     known: HashMap<ProcKey, HashMap<u64, crate::decode::stacks::Frame>>,
+    /// Each process's executable files, held open: what names the frames
+    /// of its stack at death that its growth stacks never ran.
+    mapped: mapped::ByProc,
 }
 
 /// What an errno from `bpf_get_stackid` means, for the report.
@@ -94,6 +98,7 @@ impl Collector {
             execed: Vec::new(),
             locate: Vec::new(),
             known: HashMap::new(),
+            mapped: mapped::ByProc::new(),
         }
     }
 
@@ -216,6 +221,9 @@ impl Collector {
             .first()
             .is_some_and(|&i| !self.exited.contains(&out[i].proc) && crate::procfs::alive(tgid));
         let resolved = if alive {
+            if let Some(&i) = idx.first() {
+                self.mapped.entry(out[i].proc).or_default().refresh(tgid);
+            }
             self.native.resolve(tgid, &refs)
         } else {
             Err("the process was gone before its stack was resolved".into())
@@ -287,6 +295,7 @@ impl Collector {
         }
         self.pythons.forget(p, &mut self.maps.py_procs);
         self.known.remove(&p);
+        self.mapped.remove(&p);
         let _ = self.maps.high.remove(&ProcId {
             tgid: p.tgid,
             _pad: 0,

@@ -51,12 +51,13 @@ impl Collector {
             start_ns: ev.hdr.start_ns,
         };
         let mut notes: Vec<String> = Vec::new();
+        let mut why = None;
         let native = if ev.native_len < 0 {
             notes.push(stack_error(ev.native_len as i32));
             Vec::new()
         } else {
             let n = (ev.native_len as usize / 8).min(STACK_DEPTH);
-            self.native_at_death(proc, &ev.native[..n], &mut notes)
+            self.native_at_death(proc, &ev.native[..n], &mut why)
         };
         let (python, note) = self.pythons.frames_at_death(proc, ev.py_state, &ev.py);
         notes.extend(note);
@@ -66,6 +67,18 @@ impl Collector {
             let interp = self.pythons.interpreter_path(proc).unwrap_or_default();
             py::fold(&native, python, interp)
         };
+        // Counted among the frames shown: the interpreter's own, folded
+        // away, may not have been named.
+        let unnamed = frames
+            .iter()
+            .filter(|f| f.kind == "native" && f.function.is_none())
+            .count();
+        if unnamed > 0 {
+            let why = why.unwrap_or_else(|| "not symbolized".into());
+            notes.push(format!(
+                "{unnamed} native frames unnamed ({why}; the others named from the live process, or from its growth stacks and files)"
+            ));
+        }
         StackAtDeath {
             proc,
             tid: ev.tid,
@@ -75,17 +88,22 @@ impl Collector {
         }
     }
 
-    fn native_at_death(&self, proc: ProcKey, ips: &[u64], notes: &mut Vec<String>) -> Vec<Frame> {
+    fn native_at_death(&self, proc: ProcKey, ips: &[u64], why: &mut Option<String>) -> Vec<Frame> {
         let alive = !self.exited.contains(&proc) && crate::procfs::alive(proc.tgid);
         let live = if alive {
             self.native.resolve(proc.tgid, &[ips])
         } else {
             Err("the process was gone".into())
         };
-        let (mut frames, why) = match live {
-            Ok(mut r) if !r.is_empty() => r.swap_remove(0),
-            Ok(_) => (Vec::new(), None),
-            Err(e) => (
+        let mut frames = match live {
+            Ok(mut r) if !r.is_empty() => {
+                let (f, w) = r.swap_remove(0);
+                *why = w;
+                f
+            }
+            Ok(_) => Vec::new(),
+            Err(e) => {
+                *why = Some(e);
                 ips.iter()
                     .take(MAX_FRAMES)
                     .map(|&addr| Frame {
@@ -93,17 +111,13 @@ impl Collector {
                         addr,
                         ..Default::default()
                     })
-                    .collect(),
-                Some(e),
-            ),
+                    .collect()
+            }
         };
-        let unnamed = fill(&mut frames, self.known.get(&proc));
-        if unnamed > 0 {
-            let why = why.unwrap_or_else(|| "not symbolized".into());
-            notes.push(format!(
-                "{unnamed} of {} native frames unnamed ({why}; the rest named from the process's growth stacks)",
-                frames.len()
-            ));
+        if fill(&mut frames, self.known.get(&proc)) > 0
+            && let Some(m) = self.mapped.get(&proc)
+        {
+            m.name(&mut frames);
         }
         frames
     }

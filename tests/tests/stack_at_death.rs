@@ -1,0 +1,117 @@
+//! The victim's stack at death (`record --stacks`) of a process with two
+//! threads: one grows through `grow_here()` until the OOM kill, one
+//! waits in `wait_here()` called from `sleeper()`. Each thread's stack is
+//! taken as it dequeues the SIGKILL, in its own context: the allocating
+//! one is the one shown, named down to `grow_here`; the other is among
+//! `threads`, in `sleeper`.
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+use serde_json::Value;
+
+const THREADS_C: &str = r#"#include <pthread.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+__attribute__((noinline)) void wait_here(void) { pause(); }
+
+__attribute__((noinline)) void *sleeper(void *arg) {
+    for (;;)
+        wait_here();
+    return arg;
+}
+
+__attribute__((noinline)) char *grow_here(size_t n) {
+    char *p = malloc(n);
+    for (size_t i = 0; i < n; i += 4096)
+        p[i] = 1;
+    return p;
+}
+
+int main(void) {
+    pthread_t t;
+    pthread_create(&t, NULL, sleeper, NULL);
+    usleep(100000);
+    for (;;) {
+        grow_here(1 << 20);
+        usleep(5000);
+    }
+}
+"#;
+
+fn names(frames: &Value) -> Vec<String> {
+    frames
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["function"].as_str().unwrap_or("?").to_string())
+        .collect()
+}
+
+#[test]
+fn each_thread_of_the_victim_is_taken_at_death() {
+    require_root();
+    let _g = serial();
+    let dir = TempDir::new("death");
+    let src = dir.path("threads.c");
+    std::fs::write(&src, THREADS_C).unwrap();
+    let exe = dir.path("threads");
+    let cc = Command::new("/usr/bin/cc")
+        .args(["-O0", "-g", "-fno-omit-frame-pointer", "-pthread", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(
+        cc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let rec = dir.path("d.rec");
+    let out = record(
+        &rec,
+        &["--stacks", "--memory-limit", "64M", "-q"],
+        &[exe.to_str().unwrap()],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("killed"), "no kill: {stderr}");
+    let r = report_json(&rec);
+    let v = &job_kill(&r)["victim"];
+    let d = &v["stack_at_death"];
+    assert!(!d.is_null(), "no stack at death: {}", v["stack_error"]);
+    eprintln!("at death: {d}");
+    // The allocating thread (the main one) is shown.
+    assert_eq!(d["trigger"], true, "{d}");
+    assert_eq!(u(&d["tid"]), u(&v["pid"]), "{d}");
+    let main = names(&d["frames"]);
+    assert_eq!(
+        main.first().map(String::as_str),
+        Some("grow_here"),
+        "{main:?}"
+    );
+    assert!(main.iter().any(|f| f == "main"), "{main:?}");
+    // The other thread, in its own context.
+    let threads = d["threads"].as_array().unwrap();
+    assert_eq!(threads.len(), 1, "{d}");
+    assert_ne!(threads[0]["tid"], d["tid"]);
+    let other = names(&threads[0]["frames"]);
+    assert!(
+        other.iter().any(|f| f == "sleeper" || f == "wait_here"),
+        "the waiting thread's stack: {other:?} ({})",
+        threads[0]["error"]
+    );
+    // The text report shows it under the kill.
+    let text = Command::new(bin())
+        .arg("report")
+        .arg(&rec)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("The victim's stack at death") && text.contains("in grow_here"),
+        "{text}"
+    );
+}
