@@ -300,6 +300,7 @@ fn kind_name(i: usize) -> String {
         c::KIND_CUDA => "cuda",
         c::KIND_XID => "xid",
         c::KIND_NV_PAGES => "nv_pages",
+        c::KIND_DEATH_STACK => "stack_at_death",
         _ => return format!("kind_{i}"),
     };
     name.to_string()
