@@ -115,3 +115,57 @@ fn each_thread_of_the_victim_is_taken_at_death() {
         "{text}"
     );
 }
+
+const CRASH_C: &str = r#"#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+__attribute__((noinline)) void grow_here(size_t n) { memset(malloc(n), 1, n); }
+
+__attribute__((noinline)) void crash_here(void) { *(volatile int *)0 = 1; }
+
+int main(void) {
+    grow_here(8 << 20);
+    sleep(2);
+    crash_here();
+    return 0;
+}
+"#;
+
+/// Any fatal signal, not only an OOM kill: a SIGSEGV's stack at death
+/// names the faulting function, in `deaths[]`.
+#[test]
+fn a_crash_has_its_stack_at_death() {
+    require_root();
+    let _g = serial();
+    let dir = TempDir::new("crash");
+    let src = dir.path("crash.c");
+    std::fs::write(&src, CRASH_C).unwrap();
+    let exe = dir.path("crash");
+    let cc = Command::new("/usr/bin/cc")
+        .args(["-O0", "-g", "-fno-omit-frame-pointer", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(
+        cc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let rec = dir.path("c.rec");
+    record(&rec, &["--stacks", "-q"], &[exe.to_str().unwrap()]);
+    let r = report_json(&rec);
+    let d = r["deaths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["signal"] == 11)
+        .unwrap_or_else(|| panic!("no SIGSEGV death: {}", r["deaths"]));
+    let s = &d["stack_at_death"];
+    eprintln!("at death: {s}");
+    assert_eq!(s["signal"], 11, "{d}");
+    let main = names(&s["frames"]);
+    assert_eq!(main.first().map(String::as_str), Some("crash_here"), "{s}");
+    assert!(main.iter().any(|f| f == "main"), "{main:?}");
+}

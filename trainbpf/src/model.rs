@@ -214,6 +214,20 @@ impl Report {
             .of(kill.victim.key(), trigger, kill.victim.thread_pid)
     }
 
+    /// A process's stacks at death (any fatal signal), its main thread's
+    /// first; `None` where none was recorded.
+    pub fn process_stack_at_death(
+        &self,
+        pid: u32,
+        start_ns: u64,
+    ) -> Option<death_stacks::StackAtDeath> {
+        let key = crate::decode::ProcKey {
+            tgid: pid,
+            start_ns,
+        };
+        self.death_stacks.of(key, 0, pid).ok().flatten()
+    }
+
     /// A process's stacks over the whole run.
     pub fn process_stacks(&self, pid: u32, start_ns: u64) -> Vec<GrowthStack> {
         self.stacks.of(
