@@ -8,7 +8,8 @@
 //! SIGKILL (an OOM kill, `kill -9`) every thread passes here in turn: the
 //! "already marked for death" branch fires it with SIGKILL for each. A
 //! record goes to the precious ring (kill evidence); a full ring is
-//! counted under its kind.
+//! counted under its kind, and so is one that would take the ring past half
+//! full (the rest is the kill's and the exits').
 
 use core::ffi::c_void;
 
@@ -53,6 +54,13 @@ pub fn signal_deliver_stack(ctx: BtfTracePointContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
     if !in_job(tgid) {
+        return 0;
+    }
+    // Each record is 1.6 KiB: a process of a thousand threads would fill
+    // the ring and push out the kill's and the exits' own records. Half
+    // of the ring stays theirs; what does not fit is counted as lost.
+    if PRECIOUS.query(crate::BPF_RB_AVAIL_DATA) > PRECIOUS.query(crate::BPF_RB_RING_SIZE) / 2 {
+        count_lost(KIND_DEATH_STACK, "signal_deliver_stack");
         return 0;
     }
     let Some(mut entry) = PRECIOUS.reserve::<DeathStack>(0) else {
