@@ -169,3 +169,80 @@ fn a_crash_has_its_stack_at_death() {
     assert_eq!(main.first().map(String::as_str), Some("crash_here"), "{s}");
     assert!(main.iter().any(|f| f == "main"), "{main:?}");
 }
+
+const MANY_C: &str = r#"#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void *waiter(void *arg) {
+    for (;;)
+        pause();
+    return arg;
+}
+
+int main(void) {
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setstacksize(&a, 64 << 10);
+    for (int i = 0; i < 600; i++) {
+        pthread_t t;
+        pthread_create(&t, &a, waiter, NULL);
+    }
+    for (;;) {
+        memset(malloc(1 << 20), 1, 1 << 20);
+        usleep(2000);
+    }
+}
+"#;
+
+/// A process of 600 threads: their stacks at death (1.6 KiB each)
+/// would overflow the precious ring. The kill and the exit are still
+/// recorded, and the stacks that did not fit are counted as lost.
+#[test]
+fn many_threads_never_push_out_the_kill() {
+    require_root();
+    let _g = serial();
+    let dir = TempDir::new("many");
+    let src = dir.path("many.c");
+    std::fs::write(&src, MANY_C).unwrap();
+    let exe = dir.path("many");
+    let cc = Command::new("/usr/bin/cc")
+        .args(["-O0", "-g", "-fno-omit-frame-pointer", "-pthread", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(
+        cc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let rec = dir.path("m.rec");
+    let out = record(
+        &rec,
+        &["--stacks", "--memory-limit", "128M", "-q"],
+        &[exe.to_str().unwrap()],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("killed"), "no kill: {stderr}");
+    let r = report_json(&rec);
+    let k = job_kill(&r);
+    let d = &k["victim"]["stack_at_death"];
+    assert!(!d.is_null(), "{}", k["victim"]["stack_error"]);
+    let kept = d["threads"].as_array().unwrap().len() as u64 + 1 + u(&d["more_threads"]);
+    let lost = u(&r["lost"]["by_kind"]["stack_at_death"]);
+    eprintln!("stacks at death kept {kept}, lost {lost}");
+    assert_eq!(u(&r["lost"]["by_kind"]["exit"]), 0, "{}", r["lost"]);
+    assert!(kept + lost >= 601, "kept {kept} + lost {lost}");
+    assert!(lost > 0, "600 threads fit? kept {kept}");
+    assert!(
+        r["deaths"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["pid"] == k["victim"]["pid"] && x["signal"] == 9),
+        "{}",
+        r["deaths"]
+    );
+}

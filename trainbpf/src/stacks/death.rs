@@ -88,37 +88,46 @@ impl Collector {
         }
     }
 
-    fn native_at_death(&self, proc: ProcKey, ips: &[u64], why: &mut Option<String>) -> Vec<Frame> {
+    /// The native frames: from what this process's stacks named before
+    /// where all are known (a thread pool's threads share their frames),
+    /// else from the live process, else from its held files; what is
+    /// named is remembered for its other threads.
+    fn native_at_death(
+        &mut self,
+        proc: ProcKey,
+        ips: &[u64],
+        why: &mut Option<String>,
+    ) -> Vec<Frame> {
+        let bare = |addr: u64| Frame {
+            kind: "native".into(),
+            addr,
+            ..Default::default()
+        };
+        let mut frames: Vec<Frame> = ips.iter().take(MAX_FRAMES).map(|&a| bare(a)).collect();
+        if fill(&mut frames, self.known.get(&proc)) == 0 {
+            return frames;
+        }
         let alive = !self.exited.contains(&proc) && crate::procfs::alive(proc.tgid);
         let live = if alive {
             self.native.resolve(proc.tgid, &[ips])
         } else {
             Err("the process was gone".into())
         };
-        let mut frames = match live {
+        match live {
             Ok(mut r) if !r.is_empty() => {
                 let (f, w) = r.swap_remove(0);
                 *why = w;
-                f
+                frames = f;
             }
-            Ok(_) => Vec::new(),
-            Err(e) => {
-                *why = Some(e);
-                ips.iter()
-                    .take(MAX_FRAMES)
-                    .map(|&addr| Frame {
-                        kind: "native".into(),
-                        addr,
-                        ..Default::default()
-                    })
-                    .collect()
-            }
-        };
+            Ok(_) => {}
+            Err(e) => *why = Some(e),
+        }
         if fill(&mut frames, self.known.get(&proc)) > 0
             && let Some(m) = self.mapped.get(&proc)
         {
             m.name(&mut frames);
         }
+        remember(self.known.entry(proc).or_default(), &frames);
         frames
     }
 }
