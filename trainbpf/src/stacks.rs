@@ -114,6 +114,10 @@ impl Collector {
     /// took before), and located anew at once, so that its first stacks
     /// already carry Python frames (a miss is tried again from its stacks).
     pub fn on_exec(&mut self, proc: ProcKey) {
+        // The old program's files and names would misname the new one's
+        // stack at death.
+        self.known.remove(&proc);
+        self.mapped.remove(&proc);
         self.execed.push(proc.tgid);
         self.locate.push(proc);
     }
