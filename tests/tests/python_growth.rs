@@ -80,9 +80,9 @@ fn frames_text(stack: &Value) -> String {
         .join("\n    ")
 }
 
-/// Records the leak under `python`; returns the top grower's stacks and
-/// the recording's text report (`report --stacks`).
-fn leak_under(dir: &TempDir, python: &str, tag: &str) -> (Value, String) {
+/// Records the leak under `python`; returns the top grower's stacks, the
+/// recording's text report (`report --stacks`) and the victim.
+fn leak_under(dir: &TempDir, python: &str, tag: &str) -> (Value, String, Value) {
     let script = dir.path(&format!("leak_{tag}.py"));
     std::fs::write(&script, LEAK).unwrap();
     let rec = dir.path(&format!("{tag}.rec"));
@@ -95,12 +95,56 @@ fn leak_under(dir: &TempDir, python: &str, tag: &str) -> (Value, String) {
     assert!(stderr.contains("killed"), "{python}: no kill: {stderr}");
     let r = report_json(&rec);
     let top = job_kill(&r)["growers"][0].clone();
+    let victim = job_kill(&r)["victim"].clone();
     let text = Command::new(bin())
         .args(["report", "--stacks"])
         .arg(&rec)
         .output()
         .unwrap();
-    (top, String::from_utf8_lossy(&text.stdout).into_owned())
+    (
+        top,
+        String::from_utf8_lossy(&text.stdout).into_owned(),
+        victim,
+    )
+}
+
+/// What is wrong with the victim's stack at death: the thread that was
+/// allocating, killed (SIGKILL) inside `leak_step` called from `run`.
+fn check_death(victim: &Value, text: &str) -> Result<(), String> {
+    let d = &victim["stack_at_death"];
+    if d.is_null() {
+        return Err(format!("no stack at death: {}", victim["stack_error"]));
+    }
+    let shown = frames_text(d);
+    eprintln!(
+        "at death (tid {}, error {}):\n    {shown}",
+        d["tid"], d["error"]
+    );
+    if d["signal"] != 9 || d["trigger"] != true {
+        return Err(format!("not the allocating thread's SIGKILL: {d}"));
+    }
+    let py: Vec<&Value> = d["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kind"] == "python")
+        .collect();
+    let names: Vec<&str> = py.iter().filter_map(|f| f["function"].as_str()).collect();
+    if names.first() != Some(&"leak_step") || names.get(1) != Some(&"run") {
+        return Err(format!(
+            "the stack at death is not leak_step <- run:\n    {shown}"
+        ));
+    }
+    if py[1]["line"].as_u64() != Some(line_of("run")) {
+        return Err(format!(
+            "run's line is not {}:\n    {shown}",
+            line_of("run")
+        ));
+    }
+    if !text.contains("The victim's stack at death") {
+        return Err(format!("the text report lacks the stack at death:\n{text}"));
+    }
+    Ok(())
 }
 
 /// What is wrong with the leak's heaviest stack under one interpreter.
@@ -158,8 +202,15 @@ fn the_python_leak_names_leak_step_on_every_cpython() {
     let mut results = Vec::new();
     for py in pythons(9..=13) {
         let tag = py.to_string_lossy().replace('/', "_");
-        let (top, text) = leak_under(&dir, py.to_str().unwrap(), &tag);
-        let r = check_leak(&top, &text);
+        let (top, text, victim) = leak_under(&dir, py.to_str().unwrap(), &tag);
+        let r = check_leak(&top, &text).and_then(|()| {
+            let full = Command::new(bin())
+                .arg("report")
+                .arg(dir.path(&format!("{tag}.rec")))
+                .output()
+                .unwrap();
+            check_death(&victim, &String::from_utf8_lossy(&full.stdout))
+        });
         eprintln!(
             "{}: {}",
             py.display(),
@@ -184,7 +235,7 @@ fn an_unreadable_interpreter_says_why() {
     let _g = serial();
     let dir = TempDir::new("pyunreadable");
     for py in pythons(8..=8) {
-        let (top, _) = leak_under(&dir, py.to_str().unwrap(), "py38");
+        let (top, _, _) = leak_under(&dir, py.to_str().unwrap(), "py38");
         let stacks = top["stacks"].as_array().expect("growers[].stacks");
         assert!(!stacks.is_empty(), "{top}");
         for s in stacks {

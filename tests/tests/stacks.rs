@@ -80,6 +80,23 @@ fn the_heaviest_native_stack_names_grow_here_and_its_line() {
     assert_eq!(p["stacks"][0]["frames"][0]["function"], "grow_here");
     assert!(u(&p["stacks"][0]["kb"]) >= kb);
 
+    // The victim's stack at death: the allocating thread, killed inside
+    // grow_here, named (from the live process or its growth stacks').
+    let d = &k["victim"]["stack_at_death"];
+    eprintln!("at death: {d}");
+    assert_eq!(d["trigger"], true, "{d}");
+    assert_eq!(d["signal"], 9, "{d}");
+    assert_eq!(u(&d["tid"]), pid, "{d}");
+    assert_eq!(d["frames"][0]["function"], "grow_here", "{d}");
+    assert!(
+        d["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["function"] == "main"),
+        "{d}"
+    );
+
     // The text report: under the kill's growers, and `report --stacks`.
     let want = format!("grow.c:{} in grow_here", grow_c_touch_line());
     for extra in [&[][..], &["--stacks"][..]] {
@@ -155,6 +172,11 @@ fn without_stacks_nothing_is_taken() {
             .all(|p| p["stacks"] == Value::Array(vec![]))
     );
     assert_eq!(r["lost"]["stack_errors"], 0);
+    let v = &job_kill(&r)["victim"];
+    assert!(
+        v["stack_at_death"].is_null() && v["stack_error"].is_null(),
+        "{v}"
+    );
     // The page has no flame graph, and says how to get one.
     let html = dir.path("n.html");
     let out = Command::new(bin())

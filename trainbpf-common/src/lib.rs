@@ -32,6 +32,9 @@ pub const KIND_PRINTK: u16 = 7;
 pub const KIND_SIGNAL: u16 = 8;
 /// A process's `oom_score_adj` changed. [`AdjEvent`].
 pub const KIND_OOM_ADJ: u16 = 9;
+/// A job thread's stacks on its way out of a fatal signal (`record
+/// --stacks`): the victim's stack at death. [`DeathStack`].
+pub const KIND_DEATH_STACK: u16 = 30;
 /// Sizes the lost-event counters: a power of two above every kernel kind.
 /// Kinds 10-19 are kept for memory attribution, 20-29 for the GPU.
 pub const KIND_MAX: u16 = 32;
@@ -53,7 +56,7 @@ pub const FLAG_TTY: u16 = 1 << 3;
 pub const fn is_precious(kind: u16) -> bool {
     matches!(
         kind,
-        KIND_EXIT | KIND_OOM_VICTIM | KIND_OOM_KILL | KIND_PRINTK | KIND_SIGNAL
+        KIND_EXIT | KIND_OOM_VICTIM | KIND_OOM_KILL | KIND_PRINTK | KIND_SIGNAL | KIND_DEATH_STACK
     )
 }
 /// Size of the precious ring: about 18,000 exit records.
@@ -585,6 +588,29 @@ pub struct ProcId {
 /// Frames kept per stack (the kernel's `PERF_MAX_STACK_DEPTH`).
 pub const STACK_DEPTH: usize = 127;
 
+/// One job thread's stacks as it dequeues a fatal signal (`signal_deliver`
+/// of a signal whose action is to end the process, a SIGKILL among them):
+/// in its own context, its user memory intact. Its native frames are the
+/// user stack by frame pointers (`bpf_get_stack`), its Python frames the
+/// walker's pairs (as in [`PyStack`]); the collector names them at once,
+/// from what it resolved of the process's growth stacks where the process
+/// is gone already.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeathStack {
+    pub hdr: Header,
+    /// The thread's id, and the signal.
+    pub tid: u32,
+    pub sig: u32,
+    /// Bytes `bpf_get_stack` wrote (8 per frame), or its negative errno.
+    pub native_len: i64,
+    /// The Python walk's `PY_*` state (`PY_NONE`: not a located Python).
+    pub py_state: u32,
+    pub _pad: u32,
+    pub native: [u64; STACK_DEPTH],
+    pub py: PyStack,
+}
+
 /// The GPU probes' records, kinds 20-29.
 mod gpu;
 pub use gpu::*;
@@ -599,6 +625,7 @@ const _: () = assert!(core::mem::size_of::<OomEvent>() == 168);
 const _: () = assert!(core::mem::size_of::<PrintkEvent>() == 272);
 const _: () = assert!(core::mem::size_of::<SignalEvent>() == 112);
 const _: () = assert!(core::mem::size_of::<AdjEvent>() == 48);
+const _: () = assert!(core::mem::size_of::<DeathStack>() == 24 + 24 + 8 * STACK_DEPTH + 520);
 
 #[cfg(feature = "user")]
 mod pod {

@@ -17,7 +17,7 @@ use core::ffi::c_void;
 use aya_ebpf::helpers::{bpf_get_current_pid_tgid, generated};
 use trainbpf_common::{
     PY_DEEP, PY_EMPTY, PY_FAULT_FRAMES, PY_FAULT_THREADS, PY_MANY_THREADS, PY_MAX_FRAMES,
-    PY_MAX_THREADS, PY_NO_THREAD, PY_NONE, PY_NOT_INIT, PY_OK, PY_STORE_FULL, PyProc,
+    PY_MAX_THREADS, PY_NO_THREAD, PY_NONE, PY_NOT_INIT, PY_OK, PY_STORE_FULL, PyProc, PyStack,
 };
 
 use crate::maps::{PY_PROCS, PY_SCRATCH, PY_STACKS, ProcKey};
@@ -99,6 +99,28 @@ fn thread_state(p: &PyProc) -> Result<u64, u32> {
 /// `int`: userspace keeps the low half). Userspace drops shim frames.
 #[inline(always)]
 pub(crate) fn walk(key: &ProcKey) -> (u64, u32) {
+    let Some(s) = PY_SCRATCH.get_ptr_mut(0) else {
+        return (0, PY_FAULT_FRAMES);
+    };
+    let (hash, state) = read(key, s);
+    if hash == 0 {
+        return (0, state);
+    }
+    // SAFETY: this CPU's scratch slot; the map copies the value from it.
+    match PY_STACKS.insert(&hash, unsafe { &*s }, BPF_NOEXIST) {
+        Ok(()) => (hash, state),
+        Err(e) if e == -EEXIST => (hash, state),
+        Err(_) => (0, PY_STORE_FULL),
+    }
+}
+
+/// Reads the current thread's frames into `out` (its `len` set): their
+/// hash (0: none read) and the walk's state. `out` is a map value or a
+/// reserved ring-buffer record (the victim's stack at death).
+#[inline(always)]
+pub(crate) fn read(key: &ProcKey, out: *mut PyStack) -> (u64, u32) {
+    // SAFETY: `out` is writable for its size (the callers' contract).
+    unsafe { (*out).len = 0 };
     // SAFETY: read only; the collector replaces the value whole.
     let Some(p) = (unsafe { PY_PROCS.get(key) }) else {
         return (0, PY_NONE);
@@ -106,9 +128,6 @@ pub(crate) fn walk(key: &ProcKey) -> (u64, u32) {
     let tstate = match thread_state(p) {
         Ok(t) => t,
         Err(state) => return (0, state),
-    };
-    let Some(s) = PY_SCRATCH.get_ptr_mut(0) else {
-        return (0, PY_FAULT_FRAMES);
     };
     let mut bad = 0;
     let mut frame = user(tstate, p.tstate_frame, &mut bad);
@@ -130,8 +149,8 @@ pub(crate) fn walk(key: &ProcKey) -> (u64, u32) {
         let instr = user(frame, instr_off, &mut bad);
         let owner = user(frame, owner_off, &mut bad) & 0xff;
         let tagged = code | owner << 56;
-        // SAFETY: this CPU's scratch slot; `i` is below its length.
-        if let Some(slot) = unsafe { (*s).frames.get_mut(i) } {
+        // SAFETY: `out` as above; `i` is below its length.
+        if let Some(slot) = unsafe { (*out).frames.get_mut(i) } {
             slot[0] = tagged;
             slot[1] = instr;
         }
@@ -152,18 +171,13 @@ pub(crate) fn walk(key: &ProcKey) -> (u64, u32) {
     if n == 0 {
         return (0, state);
     }
+    // SAFETY: as above.
+    unsafe { (*out).len = n as u64 };
     let id = match (hash ^ n as u64).wrapping_mul(FNV_PRIME) {
         0 => 1,
         h => h,
     };
-    // SAFETY: this CPU's scratch slot.
-    unsafe { (*s).len = n as u64 };
-    // SAFETY: as above; the map copies the value from the slot.
-    match PY_STACKS.insert(&id, unsafe { &*s }, BPF_NOEXIST) {
-        Ok(()) => (id, state),
-        Err(e) if e == -EEXIST => (id, state),
-        Err(_) => (0, PY_STORE_FULL),
-    }
+    (id, state)
 }
 
 /// A forked child of a located Python runs the same interpreter at the

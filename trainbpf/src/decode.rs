@@ -53,6 +53,8 @@ pub const KIND_LEAK_WARNING: u16 = 121;
 pub const KIND_SIGNAL_RECEIVED: u16 = 124;
 /// Growth stacks drained from the kernel (`record --stacks`).
 pub const KIND_STACKS: u16 = 125;
+/// A job thread's stacks at a fatal signal (`record --stacks`).
+pub const KIND_STACK_AT_DEATH: u16 = 126;
 /// A message a kernel program logged (`record --ebpf-log`, [`EbpfLog`]).
 pub const KIND_EBPF_LOG: u16 = 130;
 
@@ -132,9 +134,8 @@ pub fn decode(kind: u16, bytes: &[u8], page_kb: u64) -> Result<Timed, DecodeErro
         gpu::KIND_GPU_ATTACH..=gpu::KIND_GPU_USER_MAX => gpu::decode_user(kind, bytes)?,
         KIND_JOB_START | KIND_JOB_EXIT | KIND_LOST | KIND_CGROUP | KIND_NOTE | KIND_EXE
         | KIND_PRESSURE | KIND_SMAPS | KIND_PROC_INFO | KIND_SHM | KIND_COMPACTED
-        | KIND_LEAK_WARNING | KIND_SIGNAL_RECEIVED | KIND_STACKS | KIND_EBPF_LOG => {
-            user::decode(kind, bytes)?
-        }
+        | KIND_LEAK_WARNING | KIND_SIGNAL_RECEIVED | KIND_STACKS | KIND_STACK_AT_DEATH
+        | KIND_EBPF_LOG => user::decode(kind, bytes)?,
         other => return Err(DecodeError::UnknownKind(other)),
     };
     Ok(Timed {

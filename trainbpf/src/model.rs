@@ -36,6 +36,8 @@ pub mod gpu;
 pub use attribution::{Group, SumCheck};
 mod before;
 pub use before::PressureBefore;
+/// The victim's stack at death (`record --stacks`).
+pub mod death_stacks;
 mod deaths;
 /// What the kernel programs logged (`record --ebpf-log`).
 mod ebpf_log;
@@ -155,6 +157,8 @@ pub struct Report {
     pub leak_warnings: Vec<(u64, crate::decode::LeakWarning)>,
     /// Growth stacks per process (`record --stacks`; empty without).
     pub stacks: Stacks,
+    /// Job threads' stacks at a fatal signal (`record --stacks`).
+    pub death_stacks: death_stacks::Deaths,
     /// What the kernel programs logged (`record --ebpf-log`).
     pub ebpf_log: EbpfLogReport,
 }
@@ -193,6 +197,35 @@ impl Report {
         };
         self.stacks
             .of(key, Some(kill.ts_ns.saturating_add(stacks::KILL_SLACK_NS)))
+    }
+
+    /// A kill's victim's stacks at death: `Ok(None)` when stacks were
+    /// not recorded, `Err` why there are none.
+    pub fn victim_stack_at_death(
+        &self,
+        kill: &Kill,
+    ) -> Result<Option<death_stacks::StackAtDeath>, String> {
+        let trigger = if kill.trigger.tgid == kill.victim.pid {
+            kill.trigger.pid
+        } else {
+            0
+        };
+        self.death_stacks
+            .of(kill.victim.key(), trigger, kill.victim.thread_pid)
+    }
+
+    /// A process's stacks at death (any fatal signal), its main thread's
+    /// first; `None` where none was recorded.
+    pub fn process_stack_at_death(
+        &self,
+        pid: u32,
+        start_ns: u64,
+    ) -> Option<death_stacks::StackAtDeath> {
+        let key = crate::decode::ProcKey {
+            tgid: pid,
+            start_ns,
+        };
+        self.death_stacks.of(key, 0, pid).ok().flatten()
     }
 
     /// A process's stacks over the whole run.
@@ -271,6 +304,7 @@ struct Builder {
     stacks: Stacks,
     /// CUDA allocation stacks: put on the GPU report's processes at the end.
     gpu_stacks: Stacks,
+    death_stacks: death_stacks::Deaths,
 }
 
 impl Builder {
@@ -311,6 +345,13 @@ impl Builder {
             leaks: leaks::Builder::new(opts.leaks.clone(), header.attach.pages.is_some()),
             stacks: Stacks::default(),
             gpu_stacks: Stacks::default(),
+            death_stacks: death_stacks::Deaths::new(
+                header
+                    .attach
+                    .stacks
+                    .as_ref()
+                    .map(|s| s.contains("signal_deliver")),
+            ),
         }
     }
 
@@ -409,6 +450,7 @@ impl Builder {
                 self.stacks.observe(ts, StackSample { stacks: growth });
                 self.gpu_stacks.observe(ts, StackSample { stacks: gpu });
             }
+            Event::StackAtDeath(s) => self.death_stacks.observe(s),
         }
         self.settle(false);
         if self.now >= self.next_sweep {
@@ -491,6 +533,7 @@ impl Builder {
             compaction: self.compaction,
             leak_warnings: self.leak_warnings,
             stacks: std::mem::take(&mut self.stacks),
+            death_stacks: std::mem::take(&mut self.death_stacks),
             ebpf_log: self.ebpf_log,
         };
         let kill_windows: Vec<(u64, u64)> = report

@@ -15,7 +15,9 @@ use crate::decode::{
     stacks::{StackDelta, StackSample},
 };
 
+mod death;
 mod delta;
+mod mapped;
 mod py;
 mod symbolize;
 pub use delta::Deltas;
@@ -72,6 +74,12 @@ pub struct Collector {
     execed: Vec<u32>,
     /// Processes to locate an interpreter in after the next drain.
     locate: Vec<ProcKey>,
+    /// Each process's named native frames, by address: what names its
+    /// stack at death once it is gone.
+    known: HashMap<ProcKey, HashMap<u64, crate::decode::stacks::Frame>>,
+    /// Each process's executable files, held open: what names the frames
+    /// of its stack at death that its growth stacks never ran.
+    mapped: mapped::ByProc,
 }
 
 /// What an errno from `bpf_get_stackid` means, for the report.
@@ -98,6 +106,8 @@ impl Collector {
             exited: Vec::new(),
             execed: Vec::new(),
             locate: Vec::new(),
+            known: HashMap::new(),
+            mapped: mapped::ByProc::new(),
         }
     }
 
@@ -113,6 +123,10 @@ impl Collector {
     /// took before), and located anew at once, so that its first stacks
     /// already carry Python frames (a miss is tried again from its stacks).
     pub fn on_exec(&mut self, proc: ProcKey) {
+        // The old program's files and names would misname the new one's
+        // stack at death.
+        self.known.remove(&proc);
+        self.mapped.remove(&proc);
         self.execed.push(proc.tgid);
         self.locate.push(proc);
     }
@@ -253,6 +267,9 @@ impl Collector {
             .and_then(|p| self.pythons.parent_of(p))
             .filter(|pp| !self.exited.contains(pp) && crate::procfs::alive(pp.tgid));
         let resolved = if alive {
+            if let Some(&i) = idx.first() {
+                self.mapped.entry(out[i].proc).or_default().refresh(tgid);
+            }
             self.native.resolve(tgid, &refs)
         } else if let Some(pp) = parent {
             self.native.resolve(pp.tgid, &refs).map(|mut v| {
@@ -272,6 +289,7 @@ impl Collector {
         for (n, &i) in ok.iter().enumerate() {
             let mut f = match &resolved {
                 Ok(frames) => {
+                    death::remember(self.known.entry(out[i].proc).or_default(), &frames[n].0);
                     out[i].error = frames[n].1.clone();
                     frames[n].0.clone()
                 }
@@ -353,6 +371,8 @@ impl Collector {
             }
         }
         self.pythons.forget(p, &mut self.maps.py_procs);
+        self.known.remove(&p);
+        self.mapped.remove(&p);
         let _ = self.maps.high.remove(&ProcId {
             tgid: p.tgid,
             _pad: 0,

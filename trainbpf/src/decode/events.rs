@@ -324,6 +324,8 @@ pub enum Event {
     SignalReceived(SignalReceived),
     /// Growth stacks' deltas (`record --stacks`).
     Stacks(super::stacks::StackSample),
+    /// A job thread's stacks at a fatal signal.
+    StackAtDeath(super::stacks::StackAtDeath),
     /// A kernel program logged something only it could see
     /// (`record --ebpf-log`).
     EbpfLog(EbpfLog),

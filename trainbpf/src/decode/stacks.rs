@@ -51,6 +51,22 @@ pub struct StackDelta {
     pub gpu: bool,
 }
 
+/// One job thread's stacks as it dequeued a fatal signal (`record
+/// --stacks`), named by the collector at once: from the live process
+/// where it still could, or from what it had resolved of the process's
+/// growth stacks. Python frames in place of the interpreter's own.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StackAtDeath {
+    pub proc: ProcKey,
+    pub tid: u32,
+    pub sig: u32,
+    /// Innermost first; a frame that could not be named keeps its address.
+    pub frames: Vec<Frame>,
+    /// Why there are no frames, or why some are unnamed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
 /// A frame as the recording keeps it: resolved while the process lived.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Frame {

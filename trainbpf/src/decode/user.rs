@@ -7,8 +7,8 @@ use super::{
     CgroupName, Compaction, DecodeError, EbpfLog, Event, ExeName, JobExit, JobStart, KIND_CGROUP,
     KIND_COMPACTED, KIND_EBPF_LOG, KIND_EXE, KIND_JOB_EXIT, KIND_JOB_START, KIND_LEAK_WARNING,
     KIND_LOST, KIND_NOTE, KIND_PRESSURE, KIND_PROC_INFO, KIND_SHM, KIND_SIGNAL_RECEIVED,
-    KIND_SMAPS, KIND_STACKS, LeakWarning, Lost, Pressure, ProcInfo, ShmObject, SignalReceived,
-    SmapsSample, json,
+    KIND_SMAPS, KIND_STACK_AT_DEATH, KIND_STACKS, LeakWarning, Lost, Pressure, ProcInfo, ShmObject,
+    SignalReceived, SmapsSample, json,
 };
 
 /// The JSON body of a userspace record.
@@ -35,6 +35,7 @@ pub enum UserBody {
     LeakWarning(LeakWarning),
     SignalReceived(SignalReceived),
     Stacks(super::stacks::StackSample),
+    StackAtDeath(super::stacks::StackAtDeath),
     EbpfLog(EbpfLog),
 }
 
@@ -55,6 +56,7 @@ impl UserBody {
             UserBody::LeakWarning(_) => KIND_LEAK_WARNING,
             UserBody::SignalReceived(_) => KIND_SIGNAL_RECEIVED,
             UserBody::Stacks(_) => KIND_STACKS,
+            UserBody::StackAtDeath(_) => KIND_STACK_AT_DEATH,
             UserBody::EbpfLog(_) => KIND_EBPF_LOG,
         }
     }
@@ -86,6 +88,7 @@ pub(super) fn decode(kind: u16, bytes: &[u8]) -> Result<(u64, Event), DecodeErro
         (KIND_LEAK_WARNING, UserBody::LeakWarning(w)) => Event::LeakWarning(w),
         (KIND_SIGNAL_RECEIVED, UserBody::SignalReceived(r)) => Event::SignalReceived(r),
         (KIND_STACKS, UserBody::Stacks(s)) => Event::Stacks(s),
+        (KIND_STACK_AT_DEATH, UserBody::StackAtDeath(s)) => Event::StackAtDeath(s),
         (KIND_EBPF_LOG, UserBody::EbpfLog(l)) => Event::EbpfLog(l),
         _ => {
             return Err(DecodeError::Json {

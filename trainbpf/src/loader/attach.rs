@@ -184,8 +184,16 @@ pub(super) fn attach_memory(
         attach.pages = Some(format!("tp_btf:{}", pages.join(",")));
     }
     if stacks && pages.contains(&"mm_page_alloc") {
+        // The victim's stack at death: each job thread's, at a fatal signal.
+        let death = match attach_tp_btf(ebpf, btf, "signal_deliver_stack", "signal_deliver") {
+            Ok(()) => "; stacks at death via tp_btf:signal_deliver",
+            Err(e) => {
+                fell("tp_btf:signal_deliver", e);
+                ""
+            }
+        };
         attach.stacks = Some(format!(
-            "tp_btf:mm_page_alloc (user stack by frame pointers every {} KiB of new high)",
+            "tp_btf:mm_page_alloc (user stack by frame pointers every {} KiB of new high){death}",
             config.stack_every_pages * config.page_size / 1024
         ));
     } else if stacks {

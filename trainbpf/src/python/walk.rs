@@ -7,7 +7,7 @@
 use super::{
     Code, Interpreter, PyError, PyFrame, ThreadStack, linetable,
     objects::{bytes, string, type_name, type_of},
-    offsets::{Layout, NONE},
+    offsets::{Layout, NONE, PyOffsets},
 };
 
 /// Bounds on a walk: a chain longer than this is a loop or a misread.
@@ -157,27 +157,21 @@ impl Interpreter {
     pub fn resolve(&mut self, code: u64, instr: u64) -> Result<PyFrame, PyError> {
         let o = self.offsets;
         let info = self.code(code)?;
-        let start = code.wrapping_add(o.code_adaptive);
-        let addr = match o.layout() {
-            Layout::Py39 => Some(instr),
-            Layout::Py310 => instr.checked_mul(2),
-            // Before the first instruction (a frame just pushed) there is
-            // no instruction yet.
-            Layout::Py311 | Layout::Py313 => instr.checked_sub(start),
-        };
-        let line = match addr {
-            Some(a) if (a as i64) >= 0 => {
-                linetable::line_at(o.layout(), &info.table, info.first_line, a)
-            }
-            _ => Some(info.first_line),
-        };
-        Ok(PyFrame {
-            code,
-            instr,
-            file: info.file.clone(),
-            function: info.function.clone(),
-            line,
-        })
+        Ok(frame_of(&o, info, code, instr))
+    }
+
+    /// As `resolve`, for a process that may be gone (a stack at death):
+    /// where its memory can no longer be read, a code object named before
+    /// (its growth stacks ran the same code) is named from what was read
+    /// then. A running frame's code object cannot have been freed.
+    pub fn resolve_remembered(&mut self, code: u64, instr: u64) -> Result<PyFrame, PyError> {
+        match self.resolve(code, instr) {
+            Ok(f) => Ok(f),
+            Err(e) => match self.codes.get(&code) {
+                Some(info) => Ok(frame_of(&self.offsets, info, code, instr)),
+                None => Err(e),
+            },
+        }
     }
 
     /// A code object's names and line table, read once. A code object a
@@ -241,5 +235,30 @@ impl Interpreter {
             table,
             fingerprint: [0; 24],
         })
+    }
+}
+
+/// The frame that the code object `info` (at `code`) runs at `instr`.
+fn frame_of(o: &PyOffsets, info: &Code, code: u64, instr: u64) -> PyFrame {
+    let start = code.wrapping_add(o.code_adaptive);
+    let addr = match o.layout() {
+        Layout::Py39 => Some(instr),
+        Layout::Py310 => instr.checked_mul(2),
+        // Before the first instruction (a frame just pushed) there is
+        // no instruction yet.
+        Layout::Py311 | Layout::Py313 => instr.checked_sub(start),
+    };
+    let line = match addr {
+        Some(a) if (a as i64) >= 0 => {
+            linetable::line_at(o.layout(), &info.table, info.first_line, a)
+        }
+        _ => Some(info.first_line),
+    };
+    PyFrame {
+        code,
+        instr,
+        file: info.file.clone(),
+        function: info.function.clone(),
+        line,
     }
 }

@@ -132,6 +132,10 @@ impl Collector {
             return;
         }
         let kind = u16::from_le_bytes([bytes[0], bytes[1]]);
+        if kind == common::KIND_DEATH_STACK {
+            self.on_death_stack(bytes);
+            return;
+        }
         self.writer.record(kind, bytes);
         self.status.on_record(kind, bytes);
         match kind {
@@ -220,6 +224,27 @@ impl Collector {
                 self.name_cgroup(oc.memcg_id);
             }
         }
+    }
+
+    /// A job thread's stacks at a fatal signal: named at once (the
+    /// process is on its way out) and recorded named; the kernel's raw
+    /// record is not kept.
+    fn on_death_stack(&mut self, bytes: &[u8]) {
+        let (Some(st), true) = (
+            self.stacks.as_mut(),
+            bytes.len() >= size_of::<common::DeathStack>(),
+        ) else {
+            self.last_lost.undecodable += 1;
+            return;
+        };
+        // SAFETY: the length is checked; `DeathStack` is plain old data
+        // (integers only), so any bytes are a valid value.
+        let ev: common::DeathStack =
+            unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<common::DeathStack>()) };
+        let ts = ev.hdr.ts_ns;
+        let named = st.at_death(&ev);
+        let (kind, out) = decode::encode_user(ts, UserBody::StackAtDeath(named));
+        self.writer.record(kind, &out);
     }
 
     pub(super) fn drain(&mut self, rings: &mut crate::rings::Rings) -> usize {

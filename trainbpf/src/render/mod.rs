@@ -333,6 +333,7 @@ pub(crate) mod fixture {
             compaction: None,
             leak_warnings: Vec::new(),
             stacks: Default::default(),
+            death_stacks: Default::default(),
             ebpf_log: Default::default(),
         }
     }

@@ -379,6 +379,28 @@ impl Pythons {
         (out, note)
     }
 
+    /// The Python frames of a thread's stack at death, as the kernel read
+    /// them into its record: named from the process if it can still be
+    /// read, else from the code objects named before.
+    pub fn frames_at_death(
+        &mut self,
+        p: ProcKey,
+        state: u32,
+        st: &PyStack,
+    ) -> (Vec<Frame>, Option<String>) {
+        match self.procs.get_mut(&p) {
+            Some(State::Found(i)) if state != PY_NONE => name_pairs(i, state, st, true),
+            Some(State::Found(_)) => (Vec::new(), None),
+            Some(State::Failed {
+                error, not_python, ..
+            }) => (
+                Vec::new(),
+                (!*not_python).then(|| format!("Python frames not read: {error}")),
+            ),
+            None => (Vec::new(), None),
+        }
+    }
+
     /// Forgets an exited process, in the kernel's map too.
     pub fn forget(&mut self, p: ProcKey, map: &mut BpfHashMap<MapData, ProcId, PyProc>) {
         self.parents.remove(&p);
@@ -402,6 +424,49 @@ impl Pythons {
             let _ = map.remove(&proc_id(p));
         }
     }
+}
+
+/// Names the kept pairs of `st`, innermost first; `remembered`: a code
+/// object that can no longer be read is named from an earlier read.
+fn name_pairs(
+    interp: &mut Interpreter,
+    state: u32,
+    st: &PyStack,
+    remembered: bool,
+) -> (Vec<Frame>, Option<String>) {
+    let n = (st.len as usize).min(PY_MAX_FRAMES);
+    let mut note = state_text(state, n);
+    let mut out = Vec::with_capacity(n);
+    let desc = describe(interp);
+    for &[tagged, instr] in &st.frames[..n] {
+        let Some((code, instr)) = pair(&desc, tagged, instr) else {
+            continue;
+        };
+        let named = if remembered {
+            interp.resolve_remembered(code, instr)
+        } else {
+            interp.resolve(code, instr)
+        };
+        match named {
+            Ok(f) => out.push(Frame {
+                kind: "python".into(),
+                addr: code,
+                function: Some(bounded(&f.function)),
+                file: Some(bounded(&f.file)),
+                line: f.line.and_then(|l| u32::try_from(l).ok()),
+                module: None,
+            }),
+            Err(e) => {
+                note.get_or_insert_with(|| bounded(&format!("a Python frame: {e}")));
+                out.push(Frame {
+                    kind: "python".into(),
+                    addr: code,
+                    ..Default::default()
+                });
+            }
+        }
+    }
+    (out, note)
 }
 
 #[cfg(test)]

@@ -111,7 +111,7 @@ impl Kill {
                 pid: k.trigger.tgid,
                 tid: k.trigger.pid,
             },
-            victim: Victim::new(&k.victim),
+            victim: Victim::new(&k.victim, r.victim_stack_at_death(k)),
             window_s: secs(k.window_ns),
         }
     }
@@ -162,6 +162,14 @@ pub struct Victim {
     pub pid: u32,
     /// Shared-memory resident memory when killed (kB).
     pub shmem_rss_kb: u64,
+    /// Its stacks as its threads dequeued the fatal signal (`record
+    /// --stacks`): the thread that was allocating, or else the one the
+    /// kernel named, with the others in `threads`. Null without stacks,
+    /// or with `stack_error` saying why.
+    pub stack_at_death: Option<super::stacks::StackAtDeath>,
+    /// Why `stack_at_death` is null while stacks were recorded (null
+    /// otherwise).
+    pub stack_error: Option<String>,
     /// Swapped-out memory (kB).
     pub swap_kb: u64,
     /// Virtual size (kB).
@@ -174,8 +182,17 @@ pub struct Victim {
 }
 
 impl Victim {
-    fn new(v: &model::Victim) -> Victim {
+    fn new(
+        v: &model::Victim,
+        death: Result<Option<model::death_stacks::StackAtDeath>, String>,
+    ) -> Victim {
+        let (stack_at_death, stack_error) = match death {
+            Ok(s) => (s.as_ref().map(super::stacks::at_death), None),
+            Err(e) => (None, Some(e)),
+        };
         Victim {
+            stack_at_death,
+            stack_error,
             anon_rss_kb: v.rss.anon_kb,
             comm: v.comm.clone(),
             file_rss_kb: v.rss.file_kb,

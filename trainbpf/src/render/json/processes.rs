@@ -127,6 +127,10 @@ pub struct Death {
     pub sender: Option<Sender>,
     /// The fatal signal; null for an exit.
     pub signal: Option<i32>,
+    /// Its threads' stacks as they dequeued the fatal signal (`record
+    /// --stacks`), its main thread's first, as `kills[].victim`'s; null
+    /// without stacks, for an exit, or where none was recorded.
+    pub stack_at_death: Option<super::stacks::StackAtDeath>,
     pub time: Option<Time>,
     /// Seconds since the recording start.
     pub time_s: f64,
@@ -155,6 +159,10 @@ impl Death {
                 uid: s.uid,
             }),
             signal: d.signal,
+            stack_at_death: r
+                .process_stack_at_death(d.pid, d.start_ns)
+                .as_ref()
+                .map(super::stacks::at_death),
             time: Time::at(r, d.ts_ns),
             time_s: secs_since(r, d.ts_ns),
         }

@@ -225,8 +225,8 @@ pub struct Tier {
 pub struct Lost {
     /// Ring-buffer records the kernel could not reserve, by record kind:
     /// `fork`, `exec`, `exit`, `mem`, `oom_victim`, `oom_kill`, `printk`,
-    /// `signal`, `oom_adj`, `cuda`, `xid`, `nv_pages` (`kind_N` for a kind
-    /// this version doesn't name).
+    /// `signal`, `oom_adj`, `cuda`, `xid`, `nv_pages`, `stack_at_death`
+    /// (`kind_N` for a kind this version doesn't name).
     pub by_kind: BTreeMap<String, u64>,
     /// The same losses by ring buffer.
     pub by_ring: ByRing,
@@ -300,6 +300,7 @@ fn kind_name(i: usize) -> String {
         c::KIND_CUDA => "cuda",
         c::KIND_XID => "xid",
         c::KIND_NV_PAGES => "nv_pages",
+        c::KIND_DEATH_STACK => "stack_at_death",
         _ => return format!("kind_{i}"),
     };
     name.to_string()

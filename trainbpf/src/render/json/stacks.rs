@@ -4,7 +4,7 @@
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use crate::model::GrowthStack;
+use crate::model::{self, GrowthStack};
 
 /// Where a process's new highs of added memory were taken: one stack,
 /// with the memory it accounts for.
@@ -70,9 +70,38 @@ pub struct GpuStack {
     pub kb: u64,
 }
 
-fn frames(s: &GrowthStack) -> Vec<Frame> {
-    s.frames
-        .iter()
+/// A victim's stacks at death (`kills[].victim.stack_at_death`).
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct StackAtDeath {
+    /// Why frames are missing or unnamed (the process gone before they
+    /// were named and not named by its growth stacks, an unreadable
+    /// stack, Python frames not read); null when all is there.
+    pub error: Option<String>,
+    /// Innermost first, Python frames in place of the interpreter's own.
+    pub frames: Vec<Frame>,
+    /// Threads past those kept, not shown.
+    pub more_threads: u32,
+    /// The signal it died of (9: SIGKILL).
+    pub signal: u32,
+    /// The other threads, each as it dequeued the signal.
+    pub threads: Vec<ThreadAtDeath>,
+    /// The thread shown (the kernel's tid).
+    pub tid: u32,
+    /// It is the thread whose allocation set off the kill.
+    pub trigger: bool,
+}
+
+/// Another thread of the victim at its death.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ThreadAtDeath {
+    pub error: Option<String>,
+    /// Innermost first.
+    pub frames: Vec<Frame>,
+    pub tid: u32,
+}
+
+fn frames(f: &[model::stacks::Frame]) -> Vec<Frame> {
+    f.iter()
         .map(|f| Frame {
             addr: format!("{:#x}", f.addr),
             file: f.file.clone(),
@@ -84,12 +113,32 @@ fn frames(s: &GrowthStack) -> Vec<Frame> {
         .collect()
 }
 
+pub fn at_death(s: &model::death_stacks::StackAtDeath) -> StackAtDeath {
+    StackAtDeath {
+        error: s.main.error.clone(),
+        frames: frames(&s.main.frames),
+        more_threads: s.more_threads,
+        signal: s.main.sig,
+        threads: s
+            .threads
+            .iter()
+            .map(|t| ThreadAtDeath {
+                error: t.error.clone(),
+                frames: frames(&t.frames),
+                tid: t.tid,
+            })
+            .collect(),
+        tid: s.main.tid,
+        trigger: s.trigger,
+    }
+}
+
 pub fn stacks(s: &[GrowthStack]) -> Vec<Stack> {
     s.iter()
         .map(|s| Stack {
             count: s.count,
             error: s.error.clone(),
-            frames: frames(s),
+            frames: frames(&s.frames),
             kb: s.bytes / 1024,
         })
         .collect()
@@ -101,7 +150,7 @@ pub fn gpu_stacks(s: &[GrowthStack]) -> Vec<GpuStack> {
             bytes: s.bytes,
             count: s.count,
             error: s.error.clone(),
-            frames: frames(s),
+            frames: frames(&s.frames),
             kb: s.bytes / 1024,
         })
         .collect()

@@ -98,6 +98,63 @@ pub(super) fn gpu_lines(out: &mut String, r: &Report, max: usize) {
 /// Under a kill's growers: the top growers' heaviest stacks. Nothing
 /// without `record --stacks`.
 pub(super) fn kill_lines(out: &mut String, r: &Report, k: &Kill) {
+    growth_lines(out, r, k);
+    death_lines(out, r, k);
+}
+
+/// Threads besides the main one shown at death, and their frames.
+const DEATH_THREADS: usize = 3;
+const DEATH_THREAD_FRAMES: usize = 3;
+
+/// The victim's stack at death: the allocating (or kernel-named) thread's
+/// frames, then a few of its other threads'. Nothing without stacks.
+fn death_lines(out: &mut String, r: &Report, k: &Kill) {
+    let s = match r.victim_stack_at_death(k) {
+        Ok(None) => return,
+        Ok(Some(s)) => s,
+        Err(e) => {
+            let _ = writeln!(out, "  The victim's stack at death: none ({})\n", esc(&e));
+            return;
+        }
+    };
+    let role = if s.trigger {
+        "allocating when killed"
+    } else {
+        "its main thread"
+    };
+    let _ = writeln!(
+        out,
+        "  The victim's stack at death (thread {}, {role}, signal {}):",
+        s.main.tid, s.main.sig
+    );
+    if let Some(e) = &s.main.error {
+        let _ = writeln!(out, "      [{}]", esc(e));
+    }
+    for f in s.main.frames.iter().take(FRAMES) {
+        let _ = writeln!(out, "      {}", frame_text(f));
+    }
+    if s.main.frames.len() > FRAMES {
+        let _ = writeln!(out, "      … {} more frames", s.main.frames.len() - FRAMES);
+    }
+    for t in s.threads.iter().take(DEATH_THREADS) {
+        let _ = writeln!(out, "    thread {}:", t.tid);
+        if t.frames.is_empty()
+            && let Some(e) = &t.error
+        {
+            let _ = writeln!(out, "      [{}]", esc(e));
+        }
+        for f in t.frames.iter().take(DEATH_THREAD_FRAMES) {
+            let _ = writeln!(out, "      {}", frame_text(f));
+        }
+    }
+    let more = s.threads.len().saturating_sub(DEATH_THREADS) + s.more_threads as usize;
+    if more > 0 {
+        let _ = writeln!(out, "    … {more} more threads (report --json has them)");
+    }
+    out.push('\n');
+}
+
+fn growth_lines(out: &mut String, r: &Report, k: &Kill) {
     if r.stacks.is_empty() {
         return;
     }

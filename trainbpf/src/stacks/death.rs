@@ -1,0 +1,157 @@
+//! The victim's stack at death, the collector's side: names a thread's
+//! record from `signal_deliver` at once. The process is on its way out:
+//! its maps and memory may be gone by the time the record is read, so a
+//! frame the live process cannot name any more is named from what its
+//! growth stacks resolved (the same code ran), and what neither names
+//! keeps its address, with the reason.
+
+use std::collections::HashMap;
+
+use trainbpf_common::{DeathStack, STACK_DEPTH};
+
+use super::{Collector, py, stack_error, symbolize::bounded};
+use crate::decode::{
+    ProcKey,
+    stacks::{Frame, MAX_FRAMES, StackAtDeath},
+};
+
+/// Native frames remembered per process from its growth stacks.
+pub const MAX_KNOWN_PER_PROC: usize = 1 << 16;
+
+/// Remembers the named frames of a process's growth stacks, by address.
+pub fn remember(known: &mut HashMap<u64, Frame>, frames: &[Frame]) {
+    for f in frames {
+        if f.kind == "native" && f.function.is_some() && known.len() < MAX_KNOWN_PER_PROC {
+            known.entry(f.addr).or_insert_with(|| f.clone());
+        }
+    }
+}
+
+/// Fills the unnamed frames of `frames` from `known`: how many stay
+/// unnamed.
+fn fill(frames: &mut [Frame], known: Option<&HashMap<u64, Frame>>) -> usize {
+    let mut unnamed = 0;
+    for f in frames.iter_mut() {
+        if f.function.is_some() {
+            continue;
+        }
+        match known.and_then(|k| k.get(&f.addr)) {
+            Some(k) => *f = k.clone(),
+            None => unnamed += 1,
+        }
+    }
+    unnamed
+}
+
+impl Collector {
+    /// A thread's stacks at a fatal signal, named now.
+    pub fn at_death(&mut self, ev: &DeathStack) -> StackAtDeath {
+        let proc = ProcKey {
+            tgid: ev.hdr.tgid,
+            start_ns: ev.hdr.start_ns,
+        };
+        let mut notes: Vec<String> = Vec::new();
+        let mut why = None;
+        let native = if ev.native_len < 0 {
+            notes.push(stack_error(ev.native_len as i32));
+            Vec::new()
+        } else {
+            let n = (ev.native_len as usize / 8).min(STACK_DEPTH);
+            self.native_at_death(proc, &ev.native[..n], &mut why)
+        };
+        let (python, note) = self.pythons.frames_at_death(proc, ev.py_state, &ev.py);
+        notes.extend(note);
+        let frames = if python.is_empty() {
+            native
+        } else {
+            let interp = self.pythons.interpreter_path(proc).unwrap_or_default();
+            py::fold(&native, python, interp)
+        };
+        // Counted among the frames shown: the interpreter's own, folded
+        // away, may not have been named.
+        let unnamed = frames
+            .iter()
+            .filter(|f| f.kind == "native" && f.function.is_none())
+            .count();
+        if unnamed > 0 {
+            let why = why.unwrap_or_else(|| "not symbolized".into());
+            notes.push(format!(
+                "{unnamed} native frames unnamed ({why}; the others named from the live process, or from its growth stacks and files)"
+            ));
+        }
+        StackAtDeath {
+            proc,
+            tid: ev.tid,
+            sig: ev.sig,
+            frames,
+            error: (!notes.is_empty()).then(|| bounded(&notes.join("; "))),
+        }
+    }
+
+    /// The native frames: from what this process's stacks named before
+    /// where all are known (a thread pool's threads share their frames),
+    /// else from the live process, else from its held files; what is
+    /// named is remembered for its other threads.
+    fn native_at_death(
+        &mut self,
+        proc: ProcKey,
+        ips: &[u64],
+        why: &mut Option<String>,
+    ) -> Vec<Frame> {
+        let bare = |addr: u64| Frame {
+            kind: "native".into(),
+            addr,
+            ..Default::default()
+        };
+        let mut frames: Vec<Frame> = ips.iter().take(MAX_FRAMES).map(|&a| bare(a)).collect();
+        if fill(&mut frames, self.known.get(&proc)) == 0 {
+            return frames;
+        }
+        let alive = !self.exited.contains(&proc) && crate::procfs::alive(proc.tgid);
+        let live = if alive {
+            self.native.resolve(proc.tgid, &[ips])
+        } else {
+            Err("the process was gone".into())
+        };
+        match live {
+            Ok(mut r) if !r.is_empty() => {
+                let (f, w) = r.swap_remove(0);
+                *why = w;
+                frames = f;
+            }
+            Ok(_) => {}
+            Err(e) => *why = Some(e),
+        }
+        if fill(&mut frames, self.known.get(&proc)) > 0
+            && let Some(m) = self.mapped.get(&proc)
+        {
+            m.name(&mut frames);
+        }
+        remember(self.known.entry(proc).or_default(), &frames);
+        frames
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f(addr: u64, name: Option<&str>) -> Frame {
+        Frame {
+            kind: "native".into(),
+            addr,
+            function: name.map(Into::into),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn frames_named_before_fill_the_gone_process() {
+        let mut known = HashMap::new();
+        remember(&mut known, &[f(10, Some("grow_here")), f(20, None)]);
+        let mut frames = vec![f(10, None), f(20, None), f(30, Some("main"))];
+        assert_eq!(fill(&mut frames, Some(&known)), 1);
+        assert_eq!(frames[0].function.as_deref(), Some("grow_here"));
+        assert_eq!(fill(&mut frames, None), 1);
+    }
+}

@@ -1,0 +1,159 @@
+//! The files a job process runs code from, held open while it lives, so
+//! that a stack taken as it dies (when `/proc/PID/maps` is already empty)
+//! still resolves: each executable mapping's range, file offset and an
+//! open descriptor of the mapped inode itself (through
+//! `/proc/PID/map_files/`, never a path the job could swap).
+
+use std::{
+    collections::HashMap,
+    fs::File,
+    os::fd::AsRawFd,
+    sync::atomic::{AtomicUsize, Ordering},
+};
+
+use blazesym::symbolize::{
+    Input, Symbolized, Symbolizer,
+    source::{Elf, Source},
+};
+
+use super::symbolize::bounded;
+use crate::decode::stacks::Frame;
+
+/// Executable mappings held per process (a Python with its extension
+/// modules maps a few dozen files).
+const MAX_PER_PROC: usize = 128;
+/// Files held in all: well under the recorder's descriptor limit (1024
+/// by default), however many processes the job forks.
+const MAX_HELD: usize = 512;
+static HELD: AtomicUsize = AtomicUsize::new(0);
+
+struct Mapping {
+    start: u64,
+    end: u64,
+    offset: u64,
+    path: String,
+    file: File,
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        HELD.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// One process's executable mappings.
+#[derive(Default)]
+pub struct Mapped {
+    maps: Vec<Mapping>,
+}
+
+impl Mapped {
+    /// Reads `tgid`'s executable file mappings and opens those not held
+    /// yet (a library loaded since the last look is added).
+    pub fn refresh(&mut self, tgid: u32) {
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{tgid}/maps")) else {
+            return;
+        };
+        for line in text.lines() {
+            if self.maps.len() >= MAX_PER_PROC || HELD.load(Ordering::Relaxed) >= MAX_HELD {
+                break;
+            }
+            let mut it = line.split_whitespace();
+            let (Some(range), Some(perms), Some(off)) = (it.next(), it.next(), it.next()) else {
+                continue;
+            };
+            let path = it.nth(2).unwrap_or("");
+            if !perms.contains('x') || !path.starts_with('/') {
+                continue;
+            }
+            let Some((s, e)) = range.split_once('-') else {
+                continue;
+            };
+            let (Ok(start), Ok(end), Ok(offset)) = (
+                u64::from_str_radix(s, 16),
+                u64::from_str_radix(e, 16),
+                u64::from_str_radix(off, 16),
+            ) else {
+                continue;
+            };
+            if self.maps.iter().any(|m| m.start == start && m.end == end) {
+                continue;
+            }
+            let Ok(file) = File::open(format!("/proc/{tgid}/map_files/{range}")) else {
+                continue;
+            };
+            HELD.fetch_add(1, Ordering::Relaxed);
+            self.maps.push(Mapping {
+                start,
+                end,
+                offset,
+                path: bounded(path),
+                file,
+            });
+        }
+    }
+
+    /// Names the frames still unnamed from the held files: their file
+    /// offsets, each file's symbols and line tables read anew (a fresh
+    /// symbolizer: a descriptor's path names another file once closed).
+    pub fn name(&self, frames: &mut [Frame]) {
+        let sym = Symbolizer::builder()
+            .enable_code_info(true)
+            .enable_inlined_fns(false)
+            .build();
+        for (i, f) in frames.iter_mut().enumerate() {
+            if f.function.is_some() {
+                continue;
+            }
+            // A return address points past its call.
+            let addr = if i == 0 {
+                f.addr
+            } else {
+                f.addr.saturating_sub(1)
+            };
+            let Some(m) = self.maps.iter().find(|m| m.start <= addr && addr < m.end) else {
+                continue;
+            };
+            let fd_path = format!("/proc/self/fd/{}", m.file.as_raw_fd());
+            let src = Source::Elf(Elf::new(fd_path));
+            let off = addr - m.start + m.offset;
+            let Ok(syms) = sym.symbolize(&src, Input::FileOffset(&[off])) else {
+                continue;
+            };
+            if let Some(Symbolized::Sym(s)) = syms.first() {
+                f.function = Some(bounded(&s.name));
+                f.file = s
+                    .code_info
+                    .as_ref()
+                    .map(|c| bounded(&c.to_path().display().to_string()));
+                f.line = s.code_info.as_ref().and_then(|c| c.line);
+                f.module = Some(m.path.clone());
+            }
+        }
+    }
+}
+
+/// Every job process's held mappings, by process.
+pub type ByProc = HashMap<crate::decode::ProcKey, Mapped>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// This test's own function, named from its held file alone.
+    #[test]
+    fn names_a_frame_from_the_held_file() {
+        let mut m = Mapped::default();
+        m.refresh(std::process::id());
+        assert!(!m.maps.is_empty());
+        let ip = names_a_frame_from_the_held_file as *const () as usize as u64;
+        let mut frames = vec![Frame {
+            kind: "native".into(),
+            addr: ip,
+            ..Default::default()
+        }];
+        m.name(&mut frames);
+        let f = frames[0].function.as_deref().unwrap_or("");
+        assert!(f.contains("names_a_frame_from_the_held_file"), "{f}");
+    }
+}
