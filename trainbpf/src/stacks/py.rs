@@ -19,7 +19,7 @@ use trainbpf_common::{
 use super::symbolize::bounded;
 use crate::{
     decode::{ProcKey, stacks::Frame},
-    python::{Interpreter, Layout, PyError, PyOffsets, offsets::NONE},
+    python::{Interpreter, Layout, PyError, PyFrame, PyOffsets, offsets::NONE},
 };
 
 /// Tries to locate a process's interpreter: right after an exec the
@@ -331,15 +331,10 @@ impl Pythons {
                 );
             }
         };
-        let n = (st.len as usize).min(PY_MAX_FRAMES);
-        let mut note = state_text(state, n);
-        let mut out = Vec::with_capacity(n);
         let desc = describe(interp);
-        for &[tagged, instr] in &st.frames[..n] {
-            let Some((code, instr)) = pair(&desc, tagged, instr) else {
-                continue;
-            };
-            let mut r = match self.procs.get_mut(&p) {
+        let procs = &mut self.procs;
+        name_pairs(&desc, state, &st, |code, instr| {
+            let r = match procs.get_mut(&p) {
                 Some(State::Found(i)) => i.resolve(code, instr),
                 _ => Err(PyError::NotPython { pid: p.tgid }),
             };
@@ -349,34 +344,16 @@ impl Pythons {
             // lives. Each is checked as a code object there too.
             // (Its memory may be gone before its state says it exited.)
             if r.is_err()
-                && let Some(Some(State::Found(pi))) = parent.map(|pp| self.procs.get_mut(&pp))
+                && let Some(Some(State::Found(pi))) = parent.map(|pp| procs.get_mut(&pp))
                 && let Ok(f) = pi.resolve(code, instr)
             {
-                note.get_or_insert_with(|| {
-                    "Python frames named through the parent's memory (the process was gone)".into()
-                });
-                r = Ok(f);
+                return (
+                    Ok(f),
+                    Some("Python frames named through the parent's memory (the process was gone)"),
+                );
             }
-            match r {
-                Ok(f) => out.push(Frame {
-                    kind: "python".into(),
-                    addr: code,
-                    function: Some(bounded(&f.function)),
-                    file: Some(bounded(&f.file)),
-                    line: f.line.and_then(|l| u32::try_from(l).ok()),
-                    module: None,
-                }),
-                Err(e) => {
-                    note.get_or_insert_with(|| bounded(&format!("a Python frame: {e}")));
-                    out.push(Frame {
-                        kind: "python".into(),
-                        addr: code,
-                        ..Default::default()
-                    });
-                }
-            }
-        }
-        (out, note)
+            (r, None)
+        })
     }
 
     /// The Python frames of a thread's stack at death, as the kernel read
@@ -389,7 +366,12 @@ impl Pythons {
         st: &PyStack,
     ) -> (Vec<Frame>, Option<String>) {
         match self.procs.get_mut(&p) {
-            Some(State::Found(i)) if state != PY_NONE => name_pairs(i, state, st, true),
+            Some(State::Found(i)) if state != PY_NONE => {
+                let desc = describe(i);
+                name_pairs(&desc, state, st, |code, instr| {
+                    (i.resolve_remembered(code, instr), None)
+                })
+            }
             Some(State::Found(_)) => (Vec::new(), None),
             Some(State::Failed {
                 error, not_python, ..
@@ -426,27 +408,27 @@ impl Pythons {
     }
 }
 
-/// Names the kept pairs of `st`, innermost first; `remembered`: a code
-/// object that can no longer be read is named from an earlier read.
+/// Names the kept pairs of `st`, innermost first, each by `name` (which
+/// may add a note on how it named it: through a parent, from an earlier
+/// read); a frame it cannot name keeps its code object's address, and the
+/// first reason becomes the stack's note.
 fn name_pairs(
-    interp: &mut Interpreter,
+    desc: &PyProc,
     state: u32,
     st: &PyStack,
-    remembered: bool,
+    mut name: impl FnMut(u64, u64) -> (Result<PyFrame, PyError>, Option<&'static str>),
 ) -> (Vec<Frame>, Option<String>) {
     let n = (st.len as usize).min(PY_MAX_FRAMES);
     let mut note = state_text(state, n);
     let mut out = Vec::with_capacity(n);
-    let desc = describe(interp);
     for &[tagged, instr] in &st.frames[..n] {
-        let Some((code, instr)) = pair(&desc, tagged, instr) else {
+        let Some((code, instr)) = pair(desc, tagged, instr) else {
             continue;
         };
-        let named = if remembered {
-            interp.resolve_remembered(code, instr)
-        } else {
-            interp.resolve(code, instr)
-        };
+        let (named, how) = name(code, instr);
+        if let Some(how) = how {
+            note.get_or_insert_with(|| how.into());
+        }
         match named {
             Ok(f) => out.push(Frame {
                 kind: "python".into(),
