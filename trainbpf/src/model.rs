@@ -39,6 +39,8 @@ pub use before::PressureBefore;
 /// The victim's stack at death (`record --stacks`).
 pub mod death_stacks;
 mod deaths;
+/// What most likely happened, its evidence and its fix, per kill.
+pub mod diagnosis;
 /// What the kernel programs logged (`record --ebpf-log`).
 mod ebpf_log;
 mod grid;
@@ -161,6 +163,9 @@ pub struct Report {
     pub death_stacks: death_stacks::Deaths,
     /// What the kernel programs logged (`record --ebpf-log`).
     pub ebpf_log: EbpfLogReport,
+    /// What most likely happened: per kill, surest first, then the run's
+    /// own ([`diagnosis::diagnose`]).
+    pub diagnoses: Vec<diagnosis::Diagnosis>,
 }
 
 impl Report {
@@ -535,6 +540,7 @@ impl Builder {
             stacks: std::mem::take(&mut self.stacks),
             death_stacks: std::mem::take(&mut self.death_stacks),
             ebpf_log: self.ebpf_log,
+            diagnoses: Vec::new(),
         };
         let kill_windows: Vec<(u64, u64)> = report
             .kills
@@ -552,6 +558,7 @@ impl Builder {
         for i in 0..report.kills.len() {
             report.kills[i].realtime_ns = report.realtime_ns(report.kills[i].ts_ns);
         }
+        report.diagnoses = diagnosis::diagnose(&report);
         report
     }
 }

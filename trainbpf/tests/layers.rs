@@ -18,7 +18,7 @@ const RULES: &[(&str, &[&str])] = &[
     ("term", &[]),
     ("decode", &[]),
     ("recording", &["decode"]),
-    ("model", &["decode", "recording"]),
+    ("model", &["decode", "recording", "units"]),
     ("render", &["model", "units", "term"]),
 ];
 

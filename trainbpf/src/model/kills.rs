@@ -21,13 +21,14 @@ pub(super) const MERGE_NS: u64 = SEC;
 pub(super) const MAX_KILL_LOG: usize = 16;
 
 /// What limited the allocation that failed (`enum oom_constraint`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Constraint {
     /// The whole machine ran out (CONSTRAINT_NONE).
     None,
     Cpuset,
     MemoryPolicy,
     Memcg,
+    #[default]
     Unknown,
 }
 
@@ -66,7 +67,7 @@ impl Constraint {
     }
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Default)]
 pub struct Kill {
     pub ts_ns: u64,
     pub realtime_ns: Option<u64>,
@@ -109,7 +110,7 @@ pub struct Kill {
     pub kernel_log: Vec<String>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct Victim {
     /// Process id (tgid).
     pub pid: u32,
@@ -143,7 +144,7 @@ pub struct TreeNode {
 }
 
 /// The task whose allocation failed and set off the kill.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct Trigger {
     pub pid: u32,
     pub tgid: u32,

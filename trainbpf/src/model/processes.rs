@@ -6,7 +6,7 @@ use crate::decode::{Event, ExitStatus, JobStart, ProcInfo, ProcKey, Rss};
 use super::timeline::Sample;
 use super::{Builder, Group, Grower, attribution};
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct Job {
     pub pid: u32,
     pub start_ns: u64,
@@ -32,7 +32,7 @@ impl Job {
 }
 
 /// One process of the job.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct Process {
     pub pid: u32,
     pub start_ns: u64,

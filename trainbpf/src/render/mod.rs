@@ -335,6 +335,7 @@ pub(crate) mod fixture {
             stacks: Default::default(),
             death_stacks: Default::default(),
             ebpf_log: Default::default(),
+            diagnoses: Vec::new(),
         }
     }
 }
