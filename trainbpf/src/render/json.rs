@@ -23,6 +23,8 @@ use serde_json::Value;
 use crate::model::{ExitStatus, Report, ns_to_s};
 use crate::render::rfc3339_ms;
 
+/// The `diagnoses` array: what most likely happened, per kill.
+mod diagnoses;
 /// The `ebpf_log` object: what the kernel programs logged.
 mod ebpf_log;
 /// The `gpu` object.
@@ -60,6 +62,10 @@ pub struct JsonReport {
     pub attribution_at_peak: Option<kills::SumCheck>,
     /// Every job process that ended, with its cause, in time order.
     pub deaths: Vec<processes::Death>,
+    /// What most likely happened, with the evidence and the fix: each
+    /// kill's diagnoses, its most likely first, in kill order; then those
+    /// about the whole run. Empty when no rule found its evidence.
+    pub diagnoses: Vec<diagnoses::Diagnosis>,
     /// What the kernel programs logged (`record --ebpf-log`).
     pub ebpf_log: ebpf_log::EbpfLog,
     /// GPU and pinned host memory per process, CUDA OOMs, Xid errors, NVML.
@@ -115,6 +121,7 @@ impl JsonReport {
                 .iter()
                 .map(|d| processes::Death::new(r, d))
                 .collect(),
+            diagnoses: diagnoses::Diagnosis::all(r),
             ebpf_log: ebpf_log::EbpfLog::new(r),
             gpu: gpu::Gpu::new(r),
             groups: r.groups.iter().map(processes::Group::new).collect(),
