@@ -29,7 +29,9 @@ pub use events::{
     Lost, OomControl, OomRecord, OomRecordKind, ProcKey, Rss, SignalReceived, SignalRecord,
     SmapsSample, Task, Terminal, Timed, tty_path,
 };
-pub use samples::{CgroupPressure, Pressure, ProcInfo, Psi, ShmKind, ShmObject, Smaps};
+pub use samples::{
+    CgroupPressure, Pressure, ProcInfo, Psi, ShmFs, ShmKind, ShmLook, ShmObject, ShmTrigger, Smaps,
+};
 pub use user::{UserBody, UserRecord, encode_user};
 
 /// Record kinds written by the collector itself. Kernel kinds are below 100

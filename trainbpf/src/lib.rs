@@ -27,6 +27,8 @@ pub mod report;
 pub mod rings;
 pub mod safe_file;
 pub mod sampler;
+pub mod shm_look;
+pub mod shm_sampler;
 pub mod stacks;
 pub mod status;
 pub mod term;

@@ -50,6 +50,8 @@ mod kills;
 /// Robust trends of honest memory, suspected leaks, time to the limit.
 pub mod leaks;
 mod processes;
+/// /dev/shm filesystems over the run.
+pub mod shm;
 /// Growth stacks per process (`record --stacks`).
 pub mod stacks;
 mod timeline;
@@ -130,6 +132,9 @@ pub struct Report {
     pub groups: Vec<Group>,
     /// Shared-memory objects, each counted once, biggest first.
     pub shared_memory: Vec<crate::decode::ShmObject>,
+    /// /dev/shm filesystems over the run (size and use at each look), and
+    /// what looking at shared memory cost.
+    pub shm: shm::ShmReport,
     /// The job's honest growth against its cgroup at the cgroup's peak.
     pub attribution_at_peak: Option<SumCheck>,
     /// What USS/PSS sampling cost: rounds and total µs.
@@ -449,7 +454,7 @@ impl Builder {
             // The GPU ledger is kept elsewhere (model/gpu.rs, in progress).
             Event::Gpu(_) => {}
             Event::ProcInfo(i) => self.on_proc_info(i),
-            Event::Shm(o) => self.attribution.on_shm(o),
+            Event::Shm(look) => self.attribution.on_shm(ts, look),
             Event::Stacks(s) => {
                 let (gpu, growth) = s.stacks.into_iter().partition(|d| d.gpu);
                 self.stacks.observe(ts, StackSample { stacks: growth });
@@ -524,6 +529,7 @@ impl Builder {
             deaths,
             groups,
             shared_memory: self.attribution.shm_objects(),
+            shm: self.attribution.shm_report(),
             attribution_at_peak: self.attribution.peak.clone(),
             smaps_rounds: self.attribution.smaps_rounds,
             smaps_cost_us: self.attribution.smaps_cost_us,

@@ -1,13 +1,9 @@
 //! What the recorder reads from /proc about the job's processes, beside the
 //! kernel programs: command lines and torchrun ranks (for grouping),
-//! unique and proportional memory (USS/PSS), and shared-memory objects
-//! (POSIX /dev/shm, SysV segments, memfd), each counted once.
+//! unique and proportional memory (USS/PSS), and the parsers the
+//! shared-memory look (`shm_look.rs`) reads SysV segments and mappings with.
 
-use std::{
-    collections::{HashMap, HashSet},
-    fs,
-    os::unix::fs::MetadataExt,
-};
+use std::{collections::HashMap, fs};
 
 use procfs_core::{FromBufRead, process::MemoryMaps};
 
@@ -89,125 +85,10 @@ pub fn parse_sysvipc(text: &str) -> Vec<ShmObject> {
             resident_kb: num(rss).map_or(size_kb, |b| b / 1024),
             owner_tgid: num(Some(cpid)).map(|p| p as u32),
             mappers: 0,
+            dev: 0,
         });
     }
     out
-}
-
-/// Remembers owners across samples, so an object keeps the first process
-/// seen with it after that process exits.
-#[derive(Default)]
-pub struct ShmTracker {
-    owners: HashMap<(ShmKind, u64), u32>,
-}
-
-impl ShmTracker {
-    /// All shared-memory objects the job's processes map or hold, plus
-    /// every POSIX and SysV object on the machine (they outlive processes,
-    /// and a leak there is memory no process shows).
-    pub fn sample(&mut self, job: &HashSet<u32>) -> Vec<ShmObject> {
-        let mut objs: HashMap<(ShmKind, u64), ShmObject> = HashMap::new();
-        if let Ok(rd) = fs::read_dir("/dev/shm") {
-            for e in rd.flatten() {
-                let Ok(m) = e.metadata() else { continue };
-                if !m.is_file() {
-                    continue;
-                }
-                objs.insert(
-                    (ShmKind::Posix, m.ino()),
-                    ShmObject {
-                        kind: ShmKind::Posix,
-                        name: format!("/dev/shm/{}", e.file_name().to_string_lossy()),
-                        id: m.ino(),
-                        size_kb: m.size() / 1024,
-                        resident_kb: m.blocks() * 512 / 1024,
-                        owner_tgid: None,
-                        mappers: 0,
-                    },
-                );
-            }
-        }
-        if let Ok(t) = fs::read_to_string("/proc/sysvipc/shm") {
-            for o in parse_sysvipc(&t) {
-                if let Some(p) = o.owner_tgid {
-                    self.owners.entry((o.kind, o.id)).or_insert(p);
-                }
-                objs.insert((o.kind, o.id), o);
-            }
-        }
-        // Which job process maps (POSIX: in its maps) or holds (memfd: an fd)
-        // each object. Sorted so that "first seen" means the lowest pid, the
-        // likeliest creator, when several appear in one sample.
-        let mut pids: Vec<u32> = job.iter().copied().collect();
-        pids.sort_unstable();
-        for pid in pids {
-            let mut seen = HashSet::new();
-            if let Ok(maps) = fs::read_to_string(format!("/proc/{pid}/maps")) {
-                for (kind, ino, path) in shm_mappings(&maps) {
-                    seen.insert((kind, ino));
-                    if kind == ShmKind::Memfd {
-                        // Mapped with its fd closed: known by name; its size
-                        // comes from an fd if any process still holds one.
-                        objs.entry((kind, ino)).or_insert_with(|| ShmObject {
-                            kind,
-                            name: path.trim_end_matches(" (deleted)").to_string(),
-                            id: ino,
-                            size_kb: 0,
-                            resident_kb: 0,
-                            owner_tgid: None,
-                            mappers: 0,
-                        });
-                    }
-                }
-            }
-            if let Ok(fds) = fs::read_dir(format!("/proc/{pid}/fd")) {
-                for fd in fds.flatten() {
-                    let Ok(target) = fs::read_link(fd.path()) else {
-                        continue;
-                    };
-                    let t = target.to_string_lossy();
-                    if !t.starts_with("/memfd:") {
-                        continue;
-                    }
-                    let Ok(m) = fs::metadata(fd.path()) else {
-                        continue;
-                    };
-                    seen.insert((ShmKind::Memfd, m.ino()));
-                    let o = objs
-                        .entry((ShmKind::Memfd, m.ino()))
-                        .or_insert_with(|| ShmObject {
-                            kind: ShmKind::Memfd,
-                            name: t.trim_end_matches(" (deleted)").to_string(),
-                            id: m.ino(),
-                            size_kb: m.size() / 1024,
-                            resident_kb: m.blocks() * 512 / 1024,
-                            owner_tgid: None,
-                            mappers: 0,
-                        });
-                    o.size_kb = m.size() / 1024;
-                    o.resident_kb = m.blocks() * 512 / 1024;
-                }
-            }
-            for key in seen {
-                if let Some(o) = objs.get_mut(&key) {
-                    o.mappers += 1;
-                }
-                self.owners.entry(key).or_insert(pid);
-            }
-        }
-        let mut out: Vec<ShmObject> = objs
-            .into_iter()
-            .map(|(key, mut o)| {
-                o.owner_tgid = self.owners.get(&key).copied().or(o.owner_tgid);
-                o
-            })
-            .collect();
-        out.sort_by(|a, b| b.resident_kb.cmp(&a.resident_kb).then(a.id.cmp(&b.id)));
-        // Forget objects that are gone, so the map stays bounded.
-        let live: HashSet<_> = out.iter().map(|o| (o.kind, o.id)).collect();
-        self.owners.retain(|k, _| live.contains(k));
-        out
-    }
 }
 
 /// The shared-memory mappings in a /proc/PID/maps text: kind, inode (the

@@ -126,7 +126,7 @@ pub(super) fn now(clock: nix::time::ClockId) -> u64 {
         .unwrap_or(0)
 }
 
-pub(super) fn mono_ns() -> u64 {
+pub(crate) fn mono_ns() -> u64 {
     now(nix::time::ClockId::CLOCK_MONOTONIC)
 }
 

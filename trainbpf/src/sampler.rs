@@ -1,26 +1,23 @@
-//! USS/PSS (`smaps_rollup`) and shared-memory sampling, on a thread of its
-//! own. The kernel walks a process's page tables to answer `smaps_rollup`:
+//! USS/PSS (`smaps_rollup`) sampling, on a thread of its own (shared
+//! memory has its own, `shm_sampler.rs`). The kernel walks a process's page tables to answer `smaps_rollup`:
 //! for a job with tens of GiB mapped that takes seconds, and on the thread
 //! that drains the ring buffers those seconds were records lost. The
 //! collector asks for a round and picks the answer up on a later tick; one
 //! round at a time, so nothing queues up behind a slow one.
 
 use std::{
-    collections::HashSet,
     sync::mpsc::{self, Receiver, SyncSender, TryRecvError},
     thread,
     time::{Duration, Instant},
 };
 
-use crate::decode::samples::{ShmObject, Smaps};
-use crate::procfs::ShmTracker;
+use crate::decode::samples::Smaps;
 
 /// One round's answer.
 pub struct Sampled {
     pub procs: Vec<Smaps>,
     /// Wall time the `smaps_rollup` reads took.
     pub cost: Duration,
-    pub shm: Vec<ShmObject>,
 }
 
 pub struct Sampler {
@@ -37,10 +34,9 @@ impl Sampler {
         let spawned = thread::Builder::new()
             .name("trainbpf-procfs".into())
             .spawn(move || {
-                let mut shm = ShmTracker::default();
                 // Ends when the collector drops its sender.
                 while let Ok(pids) = req_rx.recv() {
-                    if res_tx.send(sample(&pids, &mut shm)).is_err() {
+                    if res_tx.send(sample(&pids)).is_err() {
                         return;
                     }
                 }
@@ -85,18 +81,15 @@ impl Sampler {
     }
 }
 
-fn sample(pids: &[u32], shm: &mut ShmTracker) -> Sampled {
+fn sample(pids: &[u32]) -> Sampled {
     let started = Instant::now();
     let procs = pids
         .iter()
         .filter_map(|&t| crate::procfs::smaps(t))
         .collect();
-    let cost = started.elapsed();
-    let job: HashSet<u32> = pids.iter().copied().collect();
     Sampled {
         procs,
-        cost,
-        shm: shm.sample(&job),
+        cost: started.elapsed(),
     }
 }
 

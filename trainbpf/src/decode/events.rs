@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use trainbpf_common as common;
 
-use super::{Pressure, ProcInfo, ShmObject, Smaps, gpu};
+use super::{Pressure, ProcInfo, ShmLook, Smaps, gpu};
 
 /// A process, named so that a recycled pid is a different process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -311,8 +311,8 @@ pub enum Event {
     /// USS/PSS of the job's live processes.
     Smaps(SmapsSample),
     ProcInfo(ProcInfo),
-    /// Shared-memory objects, each once.
-    Shm(Vec<ShmObject>),
+    /// A look at shared memory: the objects, each once, and /dev/shm.
+    Shm(ShmLook),
     /// A CUDA call, an Xid, an NVML sample, what the GPU probes attached.
     Gpu(Box<gpu::GpuEvent>),
     Note(String),

@@ -121,4 +121,50 @@ pub struct ShmObject {
     pub owner_tgid: Option<u32>,
     /// Job processes mapping or holding it when sampled.
     pub mappers: u32,
+    /// A POSIX object's filesystem (`st_dev`): a job in a mount namespace
+    /// of its own has a /dev/shm of its own, and inode numbers are only
+    /// unique within one. 0 for SysV and memfd.
+    #[serde(default)]
+    pub dev: u64,
+}
+
+/// A /dev/shm filesystem as one look found it: what `df /dev/shm` says
+/// inside the job's mount namespace.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShmFs {
+    /// `st_dev` of the directory: the filesystem's identity.
+    pub dev: u64,
+    /// statvfs: total and free, kB.
+    pub size_kb: u64,
+    pub free_kb: u64,
+    /// A job process sees it as its /dev/shm (else it is only the
+    /// recorder's own).
+    pub job: bool,
+}
+
+/// Why a look was taken.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ShmTrigger {
+    /// The timer.
+    #[default]
+    Timer,
+    /// An OOM kill was seen.
+    Kill,
+    /// A job process was sent a fatal signal (a bus error among them).
+    Signal,
+}
+
+/// One look at shared memory: the objects, each once, and the /dev/shm
+/// filesystems they live in, with what the look cost.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShmLook {
+    pub objects: Vec<ShmObject>,
+    pub fs: Vec<ShmFs>,
+    pub trigger: ShmTrigger,
+    /// Wall time the look took, µs.
+    pub cost_us: u64,
+    /// The interval the timer keeps after this look, ms: at least 100
+    /// times the look's cost.
+    pub interval_ms: u64,
 }

@@ -7,8 +7,8 @@ use super::{
     CgroupName, Compaction, DecodeError, EbpfLog, Event, ExeName, JobExit, JobStart, KIND_CGROUP,
     KIND_COMPACTED, KIND_EBPF_LOG, KIND_EXE, KIND_JOB_EXIT, KIND_JOB_START, KIND_LEAK_WARNING,
     KIND_LOST, KIND_NOTE, KIND_PRESSURE, KIND_PROC_INFO, KIND_SHM, KIND_SIGNAL_RECEIVED,
-    KIND_SMAPS, KIND_STACK_AT_DEATH, KIND_STACKS, LeakWarning, Lost, Pressure, ProcInfo, ShmObject,
-    SignalReceived, SmapsSample, json,
+    KIND_SMAPS, KIND_STACK_AT_DEATH, KIND_STACKS, LeakWarning, Lost, Pressure, ProcInfo, ShmLook,
+    ShmObject, SignalReceived, SmapsSample, json,
 };
 
 /// The JSON body of a userspace record.
@@ -30,7 +30,11 @@ pub enum UserBody {
     Pressure(Box<Pressure>),
     Smaps(SmapsSample),
     ProcInfo(ProcInfo),
+    /// Objects only: what recorders before the /dev/shm filesystem
+    /// samples wrote (read, no longer written).
     Shm(Vec<ShmObject>),
+    /// A look at shared memory: objects and filesystems (also `KIND_SHM`).
+    ShmLook(ShmLook),
     Compacted(Compaction),
     LeakWarning(LeakWarning),
     SignalReceived(SignalReceived),
@@ -51,7 +55,7 @@ impl UserBody {
             UserBody::Pressure(_) => KIND_PRESSURE,
             UserBody::Smaps(_) => KIND_SMAPS,
             UserBody::ProcInfo(_) => KIND_PROC_INFO,
-            UserBody::Shm(_) => KIND_SHM,
+            UserBody::Shm(_) | UserBody::ShmLook(_) => KIND_SHM,
             UserBody::Compacted(_) => KIND_COMPACTED,
             UserBody::LeakWarning(_) => KIND_LEAK_WARNING,
             UserBody::SignalReceived(_) => KIND_SIGNAL_RECEIVED,
@@ -83,7 +87,11 @@ pub(super) fn decode(kind: u16, bytes: &[u8]) -> Result<(u64, Event), DecodeErro
         (KIND_PRESSURE, UserBody::Pressure(p)) => Event::Pressure(p),
         (KIND_SMAPS, UserBody::Smaps(s)) => Event::Smaps(s),
         (KIND_PROC_INFO, UserBody::ProcInfo(i)) => Event::ProcInfo(i),
-        (KIND_SHM, UserBody::Shm(o)) => Event::Shm(o),
+        (KIND_SHM, UserBody::Shm(objects)) => Event::Shm(ShmLook {
+            objects,
+            ..ShmLook::default()
+        }),
+        (KIND_SHM, UserBody::ShmLook(l)) => Event::Shm(l),
         (KIND_COMPACTED, UserBody::Compacted(c)) => Event::Compacted(c),
         (KIND_LEAK_WARNING, UserBody::LeakWarning(w)) => Event::LeakWarning(w),
         (KIND_SIGNAL_RECEIVED, UserBody::SignalReceived(r)) => Event::SignalReceived(r),

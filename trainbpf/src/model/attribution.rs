@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 
 use crate::decode::{
-    CgroupPressure, Pressure, ProcInfo, ProcKey, ShmKind, ShmObject, Smaps, SmapsSample,
+    CgroupPressure, Pressure, ProcInfo, ProcKey, ShmKind, ShmLook, ShmObject, Smaps, SmapsSample,
 };
 
 use super::{Grower, Track};
@@ -71,8 +71,11 @@ pub(super) struct Attribution {
     smaps: HashMap<u32, Smaps>,
     pub smaps_rounds: u64,
     pub smaps_cost_us: u64,
-    /// Shared-memory objects by (kind, id), as last seen, with their peak.
-    shm: HashMap<(ShmKind, u64), ShmObject>,
+    /// Shared-memory objects by (kind, filesystem, id), as last seen,
+    /// with their peak resident size and most mappers.
+    shm: HashMap<(ShmKind, u64, u64), ShmObject>,
+    /// /dev/shm filesystems over the run, and what looking cost.
+    shm_fs: super::shm::ShmBuilder,
     /// The job cgroup's first sample and the sum check at its peak usage.
     first: Option<(u64, Pressure)>,
     pub peak: Option<SumCheck>,
@@ -81,6 +84,8 @@ pub(super) struct Attribution {
 
 /// Job processes kept in full detail; beyond this, only growth sums.
 const MAX_INFO: usize = 4096;
+/// Shared-memory objects followed; the report lists the biggest 50.
+const MAX_SHM: usize = 16384;
 
 impl Attribution {
     pub(super) fn on_proc_info(&mut self, i: ProcInfo) {
@@ -99,15 +104,28 @@ impl Attribution {
         }
     }
 
-    pub(super) fn on_shm(&mut self, objs: Vec<ShmObject>) {
-        for o in objs {
-            let e = self.shm.entry((o.kind, o.id)).or_insert_with(|| o.clone());
+    pub(super) fn on_shm(&mut self, ts: u64, look: ShmLook) {
+        self.shm_fs.observe(ts, &look);
+        for o in look.objects {
+            let key = (o.kind, o.dev, o.id);
+            if !self.shm.contains_key(&key) && self.shm.len() >= MAX_SHM {
+                continue;
+            }
+            let e = self.shm.entry(key).or_insert_with(|| o.clone());
             let peak = e.resident_kb.max(o.resident_kb);
             let owner = e.owner_tgid.or(o.owner_tgid);
+            // After its processes exit an object is mapped by none: the
+            // most seen at once says who shared it.
+            let mappers = e.mappers.max(o.mappers);
             *e = o;
             e.resident_kb = peak;
             e.owner_tgid = owner;
+            e.mappers = mappers;
         }
+    }
+
+    pub(super) fn shm_report(&self) -> super::shm::ShmReport {
+        self.shm_fs.finish()
     }
 
     pub(super) fn smaps_of(&self, tgid: u32) -> Option<&Smaps> {

@@ -440,6 +440,7 @@ impl Session {
             ..
         } = self;
         c.drain(&mut rings);
+        c.finish_shm();
         c.poll_stacks();
         c.poll_lost(&counters);
         c.kernel_log(kernel_log.as_mut());

@@ -42,8 +42,11 @@ pub(super) struct Collector {
     /// an attached job, which the recorder cannot wait for).
     pub(super) root: u32,
     pub(super) root_exit: Option<ExitStatus>,
-    /// Reads smaps_rollup and shared memory off the draining thread.
+    /// Reads smaps_rollup off the draining thread.
     sampler: crate::sampler::Sampler,
+    /// Looks at shared memory and /dev/shm off the draining thread: on a
+    /// timer, and when a kill or a fatal signal is seen.
+    shm: crate::shm_sampler::ShmSampler,
     last_procfs: Instant,
     procfs_every: Duration,
     /// The terminal's status line (src/status.rs).
@@ -82,6 +85,7 @@ impl Collector {
             root: 0,
             root_exit: None,
             sampler: crate::sampler::Sampler::start(),
+            shm: crate::shm_sampler::ShmSampler::start(),
             status,
             last_procfs: Instant::now(),
             procfs_every: PROCFS_EVERY,
@@ -198,6 +202,11 @@ impl Collector {
             }) = decode::decode(kind, bytes, 4)
         {
             self.name_exe(s.sender.tgid);
+            // A fatal signal to the job (a bus error from a full /dev/shm
+            // among them): look at shared memory while it is as it was.
+            if self.job.contains(&s.target.tgid) {
+                self.shm.trigger(decode::ShmTrigger::Signal);
+            }
         }
         // Every memory cgroup a process allocates in is named once (a
         // bounded few): a memcg OOM's growers are those charged to it.
@@ -212,6 +221,7 @@ impl Collector {
         }
         if kind == common::KIND_OOM_VICTIM || kind == common::KIND_OOM_KILL {
             self.stacks_due = true;
+            self.shm.trigger(decode::ShmTrigger::Kill);
         }
         if (kind == common::KIND_OOM_VICTIM || kind == common::KIND_OOM_KILL)
             && let Ok(decode::Timed {
@@ -249,6 +259,7 @@ impl Collector {
 
     pub(super) fn drain(&mut self, rings: &mut crate::rings::Rings) -> usize {
         let n = rings.drain(|bytes| self.on_record(bytes));
+        self.poll_shm();
         if self.stacks.is_some()
             && (self.stacks_due || self.last_stacks.elapsed() >= self.stacks_every)
         {
@@ -326,10 +337,34 @@ impl Collector {
         }
     }
 
+    /// Records a finished shared-memory look, stamped when it began, and
+    /// asks for the next when it is time (`shm_sampler.rs`). Never waits.
+    fn poll_shm(&mut self) {
+        let job = &self.job;
+        let done = self
+            .shm
+            .tick(|| job.iter().take(MAX_SHM_PIDS).copied().collect());
+        if let Some(d) = done {
+            let (kind, bytes) = decode::encode_user(d.ts_ns, UserBody::ShmLook(d.look));
+            self.writer.record(kind, &bytes);
+        }
+    }
+
+    /// At the end: the shared-memory look still in flight or due (a bus
+    /// error just before the job ended), waited for briefly.
+    pub(super) fn finish_shm(&mut self) {
+        let job = &self.job;
+        let pids = || job.iter().take(MAX_SHM_PIDS).copied().collect();
+        for d in self.shm.finish(Duration::from_secs(1), pids) {
+            let (kind, bytes) = decode::encode_user(d.ts_ns, UserBody::ShmLook(d.look));
+            self.writer.record(kind, &bytes);
+        }
+    }
+
     /// Every few seconds: USS/PSS of the job's processes (the kernel walks
-    /// their page tables for it, so what it cost is recorded too) and the
-    /// shared-memory objects, each once. The reads run on the sampler's
-    /// thread: a big job's take seconds, and the rings must not wait.
+    /// their page tables for it, so what it cost is recorded too). The
+    /// reads run on the sampler's thread: a big job's take seconds, and the
+    /// rings must not wait.
     pub(super) fn poll_procfs(&mut self) {
         if let Some(done) = self.sampler.poll() {
             // smaps_rollup walks page tables: about 50 ms per resident GiB.
@@ -342,9 +377,6 @@ impl Collector {
                     procs: done.procs,
                     cost_us,
                 }));
-            }
-            if !done.shm.is_empty() {
-                self.user(UserBody::Shm(done.shm));
             }
         }
         if self.last_procfs.elapsed() < self.procfs_every {
@@ -496,3 +528,5 @@ const PROCFS_EVERY: Duration = Duration::from_secs(5);
 /// Bounds on the collector's own bookkeeping of the job's processes.
 const MAX_JOB_PROCS: usize = 65536;
 const MAX_SMAPS_PER_ROUND: usize = 512;
+/// Job processes whose maps and fds one shared-memory look reads.
+const MAX_SHM_PIDS: usize = 4096;

@@ -40,6 +40,8 @@ mod processes;
 mod recording;
 /// The `run` object: the whole run, from the bounded series.
 mod run;
+/// `shm_filesystems[]` and `shm_sampling`: /dev/shm and its looks.
+mod shm;
 /// Growth stacks, for growers and processes.
 mod stacks;
 
@@ -105,6 +107,12 @@ pub struct JsonReport {
     /// Shared-memory objects (POSIX `/dev/shm`, SysV, memfd), each once
     /// however many processes map it, biggest first.
     pub shared_memory: Vec<processes::SharedObject>,
+    /// The /dev/shm filesystems (tmpfs) the recorder looked at: the job's
+    /// own first (in a container or a private mount namespace it has its
+    /// own), with size and use.
+    pub shm_filesystems: Vec<shm::ShmFilesystem>,
+    /// How often shared memory was looked at, and what it cost.
+    pub shm_sampling: shm::ShmSampling,
     /// What the USS/PSS sampling cost the recorder.
     pub smaps_cost: processes::SmapsCost,
     /// Up to 10 processes, any on the machine, by peak resident memory.
@@ -141,6 +149,8 @@ impl JsonReport {
             run: run::Run::new(r),
             schema: SCHEMA,
             shared_memory: processes::SharedObject::all(r),
+            shm_filesystems: shm::ShmFilesystem::all(r),
+            shm_sampling: shm::ShmSampling::new(r),
             smaps_cost: processes::SmapsCost {
                 rounds: r.smaps_rounds,
                 total_us: r.smaps_cost_us,

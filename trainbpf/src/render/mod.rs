@@ -311,6 +311,7 @@ pub(crate) mod fixture {
             deaths: vec![],
             groups: vec![],
             shared_memory: vec![],
+            shm: Default::default(),
             attribution_at_peak: None,
             smaps_rounds: 0,
             smaps_cost_us: 0,

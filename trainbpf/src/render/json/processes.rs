@@ -250,11 +250,14 @@ impl Group {
 /// A shared-memory object.
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct SharedObject {
+    /// A POSIX object's filesystem, `major:minor` (one of
+    /// `shm_filesystems[].dev`); null for SysV and memfd.
+    pub fs_dev: Option<String>,
     /// Inode (POSIX, memfd) or shmid (SysV): the object's identity.
     pub id: u64,
     #[schemars(extend("enum" = ["posix", "sysv", "memfd"]))]
     pub kind: String,
-    /// Job processes mapping or holding it when sampled.
+    /// The most job processes seen mapping or holding it at one look.
     pub mappers: u32,
     pub name: String,
     /// The creator (SysV cpid) or the first job process seen mapping or
@@ -270,6 +273,7 @@ impl SharedObject {
         r.shared_memory
             .iter()
             .map(|o| SharedObject {
+                fs_dev: (o.dev != 0).then(|| super::shm::dev_name(o.dev)),
                 id: o.id,
                 kind: serde_name(&o.kind),
                 mappers: o.mappers,

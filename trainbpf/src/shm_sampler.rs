@@ -1,0 +1,247 @@
+//! Looks at shared memory (`shm_look.rs`) on a thread of their own: on a
+//! timer, and at once when a kill or a fatal signal is seen, since the
+//! objects outlive the processes and a full /dev/shm shows as a bus error.
+//!
+//! The thread that drains the ring buffers only pokes this one through a
+//! channel and picks the answer up later; it never waits for a look. The
+//! timer's interval is [`EVERY`], stretched to 100 times what the last look
+//! cost (a job with thousands of processes and files takes longer to look
+//! at), so looking costs at most 1% of a core; a kill or a signal brings
+//! the next look forward, but never closer than 10 times a look's cost to
+//! the one before, so that a storm of kills costs a tenth of a core at most.
+
+use std::{
+    sync::mpsc::{self, Receiver, SyncSender, TryRecvError},
+    thread,
+    time::{Duration, Instant},
+};
+
+use crate::decode::samples::{ShmLook, ShmTrigger};
+use crate::shm_look::ShmLooker;
+
+/// The timer's interval while looks are cheap: an object that lives a few
+/// seconds is seen.
+pub const EVERY: Duration = Duration::from_secs(1);
+/// The interval is at least this many times a look's cost.
+const COST_TIMES: u32 = 100;
+/// A triggered look follows the last one by at least this many times a
+/// look's cost, and by [`MIN_GAP`].
+const TRIGGER_COST_TIMES: u32 = 10;
+const MIN_GAP: Duration = Duration::from_millis(20);
+
+struct Request {
+    pids: Vec<u32>,
+    trigger: ShmTrigger,
+}
+
+/// One finished look, stamped when it began (CLOCK_MONOTONIC ns).
+pub struct Done {
+    pub ts_ns: u64,
+    pub look: ShmLook,
+}
+
+pub struct ShmSampler {
+    /// `None` once the thread could not be started or is gone.
+    tx: Option<SyncSender<Request>>,
+    rx: Receiver<Done>,
+    busy: bool,
+    /// A kill or a signal asked for a look that has not been asked yet.
+    due: Option<ShmTrigger>,
+    last: Option<Instant>,
+    cost: Duration,
+    every: Duration,
+}
+
+impl ShmSampler {
+    pub fn start() -> ShmSampler {
+        let (tx, req_rx) = mpsc::sync_channel::<Request>(1);
+        let (res_tx, rx) = mpsc::sync_channel::<Done>(1);
+        let spawned = thread::Builder::new()
+            .name("trainbpf-shm".into())
+            .spawn(move || {
+                let mut looker = ShmLooker::default();
+                // Ends when the collector drops its sender.
+                while let Ok(req) = req_rx.recv() {
+                    let ts_ns = crate::record::mono_ns();
+                    let started = Instant::now();
+                    let (objects, fs) = looker.look(&req.pids);
+                    let look = ShmLook {
+                        objects,
+                        fs,
+                        trigger: req.trigger,
+                        cost_us: started.elapsed().as_micros() as u64,
+                        interval_ms: 0,
+                    };
+                    if res_tx.send(Done { ts_ns, look }).is_err() {
+                        return;
+                    }
+                }
+            });
+        ShmSampler {
+            tx: spawned.ok().map(|_| tx),
+            rx,
+            busy: false,
+            due: None,
+            last: None,
+            cost: Duration::ZERO,
+            every: EVERY,
+        }
+    }
+
+    /// A kill or a fatal signal was seen: look as soon as allowed. A kill
+    /// outranks a signal as the reason given.
+    pub fn trigger(&mut self, t: ShmTrigger) {
+        if self.due != Some(ShmTrigger::Kill) {
+            self.due = Some(t);
+        }
+    }
+
+    /// The finished look, if any (never waits), and a new one asked for
+    /// when it is time; `pids` (the job's live processes) is called only
+    /// then.
+    pub fn tick(&mut self, pids: impl FnOnce() -> Vec<u32>) -> Option<Done> {
+        let done = self.take();
+        if !self.busy
+            && let Some(trigger) = next(self.last, self.every, self.cost, self.due, Instant::now())
+        {
+            self.ask(pids(), trigger);
+        }
+        done
+    }
+
+    /// At the end of the recording: the look in flight, and one still due
+    /// (a bus error just before the end), waiting up to `limit` in all.
+    pub fn finish(&mut self, limit: Duration, pids: impl FnOnce() -> Vec<u32>) -> Vec<Done> {
+        let until = Instant::now() + limit;
+        let mut out = Vec::new();
+        let mut pids = Some(pids);
+        while Instant::now() < until && (self.busy || self.due.is_some()) && self.tx.is_some() {
+            if let Some(d) = self.take() {
+                out.push(d);
+            }
+            if !self.busy
+                && let Some(t) = self.due
+                && let Some(p) = pids.take()
+            {
+                self.ask(p(), t);
+            } else if !self.busy {
+                break;
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
+        out
+    }
+
+    fn ask(&mut self, pids: Vec<u32>, trigger: ShmTrigger) {
+        let Some(tx) = &self.tx else { return };
+        if tx.try_send(Request { pids, trigger }).is_ok() {
+            self.busy = true;
+            self.due = None;
+            self.last = Some(Instant::now());
+        }
+    }
+
+    fn take(&mut self) -> Option<Done> {
+        match self.rx.try_recv() {
+            Ok(mut d) => {
+                self.busy = false;
+                self.cost = Duration::from_micros(d.look.cost_us);
+                self.every = interval(self.cost);
+                d.look.interval_ms = self.every.as_millis() as u64;
+                Some(d)
+            }
+            Err(TryRecvError::Empty) => None,
+            Err(TryRecvError::Disconnected) => {
+                self.tx = None;
+                self.busy = false;
+                None
+            }
+        }
+    }
+}
+
+/// The timer's interval after a look that cost `cost`.
+fn interval(cost: Duration) -> Duration {
+    EVERY.max(cost * COST_TIMES)
+}
+
+/// Whether to look now, and why: the first look at once, then on the timer,
+/// and a due trigger once far enough from the last look.
+fn next(
+    last: Option<Instant>,
+    every: Duration,
+    cost: Duration,
+    due: Option<ShmTrigger>,
+    now: Instant,
+) -> Option<ShmTrigger> {
+    let Some(last) = last else {
+        return Some(due.unwrap_or_default());
+    };
+    let since = now.saturating_duration_since(last);
+    match due {
+        Some(t) if since >= MIN_GAP.max(cost * TRIGGER_COST_TIMES) => Some(t),
+        _ if since >= every => Some(due.unwrap_or_default()),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_interval_is_a_hundred_times_a_looks_cost_and_at_least_a_second() {
+        assert_eq!(interval(Duration::from_micros(300)), EVERY);
+        assert_eq!(interval(Duration::from_millis(40)), Duration::from_secs(4));
+    }
+
+    #[test]
+    fn a_kill_brings_the_next_look_forward_within_its_budget() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let cost = ms(5);
+        let every = interval(cost);
+        // The first look at once.
+        assert_eq!(next(None, every, cost, None, t0), Some(ShmTrigger::Timer));
+        // The timer waits its interval.
+        assert_eq!(next(Some(t0), every, cost, None, t0 + ms(400)), None);
+        assert_eq!(
+            next(Some(t0), every, cost, None, t0 + ms(1000)),
+            Some(ShmTrigger::Timer)
+        );
+        // A bus error 60 ms after a look is looked at then (10 × 5 ms)...
+        let due = Some(ShmTrigger::Signal);
+        assert_eq!(next(Some(t0), every, cost, due, t0 + ms(60)), due);
+        // ...but not closer than that to the last one.
+        assert_eq!(next(Some(t0), every, cost, due, t0 + ms(30)), None);
+        // A cheap look: 20 ms apart at least.
+        let cheap = Duration::from_micros(200);
+        assert_eq!(next(Some(t0), EVERY, cheap, due, t0 + ms(10)), None);
+        assert_eq!(next(Some(t0), EVERY, cheap, due, t0 + ms(25)), due);
+    }
+
+    /// The look runs on the sampler's thread and comes back stamped, with
+    /// its cost and the interval it leaves.
+    #[test]
+    fn looks_come_back_with_their_cost() {
+        let mut s = ShmSampler::start();
+        let me = std::process::id();
+        assert!(s.tick(|| vec![me]).is_none() || !s.busy);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let got = loop {
+            if let Some(d) = s.tick(|| vec![me]) {
+                break d;
+            }
+            assert!(Instant::now() < deadline, "the look never came back");
+            thread::sleep(Duration::from_millis(5));
+        };
+        assert_eq!(got.look.trigger, ShmTrigger::Timer);
+        assert!(got.look.interval_ms >= 1000);
+        assert!(got.ts_ns > 0);
+        // A signal asks again soon, without waiting for the timer.
+        s.trigger(ShmTrigger::Signal);
+        let got = s.finish(Duration::from_secs(10), || vec![me]);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].look.trigger, ShmTrigger::Signal);
+    }
+}
