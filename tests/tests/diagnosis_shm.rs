@@ -101,3 +101,135 @@ fn a_shm_object_mapped_for_3_s_is_listed_and_counted_once() {
     );
     eprintln!("shm_sampling: {s}");
 }
+
+/// A training job's main process and one DataLoader-like worker that puts
+/// a 96 MiB batch in /dev/shm: it maps a POSIX shm object and writes every
+/// page. The main process loads its "dataset" for 1.5 s first, so the
+/// recorder has looked at the job's /dev/shm before, as it would at a
+/// container's.
+const FILL: &str = r#"
+import mmap, os, sys, time
+time.sleep(1.5)
+pid = os.fork()
+if pid == 0:
+    N = 96 << 20
+    fd = os.open("/dev/shm/torch_%d_batch" % os.getpid(), os.O_CREAT | os.O_RDWR, 0o600)
+    os.ftruncate(fd, N)
+    m = mmap.mmap(fd, N)
+    for i in range(0, N, 4096):
+        m[i] = 1
+    os._exit(0)
+_, st = os.waitpid(pid, 0)
+if os.WIFSIGNALED(st):
+    print("DataLoader worker (pid %d) is killed by signal: %d" % (pid, os.WTERMSIG(st)), flush=True)
+    sys.exit(1)
+print("worker", pid, "done", flush=True)
+"#;
+
+/// Runs FILL in a private mount namespace with a tmpfs of `size` over
+/// its /dev/shm (never the host's: `unshare -m` with private propagation).
+fn fill_job(tag: &str, size: &str) -> Value {
+    let dir = TempDir::new(tag);
+    let rec = dir.path("f.rec");
+    let script = format!(
+        "/usr/bin/mount -t tmpfs -o size={size} tmpfs /dev/shm && exec {} -c \"$0\"",
+        python()
+    );
+    let out = record(
+        &rec,
+        &["--memory-limit", "256M"],
+        &[
+            "/usr/bin/unshare",
+            "-m",
+            "--propagation",
+            "private",
+            "/bin/sh",
+            "-c",
+            &script,
+            FILL,
+        ],
+    );
+    eprintln!("--- job stdout:\n{}", String::from_utf8_lossy(&out.stdout));
+    report_json(&rec)
+}
+
+fn shm_full(r: &Value) -> Option<&Value> {
+    r["diagnoses"]
+        .as_array()
+        .expect("diagnoses")
+        .iter()
+        .find(|d| d["id"] == "shm_full")
+}
+
+/// The job's own /dev/shm, not the host's.
+fn job_fs(r: &Value) -> &Value {
+    r["shm_filesystems"]
+        .as_array()
+        .expect("shm_filesystems")
+        .iter()
+        .find(|f| f["job"] == true && u(&f["size_kb"]) < 1024 * MIB_KB)
+        .unwrap_or_else(|| panic!("no small job /dev/shm: {:#}", r["shm_filesystems"]))
+}
+
+#[test]
+fn a_worker_that_fills_a_64_mib_dev_shm_dies_of_sigbus_and_shm_full_says_so() {
+    require_root();
+    let _g = serial();
+    let r = fill_job("shmfull", "64m");
+    // The worker died of a bus error.
+    let root = u(&r["job"]["pid"]);
+    let bus: Vec<&Value> = deaths(&r)
+        .iter()
+        .filter(|d| d["signal"] == 7 && u(&d["pid"]) != root)
+        .collect();
+    assert_eq!(bus.len(), 1, "one SIGBUS death: {:#}", r["deaths"]);
+    let worker = u(&bus[0]["pid"]);
+    // The job's 64 MiB /dev/shm, full, as the recorder saw it.
+    let fs = job_fs(&r);
+    assert_eq!(u(&fs["size_kb"]), 64 * MIB_KB, "{fs}");
+    assert!(u(&fs["peak_used_kb"]) >= 60 * MIB_KB, "{fs}");
+    // The batch that filled it, and who made it.
+    let batch = objects(&r)
+        .iter()
+        .find(|o| o["fs_dev"] == fs["dev"])
+        .unwrap_or_else(|| panic!("no object in the job's /dev/shm: {:#}", r["shared_memory"]));
+    assert_eq!(u(&batch["owner_pid"]), worker, "{batch}");
+    assert_eq!(u(&batch["size_kb"]), 96 * MIB_KB, "{batch}");
+    let d = shm_full(&r).unwrap_or_else(|| panic!("no shm_full: {:#}", r["diagnoses"]));
+    eprintln!("shm_full title: {}", d["title"]);
+    eprintln!("shm_full: {d:#}");
+    assert_eq!(d["confidence"], "high", "{d}");
+    assert!(d["pids"].as_array().unwrap().contains(&worker.into()), "{d}");
+    let ev: Vec<&str> = d["evidence"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    let ev = ev.join("\n");
+    assert!(ev.contains("of 64 MiB"), "the fs size: {ev}");
+    assert!(ev.contains(&format!("made by pid {worker}")), "{ev}");
+    assert!(ev.contains("SIGBUS"), "{ev}");
+    let fix = d["fix"].to_string();
+    assert!(fix.contains("--shm-size=") && fix.contains("medium: Memory"), "{fix}");
+    // The look the bus error asked for.
+    assert!(u(&r["shm_sampling"]["triggered"]) >= 1, "{}", r["shm_sampling"]);
+}
+
+/// The same batch in a /dev/shm with room for it: no bus error, and no
+/// shm_full.
+#[test]
+fn a_batch_that_fits_in_dev_shm_is_no_shm_full() {
+    require_root();
+    let _g = serial();
+    let r = fill_job("shmfits", "160m");
+    assert!(
+        deaths(&r).iter().all(|d| d["signal"] != 7),
+        "{:#}",
+        r["deaths"]
+    );
+    let fs = job_fs(&r);
+    assert_eq!(u(&fs["size_kb"]), 160 * MIB_KB, "{fs}");
+    assert!(u(&fs["peak_used_kb"]) >= 90 * MIB_KB, "{fs}");
+    assert!(shm_full(&r).is_none(), "{:#}", r["diagnoses"]);
+}

@@ -106,11 +106,12 @@ impl ShmLooker {
                 continue;
             }
             // Opened again on each look: the job may mount over /dev/shm
-            // at any time.
+            // at any time. A process that cannot be read (exiting) leaves
+            // the namespace to the next one in it.
             if let Some(dir) = open_shm_dir(pid) {
                 self.dirs.insert(ns, dir);
+                now.push((ns, job));
             }
-            now.push((ns, job));
         }
         let mut out: Vec<ShmFs> = Vec::new();
         let gone: Vec<u64> = self

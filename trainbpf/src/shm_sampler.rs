@@ -109,10 +109,12 @@ impl ShmSampler {
         done
     }
 
-    /// At the end of the recording: the look in flight, and one still due
-    /// (a bus error just before the end), waiting up to `limit` in all.
+    /// At the end of the recording: the look in flight, and a last one
+    /// (what the job left in /dev/shm; the look a bus error just before the
+    /// end asked for), waiting up to `limit` in all.
     pub fn finish(&mut self, limit: Duration, pids: impl FnOnce() -> Vec<u32>) -> Vec<Done> {
         let until = Instant::now() + limit;
+        self.due = self.due.or(Some(ShmTrigger::Timer));
         let mut out = Vec::new();
         let mut pids = Some(pids);
         while Instant::now() < until && (self.busy || self.due.is_some()) && self.tx.is_some() {
@@ -243,5 +245,9 @@ mod tests {
         let got = s.finish(Duration::from_secs(10), || vec![me]);
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].look.trigger, ShmTrigger::Signal);
+        // And the end always gets a last look: what the job left behind.
+        let got = s.finish(Duration::from_secs(10), || vec![me]);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].look.trigger, ShmTrigger::Timer);
     }
 }
