@@ -106,7 +106,8 @@ fn a_shm_object_mapped_for_3_s_is_listed_and_counted_once() {
 /// a 96 MiB batch in /dev/shm: it maps a POSIX shm object and writes every
 /// page. The main process loads its "dataset" for 1.5 s first, so the
 /// recorder has looked at the job's /dev/shm before, as it would at a
-/// container's.
+/// container's. It ends as soon as the worker does, as PyTorch's main
+/// process raises at once when a worker dies.
 const FILL: &str = r#"
 import mmap, os, sys, time
 time.sleep(1.5)
@@ -193,13 +194,21 @@ fn a_worker_that_fills_a_64_mib_dev_shm_dies_of_sigbus_and_shm_full_says_so() {
         .iter()
         .find(|o| o["fs_dev"] == fs["dev"])
         .unwrap_or_else(|| panic!("no object in the job's /dev/shm: {:#}", r["shared_memory"]));
-    assert_eq!(u(&batch["owner_pid"]), worker, "{batch}");
+    // The worker died before a look could see it mapping the batch (it
+    // dies within the fault): the owner is known only if one did.
+    assert!(
+        batch["owner_pid"].is_null() || u(&batch["owner_pid"]) == worker,
+        "{batch}"
+    );
     assert_eq!(u(&batch["size_kb"]), 96 * MIB_KB, "{batch}");
     let d = shm_full(&r).unwrap_or_else(|| panic!("no shm_full: {:#}", r["diagnoses"]));
     eprintln!("shm_full title: {}", d["title"]);
     eprintln!("shm_full: {d:#}");
     assert_eq!(d["confidence"], "high", "{d}");
-    assert!(d["pids"].as_array().unwrap().contains(&worker.into()), "{d}");
+    assert!(
+        d["pids"].as_array().unwrap().contains(&worker.into()),
+        "{d}"
+    );
     let ev: Vec<&str> = d["evidence"]
         .as_array()
         .unwrap()
@@ -211,9 +220,16 @@ fn a_worker_that_fills_a_64_mib_dev_shm_dies_of_sigbus_and_shm_full_says_so() {
     assert!(ev.contains(&format!("made by pid {worker}")), "{ev}");
     assert!(ev.contains("SIGBUS"), "{ev}");
     let fix = d["fix"].to_string();
-    assert!(fix.contains("--shm-size=") && fix.contains("medium: Memory"), "{fix}");
+    assert!(
+        fix.contains("--shm-size=") && fix.contains("medium: Memory"),
+        "{fix}"
+    );
     // The look the bus error asked for.
-    assert!(u(&r["shm_sampling"]["triggered"]) >= 1, "{}", r["shm_sampling"]);
+    assert!(
+        u(&r["shm_sampling"]["triggered"]) >= 1,
+        "{}",
+        r["shm_sampling"]
+    );
 }
 
 /// The same batch in a /dev/shm with room for it: no bus error, and no

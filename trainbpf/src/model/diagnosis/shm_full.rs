@@ -175,7 +175,15 @@ fn bus_line(r: &Report, bus: &[&Death]) -> String {
         .collect();
     let named = named.join(", ");
     match bus.len() {
-        1 => format!("died of SIGBUS (bus error): {named}"),
+        1 => {
+            let d = bus[0];
+            format!(
+                "pid {} ({}) died of SIGBUS (bus error) at {:.1} s",
+                d.pid,
+                d.comm,
+                r.since_start_s(d.ts_ns)
+            )
+        }
         n if n <= SHOWN => format!("{n} processes died of SIGBUS (bus error): {named}"),
         n => format!(
             "{n} processes died of SIGBUS (bus error): {named} and {} more",
@@ -205,16 +213,19 @@ fn objects(r: &Report, f: &ShmFsHistory) -> Vec<String> {
     objs.iter()
         .take(SHOWN)
         .map(|o| {
-            let who = match o.owner_tgid {
-                Some(p) => {
-                    let comm = r
-                        .processes
-                        .iter()
-                        .find(|q| q.pid == p)
-                        .map_or(String::new(), |q| format!(" ({})", q.comm));
-                    format!("made by pid {p}{comm}")
-                }
-                None => "maker unknown".into(),
+            let comm = |p: u32| {
+                r.processes
+                    .iter()
+                    .find(|q| q.pid == p)
+                    .map(|q| format!(" ({})", q.comm))
+            };
+            // PyTorch names its segments for the process that made them:
+            // a maker that died before a look saw it is known by that.
+            let by_name = torch_pid(&o.name).and_then(|p| Some((p, comm(p)?)));
+            let who = match (o.owner_tgid, by_name) {
+                (Some(p), _) => format!("made by pid {p}{}", comm(p).unwrap_or_default()),
+                (None, Some((p, c))) => format!("made by pid {p}{c} (by its name)"),
+                (None, None) => "its maker exited before a look saw it".into(),
             };
             format!(
                 "{}: {} resident of {}, {who}",
@@ -224,6 +235,12 @@ fn objects(r: &Report, f: &ShmFsHistory) -> Vec<String> {
             )
         })
         .collect()
+}
+
+/// The pid in a PyTorch segment's name: `/dev/shm/torch_<pid>_<rest>`.
+fn torch_pid(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix("/dev/shm/torch_")?;
+    rest.split('_').next()?.parse().ok()
 }
 
 /// A size for `--shm-size`: four times what it was, rounded up to whole
@@ -374,6 +391,22 @@ mod tests {
         let d = run(&r);
         assert_eq!(d.len(), 1);
         assert_eq!(d[0].confidence, Confidence::Low);
+    }
+
+    /// The maker died before any look: named by the segment's name, and
+    /// said so.
+    #[test]
+    fn a_maker_gone_before_a_look_is_named_by_the_segment_name() {
+        let mut r = bus_error_run(64);
+        r.shared_memory[0].owner_tgid = None;
+        let ev = run(&r)[0].evidence.join("\n");
+        assert!(
+            ev.contains("made by pid 101 (pt_data_worker) (by its name)"),
+            "{ev}"
+        );
+        r.shared_memory[0].name = "/dev/shm/psm_1234".into();
+        let ev = run(&r)[0].evidence.join("\n");
+        assert!(ev.contains("its maker exited before a look saw it"), "{ev}");
     }
 
     #[test]
