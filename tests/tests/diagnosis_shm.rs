@@ -249,3 +249,49 @@ fn a_batch_that_fits_in_dev_shm_is_no_shm_full() {
     assert!(u(&fs["peak_used_kb"]) >= 90 * MIB_KB, "{fs}");
     assert!(shm_full(&r).is_none(), "{:#}", r["diagnoses"]);
 }
+
+/// A job that plants a link to outside its root where its /dev/shm
+/// would be: it chroots into a directory whose `dev/shm` is a link to
+/// `/etc`.
+const PLANT: &str = r#"
+import os, sys, time
+os.chroot(sys.argv[1])
+os.chdir("/")
+print("chrooted", flush=True)
+time.sleep(2.5)
+"#;
+
+/// The job's /dev/shm is resolved inside the job's root: the planted link
+/// leads to the job's own `/etc`, never to the recorder's.
+#[test]
+fn a_link_the_job_planted_at_its_dev_shm_stays_inside_its_root() {
+    require_root();
+    let _g = serial();
+    let dir = TempDir::new("shmlink");
+    let root = dir.path("root");
+    std::fs::create_dir_all(root.join("dev")).unwrap();
+    std::fs::create_dir_all(root.join("etc")).unwrap();
+    std::os::unix::fs::symlink("/etc", root.join("dev/shm")).unwrap();
+    std::fs::write(root.join("etc/inside"), vec![1u8; 4096]).unwrap();
+    assert!(std::path::Path::new("/etc/passwd").exists());
+    let rec = dir.path("l.rec");
+    let out = record(
+        &rec,
+        &["--memory-limit", "128M"],
+        &[python(), "-c", PLANT, root.to_str().unwrap()],
+    );
+    assert!(out.status.success());
+    let r = report_json(&rec);
+    let names: Vec<&str> = objects(&r)
+        .iter()
+        .filter_map(|o| o["name"].as_str())
+        .collect();
+    assert!(
+        names.contains(&"/dev/shm/inside"),
+        "the job's own /dev/shm (its /etc) was looked at: {names:?}"
+    );
+    assert!(
+        !names.contains(&"/dev/shm/passwd"),
+        "the recorder's /etc was listed: {names:?}"
+    );
+}

@@ -27,7 +27,7 @@ use nix::{
 use crate::decode::samples::{ShmFs, ShmKind, ShmObject};
 use crate::procfs::{maps_line, parse_sysvipc, shm_mappings};
 
-/// Mount namespaces followed at once: a job has one or a few.
+/// Mount namespaces and roots followed at once: a job has one or a few.
 const MAX_NAMESPACES: usize = 16;
 /// Files listed per /dev/shm: a job that makes millions of them must not
 /// make each look take seconds.
@@ -42,9 +42,9 @@ type Key = (ShmKind, u64, u64);
 #[derive(Default)]
 pub struct ShmLooker {
     owners: HashMap<Key, u32>,
-    /// By mount namespace (the inode of /proc/PID/ns/mnt): the /dev/shm
-    /// directory last opened in it.
-    dirs: HashMap<u64, OwnedFd>,
+    /// By where a process stands ([`View`]): the /dev/shm directory last
+    /// opened from there.
+    dirs: HashMap<View, OwnedFd>,
 }
 
 impl ShmLooker {
@@ -93,10 +93,10 @@ impl ShmLooker {
     /// last look through the directory kept from before, then is let go:
     /// the open directory would keep its filesystem, and its memory, alive.
     fn filesystems(&mut self, pids: &[u32], objs: &mut HashMap<Key, ShmObject>) -> Vec<ShmFs> {
-        let mut now: Vec<(u64, bool)> = Vec::new();
+        let mut now: Vec<(View, bool)> = Vec::new();
         let me = std::process::id();
         for &pid in std::iter::once(&me).chain(pids) {
-            let Some(ns) = mount_ns(pid) else { continue };
+            let Some(ns) = view(pid) else { continue };
             let job = pid != me;
             if let Some(seen) = now.iter_mut().find(|(n, _)| *n == ns) {
                 seen.1 |= job;
@@ -114,7 +114,7 @@ impl ShmLooker {
             }
         }
         let mut out: Vec<ShmFs> = Vec::new();
-        let gone: Vec<u64> = self
+        let gone: Vec<View> = self
             .dirs
             .keys()
             .filter(|ns| !now.iter().any(|(n, _)| n == *ns))
@@ -152,11 +152,16 @@ impl ShmLooker {
     }
 }
 
-/// The mount namespace a process is in: the inode of its ns link.
-fn mount_ns(pid: u32) -> Option<u64> {
-    fs::metadata(format!("/proc/{pid}/ns/mnt"))
-        .ok()
-        .map(|m| m.ino())
+/// Where a process stands: its mount namespace (the inode of its ns
+/// link) and its root directory (a chroot, a container's pivot_root).
+/// Processes that share both see one /dev/shm.
+type View = (u64, u64, u64);
+
+fn view(pid: u32) -> Option<View> {
+    let ns = fs::metadata(format!("/proc/{pid}/ns/mnt")).ok()?;
+    // The kernel's link to its root, followed on purpose.
+    let root = fs::metadata(format!("/proc/{pid}/root")).ok()?;
+    Some((ns.ino(), root.dev(), root.ino()))
 }
 
 /// The process's /dev/shm, resolved inside its own root.
