@@ -204,7 +204,7 @@ impl Collector {
             self.name_exe(s.sender.tgid);
             // A fatal signal to the job (a bus error from a full /dev/shm
             // among them): look at shared memory while it is as it was.
-            if self.job.contains(&s.target.tgid) {
+            if self.job.contains(&s.target.tgid) && ENDING_SIGNALS.contains(&s.sig) {
                 self.shm.trigger(decode::ShmTrigger::Signal);
             }
         }
@@ -528,5 +528,9 @@ const PROCFS_EVERY: Duration = Duration::from_secs(5);
 /// Bounds on the collector's own bookkeeping of the job's processes.
 const MAX_JOB_PROCS: usize = 65536;
 const MAX_SMAPS_PER_ROUND: usize = 512;
+/// Signals that end a process unless it handles them, and that programs
+/// do not send each other by the thousand (SIGUSR1, SIGALRM and real-time
+/// signals do not bring a shared-memory look forward).
+const ENDING_SIGNALS: [u32; 14] = [1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 15, 24, 25, 31];
 /// Job processes whose maps and fds one shared-memory look reads.
 const MAX_SHM_PIDS: usize = 4096;
