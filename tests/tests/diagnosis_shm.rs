@@ -129,7 +129,7 @@ print("worker", pid, "done", flush=True)
 
 /// Runs FILL in a private mount namespace with a tmpfs of `size` over
 /// its /dev/shm (never the host's: `unshare -m` with private propagation).
-fn fill_job(tag: &str, size: &str) -> Value {
+fn fill_job(tag: &str, size: &str) -> (Value, String) {
     let dir = TempDir::new(tag);
     let rec = dir.path("f.rec");
     let script = format!(
@@ -151,7 +151,7 @@ fn fill_job(tag: &str, size: &str) -> Value {
         ],
     );
     eprintln!("--- job stdout:\n{}", String::from_utf8_lossy(&out.stdout));
-    report_json(&rec)
+    (report_json(&rec), report_text(&rec))
 }
 
 fn shm_full(r: &Value) -> Option<&Value> {
@@ -176,7 +176,7 @@ fn job_fs(r: &Value) -> &Value {
 fn a_worker_that_fills_a_64_mib_dev_shm_dies_of_sigbus_and_shm_full_says_so() {
     require_root();
     let _g = serial();
-    let r = fill_job("shmfull", "64m");
+    let (r, text) = fill_job("shmfull", "64m");
     // The worker died of a bus error.
     let root = u(&r["job"]["pid"]);
     let bus: Vec<&Value> = deaths(&r)
@@ -224,6 +224,11 @@ fn a_worker_that_fills_a_64_mib_dev_shm_dies_of_sigbus_and_shm_full_says_so() {
         fix.contains("--shm-size=") && fix.contains("medium: Memory"),
         "{fix}"
     );
+    // The text report shows the job's /dev/shm beside its objects.
+    assert!(
+        text.contains("the job's /dev/shm: 64 MiB used of 64 MiB"),
+        "{text}"
+    );
     // The look the bus error asked for.
     assert!(
         u(&r["shm_sampling"]["triggered"]) >= 1,
@@ -238,7 +243,7 @@ fn a_worker_that_fills_a_64_mib_dev_shm_dies_of_sigbus_and_shm_full_says_so() {
 fn a_batch_that_fits_in_dev_shm_is_no_shm_full() {
     require_root();
     let _g = serial();
-    let r = fill_job("shmfits", "160m");
+    let (r, _) = fill_job("shmfits", "160m");
     assert!(
         deaths(&r).iter().all(|d| d["signal"] != 7),
         "{:#}",

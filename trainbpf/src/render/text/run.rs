@@ -207,12 +207,30 @@ pub(super) fn shared_memory_section(out: &mut String, r: &Report, p: &Paint) {
         .filter(|o| o.resident_kb > 0)
         .take(8)
         .collect();
-    if !shm.is_empty() {
+    // The job's own /dev/shm, when it came close to full: what a bus
+    // error in a worker needs beside it.
+    let fs: Vec<_> = r
+        .shm
+        .filesystems
+        .iter()
+        .filter(|f| f.job && f.peak.size_kb > 0 && f.peak.used_kb * 2 >= f.peak.size_kb)
+        .collect();
+    if !shm.is_empty() || !fs.is_empty() {
         let _ = writeln!(
             out,
             "{}",
             p.bold("Shared memory, each object counted once:")
         );
+        for f in fs {
+            let _ = writeln!(
+                out,
+                "  the job's /dev/shm: {} used of {} at most ({}%), at {:.1} s",
+                human_kb(f.peak.used_kb),
+                human_kb(f.peak.size_kb),
+                f.peak.used_kb * 100 / f.peak.size_kb,
+                r.since_start_s(f.peak.ts_ns)
+            );
+        }
         for o in shm {
             let owner = o
                 .owner_tgid
