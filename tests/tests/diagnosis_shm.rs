@@ -77,6 +77,7 @@ fn a_shm_object_mapped_for_3_s_is_listed_and_counted_once() {
     // The pages are the writer's, once: the workers that only map them
     // added nothing, however much shmem their RSS shows.
     let creator = root_proc(&r);
+    eprintln!("object: {o}\ncreator: {}", line(creator));
     assert!(
         honest_peak(creator) >= 250 * MIB_KB as i64,
         "{}",
@@ -85,6 +86,7 @@ fn a_shm_object_mapped_for_3_s_is_listed_and_counted_once() {
     let kids = children_of(&r, root);
     assert_eq!(kids.len(), 3, "{:#}", r["processes"]);
     for k in kids {
+        eprintln!("worker: {}", line(k));
         assert!(honest_peak(k) < 32 * MIB_KB as i64, "{}", line(k));
         assert!(
             u(&k["peak_rss_kb"]) >= 200 * MIB_KB,
