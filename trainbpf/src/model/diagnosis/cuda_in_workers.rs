@@ -78,7 +78,7 @@ fn at_kill(report: &Report, workers: &[&GpuProcess], i: usize, k: &Kill) -> Opti
         return None;
     };
     let title = format!(
-        "DataLoader workers created their own CUDA contexts: {} worker(s) paid {} of host memory for them ({share}% of the {} limit)",
+        "Worker processes created their own CUDA contexts: {} worker(s) paid {} of host memory for them ({share}% of the {} limit)",
         alive.len(),
         human_kb(total_kb),
         human_kb(limit_kb)
@@ -115,7 +115,7 @@ fn over_run(report: &Report, workers: &[&GpuProcess]) -> Diagnosis {
         id: "cuda_in_workers",
         confidence,
         title: format!(
-            "DataLoader workers created their own CUDA contexts: {} worker(s){cost}",
+            "Worker processes created their own CUDA contexts: {} worker(s){cost}",
             workers.len()
         ),
         evidence: evidence(report, workers),
@@ -262,7 +262,7 @@ mod tests {
         assert_eq!((d.confidence, d.kill), (Confidence::High, Some(0)));
         assert_eq!(
             d.title,
-            "DataLoader workers created their own CUDA contexts: 3 worker(s) paid 240 MiB of host memory for them (46% of the 512 MiB limit)"
+            "Worker processes created their own CUDA contexts: 3 worker(s) paid 240 MiB of host memory for them (46% of the 512 MiB limit)"
         );
         assert!(
             d.evidence[0].contains("a child of python (pid 100)"),

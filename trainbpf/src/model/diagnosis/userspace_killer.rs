@@ -261,11 +261,10 @@ fn memory_then(report: &Report, ts: u64) -> Option<String> {
         .mem_total_kb
         .filter(|t| *t > 0)
         .unwrap_or(report.header.mem_total_kb);
-    let of_ram = if total > 0 {
-        format!(" ({}% of {} RAM)", avail * 100 / total, human_kb(total))
-    } else {
-        String::new()
-    };
+    let of_ram = (avail * 100)
+        .checked_div(total)
+        .map(|p| format!(" ({p}% of {} RAM)", human_kb(total)))
+        .unwrap_or_default();
     let swap = if report.header.swap_total_kb == 0 {
         "; no swap".to_string()
     } else {
