@@ -203,6 +203,10 @@ fn workers_that_made_their_own_cuda_contexts_are_diagnosed() {
     assert_eq!(pids.len(), 2);
     assert!(!pids.contains(&root), "the root never touched CUDA");
     assert!(has(d, "evidence", "cuCtxCreate"), "{d:#}");
+    assert!(
+        has(d, "evidence", "The job's root made no CUDA context"),
+        "{d:#}"
+    );
     assert!(has(d, "fix", "'spawn'"), "{d:#}");
 }
 

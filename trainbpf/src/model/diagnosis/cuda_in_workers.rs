@@ -83,11 +83,21 @@ fn at_kill(report: &Report, workers: &[&GpuProcess], i: usize, k: &Kill) -> Opti
         human_kb(total_kb),
         human_kb(limit_kb)
     );
+    let mut evidence = vec![format!(
+        "At the kill ({:.1} s, {} pid {} chosen) {} worker(s) held contexts whose host memory came to {} of the {} limit",
+        report.since_start_s(k.ts_ns),
+        k.victim.comm,
+        k.victim.pid,
+        alive.len(),
+        human_kb(total_kb),
+        human_kb(limit_kb)
+    )];
+    evidence.extend(self::evidence(report, &alive));
     Some(Diagnosis {
         id: "cuda_in_workers",
         confidence,
         title,
-        evidence: evidence(report, &alive),
+        evidence,
         fix: fixes(),
         kill: Some(i),
         pids: alive.iter().map(|p| p.pid).collect(),
@@ -130,9 +140,32 @@ fn evidence(report: &Report, workers: &[&GpuProcess]) -> Vec<String> {
     for p in workers.iter().take(8) {
         let parent = p
             .parent
-            .and_then(|pp| report.gpu.processes.iter().find(|g| g.pid == pp))
-            .map(|g| format!("{} (pid {})", g.comm, g.pid))
-            .or_else(|| p.parent.map(|pp| format!("pid {pp}")))
+            .map(|pp| {
+                let comm = report
+                    .gpu
+                    .processes
+                    .iter()
+                    .find(|g| g.pid == pp)
+                    .map(|g| g.comm.as_str())
+                    .or_else(|| {
+                        report
+                            .processes
+                            .iter()
+                            .find(|q| q.pid == pp)
+                            .map(|q| q.comm.as_str())
+                    });
+                let root = report.job.as_ref().is_some_and(|j| j.pid == pp);
+                format!(
+                    "{}pid {pp}{}",
+                    comm.map(|c| format!("{c} (")).unwrap_or_default(),
+                    match (comm.is_some(), root) {
+                        (true, true) => ", the job's root)",
+                        (true, false) => ")",
+                        (false, true) => " (the job's root)",
+                        (false, false) => "",
+                    }
+                )
+            })
             .unwrap_or_else(|| "the job".into());
         let ctx = &p.contexts[0];
         let cost = match host_kb(p) {
@@ -162,6 +195,11 @@ fn evidence(report: &Report, workers: &[&GpuProcess]) -> Vec<String> {
         .iter()
         .filter(|p| p.is_root && !p.contexts.is_empty())
         .collect();
+    if root.is_empty() {
+        v.push(
+            "The job's root made no CUDA context: the workers touched CUDA on their own (in the Dataset, collate_fn or worker_init_fn)".into(),
+        );
+    }
     for r in root {
         if let Some(kb) = host_kb(r) {
             v.push(format!(
@@ -265,10 +303,17 @@ mod tests {
             "Worker processes created their own CUDA contexts: 3 worker(s) paid 240 MiB of host memory for them (46% of the 512 MiB limit)"
         );
         assert!(
-            d.evidence[0].contains("a child of python (pid 100)"),
+            d.evidence[0].contains(
+                "3 worker(s) held contexts whose host memory came to 240 MiB of the 512 MiB limit"
+            ),
             "{d:#?}"
         );
-        assert!(d.evidence[0].contains("cuCtxCreate at 10.0 s; host memory +80 MiB"));
+        assert!(
+            d.evidence[1].contains("a child of python (pid 100, the job's root)"),
+            "{d:#?}"
+        );
+        assert!(d.evidence[1].contains("cuCtxCreate at 10.0 s; host memory +80 MiB"));
+        assert!(d.evidence[1].contains("its parent already had a context"));
         assert!(
             d.evidence
                 .iter()

@@ -68,7 +68,7 @@ pub(super) fn check(report: &Report, out: &mut Vec<Diagnosis>) {
 fn holding(o: &CudaOom) -> String {
     let gpu = o
         .nvml_total_bytes
-        .map(|t| format!(" of a {} GPU", human_bytes(t)))
+        .map(|t| format!(" on the {} GPU", human_bytes(t)))
         .unwrap_or_default();
     format!(" with {} already held{gpu}", human_bytes(o.held.device))
 }
@@ -301,7 +301,8 @@ mod tests {
         // 2 GiB asked, 70 of 80 GiB in use: 10 GiB free by NVML.
         let d = run(&report(1, oom(2 << 30, Some(70 << 30))));
         assert!(
-            d[0].title.ends_with("224 MiB already held of a 80 GiB GPU"),
+            d[0].title
+                .ends_with("224 MiB already held on the 80 GiB GPU"),
             "{}",
             d[0].title
         );

@@ -16,6 +16,9 @@ use crate::units::human_kb;
 
 const SIGKILL: i32 = 9;
 const SIGTERM: i32 = 15;
+/// Available memory at or above this share of RAM is not a shortage a
+/// memory daemon acts on by default.
+const PLENTY_PCT: u64 = 25;
 
 /// What a known killer is, what sets it off and how to configure it.
 struct Killer {
@@ -23,6 +26,8 @@ struct Killer {
     name: &'static str,
     trigger: &'static str,
     fix: &'static [&'static str],
+    /// It acts on the machine's memory (not on time limits).
+    memory: bool,
 }
 
 const KILLERS: &[Killer] = &[
@@ -35,6 +40,7 @@ const KILLERS: &[Killer] = &[
             "Run the job in a unit or slice with ManagedOOMPreference=avoid (or omit), or raise ManagedOOMMemoryPressureLimit= on its slice (`systemctl edit user@.service`, or `systemd-run --user -p ManagedOOMMemoryPressure=auto`); a job that thrashes is also better given a memory limit of its own (MemoryMax=) so the kernel acts on it alone",
             "Or find the growth that built the pressure (the rest of this report): oomd acts long before the kernel would",
         ],
+        memory: true,
     },
     Killer {
         comm: "earlyoom",
@@ -42,8 +48,9 @@ const KILLERS: &[Killer] = &[
         trigger: "earlyoom sends SIGTERM to the process with the highest oom_score when both available memory and free swap fall below its thresholds (-m and -s, 10% by default), and SIGKILL below half of them (5%)",
         fix: &[
             "Lower earlyoom's thresholds (-m PERCENT[,KILL_PERCENT] and -s PERCENT[,KILL_PERCENT], in EARLYOOM_ARGS of /etc/default/earlyoom), or protect the job with --avoid '(^|/)(python3?|torchrun)$' and point it at something else with --prefer",
-            "Or give the job the memory it needs: earlyoom acted because the machine was nearly out (see the available memory here), so the job's growth is the cause to fix",
+            "earlyoom acts only when the machine is nearly out of memory: find what used it (the job's growth, or another process: the rest of this report) rather than only silencing earlyoom",
         ],
+        memory: true,
     },
     Killer {
         comm: "oomd",
@@ -52,6 +59,7 @@ const KILLERS: &[Killer] = &[
         fix: &[
             "Adjust the ruleset in oomd's JSON configuration (/etc/oomd/oomd.json: pressure_above, swap_free thresholds, the cgroups it may kill), or exclude the job's cgroup",
         ],
+        memory: true,
     },
     Killer {
         comm: "nohang",
@@ -60,6 +68,7 @@ const KILLERS: &[Killer] = &[
         fix: &[
             "Adjust the thresholds (soft_threshold_min_mem, hard_threshold_min_mem, psi_*) or add the job to the @BADNESS_ADJ_RE_NAME exceptions in /etc/nohang/nohang.conf",
         ],
+        memory: true,
     },
     Killer {
         comm: "slurmstepd",
@@ -68,6 +77,7 @@ const KILLERS: &[Killer] = &[
         fix: &[
             "Check `sacct -j JOBID -o JobID,State,ExitCode,MaxRSS,ReqMem,Timelimit,Elapsed`: TIMEOUT needs a longer --time (or checkpoints), OUT_OF_MEMORY a larger --mem / --mem-per-gpu",
         ],
+        memory: false,
     },
 ];
 
@@ -180,10 +190,20 @@ fn diagnose(report: &Report, s: &Sender, deaths: &[&Death], root: Option<u32>) -
         "The kernel's OOM killer did not kill these processes: no OOM kill of them was recorded"
             .into(),
     );
-    evidence.extend(memory_then(report, first.ts_ns));
+    let mem = memory_then(report, first.ts_ns);
+    let plenty = mem
+        .as_ref()
+        .is_some_and(|m| m.1.is_some_and(|p| p >= PLENTY_PCT));
+    evidence.extend(mem.map(|m| m.0));
     let (confidence, title, fix) = match known(s) {
         Some(k) => {
             evidence.insert(0, format!("Its trigger: {}", k.trigger));
+            if plenty && k.memory {
+                evidence.push(format!(
+                    "Memory was not short then: its thresholds (or a brief spike between samples) set it off, or it was asked to kill; check {}'s log (journalctl -u {})",
+                    k.name, k.comm
+                ));
+            }
             (
                 Confidence::High,
                 format!(
@@ -248,7 +268,7 @@ fn diagnose(report: &Report, s: &Sender, deaths: &[&Death], root: Option<u32>) -
 
 /// The machine's available memory just before `ts`, from the charted
 /// samples, against RAM and swap: what a user-space OOM daemon reads.
-fn memory_then(report: &Report, ts: u64) -> Option<String> {
+fn memory_then(report: &Report, ts: u64) -> Option<(String, Option<u64>)> {
     let s = &report.series;
     let from = ts.saturating_sub(5_000_000_000);
     let avail = s
@@ -261,8 +281,8 @@ fn memory_then(report: &Report, ts: u64) -> Option<String> {
         .mem_total_kb
         .filter(|t| *t > 0)
         .unwrap_or(report.header.mem_total_kb);
-    let of_ram = (avail * 100)
-        .checked_div(total)
+    let pct = (avail * 100).checked_div(total);
+    let of_ram = pct
         .map(|p| format!(" ({p}% of {} RAM)", human_kb(total)))
         .unwrap_or_default();
     let swap = if report.header.swap_total_kb == 0 {
@@ -270,9 +290,12 @@ fn memory_then(report: &Report, ts: u64) -> Option<String> {
     } else {
         format!("; {} swap", human_kb(report.header.swap_total_kb))
     };
-    Some(format!(
-        "The machine's available memory just before: {}{of_ram}{swap}",
-        human_kb(avail)
+    Some((
+        format!(
+            "The machine's available memory just before: {}{of_ram}{swap}",
+            human_kb(avail)
+        ),
+        pct,
     ))
 }
 
