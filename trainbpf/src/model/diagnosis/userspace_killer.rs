@@ -16,6 +16,8 @@ use crate::units::human_kb;
 
 const SIGKILL: i32 = 9;
 const SIGTERM: i32 = 15;
+/// The recorder's own name.
+const RECORDER: &str = "trainbpf";
 /// Available memory at or above this share of RAM is not a shortage a
 /// memory daemon acts on by default.
 const PLENTY_PCT: u64 = 25;
@@ -117,7 +119,10 @@ fn outside_sender<'a>(d: &'a Death, job: &HashSet<u32>) -> Option<&'a Sender> {
         return None;
     }
     let s = d.sender.as_ref()?;
-    (s.terminal.is_none() && s.pid != 0 && !job.contains(&s.pid)).then_some(s)
+    // The recorder itself SIGKILLs what is left of its job when it is
+    // stopped: cleaning up, not a killer.
+    let recorder = s.comm == RECORDER || exe_name(s) == Some(RECORDER);
+    (s.terminal.is_none() && s.pid != 0 && !job.contains(&s.pid) && !recorder).then_some(s)
 }
 
 fn exe_name(s: &Sender) -> Option<&str> {
@@ -390,7 +395,7 @@ mod tests {
     }
 
     #[test]
-    fn kills_from_inside_the_job_a_terminal_or_the_kernel_do_not_fire() {
+    fn kills_from_inside_the_job_a_terminal_the_kernel_or_the_recorder_do_not_fire() {
         // The DataLoader's parent stopping its worker.
         let inside = death(101, "pt_data_worker", 15, Some((100, "python", 0)));
         // A crash, an exit and an unknown sender.
@@ -405,7 +410,8 @@ mod tests {
             session: 1,
             foreground_pgrp: 1,
         });
-        let r = report(vec![inside, crash, unknown, oom, ctrl_c]);
+        let recorder = death(101, "pt_data_worker", 9, Some((50, "trainbpf", 0)));
+        let r = report(vec![inside, crash, unknown, oom, ctrl_c, recorder]);
         assert!(run(&r).is_empty(), "{:#?}", run(&r));
     }
 
