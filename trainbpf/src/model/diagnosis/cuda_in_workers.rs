@@ -62,14 +62,25 @@ fn at_kill(report: &Report, workers: &[&GpuProcess], i: usize, k: &Kill) -> Opti
     let alive = alive_at(workers, k.ts_ns);
     let measured: Vec<u64> = alive.iter().filter_map(|p| host_kb(p)).collect();
     let total_kb: u64 = measured.iter().sum();
-    let limit_kb = k.memcg_limit_kb.or_else(|| {
-        report
-            .job
-            .as_ref()
-            .and_then(|j| j.memory_limit_bytes)
-            .map(|b| b >> 10)
-    })?;
+    // A global OOM's domain is the machine's RAM.
+    let ram = (k.constraint == crate::model::Constraint::None && report.header.mem_total_kb > 0)
+        .then_some(report.header.mem_total_kb);
+    let limit_kb = k
+        .memcg_limit_kb
+        .or_else(|| {
+            report
+                .job
+                .as_ref()
+                .and_then(|j| j.memory_limit_bytes)
+                .map(|b| b >> 10)
+        })
+        .or(ram)?;
     let share = pct(total_kb, limit_kb);
+    let of = if k.memcg_limit_kb.is_none() && ram == Some(limit_kb) {
+        format!("{} of RAM", human_kb(limit_kb))
+    } else {
+        format!("the {} limit", human_kb(limit_kb))
+    };
     let confidence = if share >= KILL_HIGH_PCT {
         Confidence::High
     } else if share >= KILL_MEDIUM_PCT {
@@ -78,19 +89,17 @@ fn at_kill(report: &Report, workers: &[&GpuProcess], i: usize, k: &Kill) -> Opti
         return None;
     };
     let title = format!(
-        "Worker processes created their own CUDA contexts: {} worker(s) paid {} of host memory for them ({share}% of the {} limit)",
+        "Worker processes created their own CUDA contexts: {} worker(s) paid {} of host memory for them ({share}% of {of})",
         alive.len(),
         human_kb(total_kb),
-        human_kb(limit_kb)
     );
     let mut evidence = vec![format!(
-        "At the kill ({:.1} s, {} pid {} chosen) {} worker(s) held contexts whose host memory came to {} of the {} limit",
+        "At the kill ({:.1} s, {} pid {} chosen) {} worker(s) held contexts whose host memory came to {} of {of}",
         report.since_start_s(k.ts_ns),
         k.victim.comm,
         k.victim.pid,
         alive.len(),
         human_kb(total_kb),
-        human_kb(limit_kb)
     )];
     evidence.extend(self::evidence(report, &alive));
     Some(Diagnosis {
@@ -347,5 +356,22 @@ mod tests {
         }
         let d = run(&r);
         assert_eq!(d[0].kill, None, "{d:#?}");
+    }
+
+    /// A global OOM has no limit: the share is of the machine's RAM.
+    #[test]
+    fn at_a_global_oom_the_share_is_of_ram() {
+        let mut r = report(3, Some(80));
+        r.job.as_mut().unwrap().memory_limit_bytes = None;
+        r.header.mem_total_kb = 512 << 10;
+        r.kills[0].memcg_limit_kb = None;
+        r.kills[0].constraint = crate::model::Constraint::None;
+        let d = run(&r);
+        assert_eq!(d[0].kill, Some(0));
+        assert!(
+            d[0].title.ends_with("(46% of 512 MiB of RAM)"),
+            "{}",
+            d[0].title
+        );
     }
 }
