@@ -413,6 +413,7 @@ fn generate(a: &Args) -> std::io::Result<()> {
         page_size: PAGE_KB * 1024,
         mem_total_kb: MEM_TOTAL_KB,
         swap_total_kb: 0,
+        overcommit: Default::default(),
         clock: ClockPair {
             monotonic_ns: T0,
             // 2025-03-01T00:00:00Z

@@ -215,6 +215,16 @@ fn read_num<T: std::str::FromStr>(path: &str) -> Option<T> {
     read(path)?.trim().parse().ok()
 }
 
+/// `vm.overcommit_memory`, `vm.overcommit_ratio`, `vm.overcommit_kbytes`:
+/// read here for the overcommit check and by `record` for its header.
+pub fn read_overcommit() -> (Option<u32>, Option<u64>, Option<u64>) {
+    (
+        read_num("/proc/sys/vm/overcommit_memory"),
+        read_num("/proc/sys/vm/overcommit_ratio"),
+        read_num("/proc/sys/vm/overcommit_kbytes"),
+    )
+}
+
 /// Reads the machine. As root this also mounts tracefs and securityfs if
 /// they are missing, and trial-loads the eBPF object.
 pub fn gather() -> Facts {
@@ -236,11 +246,7 @@ pub fn gather() -> Facts {
             .trim()
             .to_string(),
         root,
-        overcommit: (
-            read_num("/proc/sys/vm/overcommit_memory"),
-            read_num("/proc/sys/vm/overcommit_ratio"),
-            read_num("/proc/sys/vm/overcommit_kbytes"),
-        ),
+        overcommit: read_overcommit(),
         cgroup: cgroup::gather_cgroup(&mounts),
         self_oom_score_adj: read_num("/proc/self/oom_score_adj"),
         extreme_adj: oom_score_adj::gather_extreme_adj(),

@@ -282,6 +282,15 @@ fn recording_header(
         page_size,
         mem_total_kb: machine.mem_total_kb,
         swap_total_kb: machine.swap_total_kb,
+        overcommit: {
+            let (memory, ratio, kbytes) = crate::doctor::read_overcommit();
+            crate::recording::Overcommit {
+                memory,
+                ratio,
+                kbytes,
+                commit_limit_kb: machine.commit_limit_kb,
+            }
+        },
         clock: ClockPair {
             monotonic_ns: mono_ns(),
             realtime_ns: now(nix::time::ClockId::CLOCK_REALTIME),

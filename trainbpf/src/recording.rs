@@ -44,6 +44,11 @@ pub struct RecordingHeader {
     pub mem_total_kb: u64,
     #[serde(default)]
     pub swap_total_kb: u64,
+    /// The overcommit settings at the start, read as `doctor` reads them:
+    /// whether running out of memory ends in a failed allocation or an OOM
+    /// kill. Absent (all `None`/0) in recordings made before they were kept.
+    #[serde(default)]
+    pub overcommit: Overcommit,
     /// The same instant on both clocks, to turn event times (monotonic) into
     /// wall-clock times.
     pub clock: ClockPair,
@@ -51,6 +56,22 @@ pub struct RecordingHeader {
     /// Probes that were tried and not used, and why.
     pub fallbacks: Vec<Fallback>,
     pub config: RecordConfig,
+}
+
+/// `vm.overcommit_memory`, `vm.overcommit_ratio`, `vm.overcommit_kbytes`
+/// and /proc/meminfo's `CommitLimit`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Overcommit {
+    /// 0 heuristic, 1 always, 2 never (strict accounting).
+    #[serde(default)]
+    pub memory: Option<u32>,
+    #[serde(default)]
+    pub ratio: Option<u64>,
+    #[serde(default)]
+    pub kbytes: Option<u64>,
+    /// What strict accounting lets be committed, kB (0: unknown).
+    #[serde(default)]
+    pub commit_limit_kb: u64,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
