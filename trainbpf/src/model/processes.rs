@@ -47,6 +47,11 @@ pub struct Process {
     pub oom_killed: bool,
     /// Last `oom_score_adj` written while recording, if any.
     pub oom_score_adj: Option<i32>,
+    /// The process (tgid) that wrote it: itself, or a launcher.
+    pub oom_score_adj_by: Option<u32>,
+    /// Its parent's resident memory when it forked this process: what a
+    /// child that did not exec shares copy-on-write at birth.
+    pub parent_rss_at_fork_kb: Option<u64>,
     /// Memory it allocated minus what it freed, in its own context, at its
     /// last record: what it really added.
     pub honest_kb: Option<i64>,
@@ -100,6 +105,8 @@ pub(super) struct JobProc {
     pub(super) peak_net_kb: Option<i64>,
     /// Page cache added minus removed in its context, at its last record.
     pub(super) cache_kb: Option<i64>,
+    /// The parent's resident memory at the fork.
+    pub(super) parent_rss_kb: Option<u64>,
 }
 
 impl Builder {
@@ -306,8 +313,14 @@ impl Builder {
 
     pub(super) fn on_fork(&mut self, ts: u64, child: ProcKey, parent: ProcKey, comm: String) {
         self.note_pid(child, ts);
+        let parent_rss_kb = self
+            .tracks
+            .get(&parent)
+            .and_then(|t| t.at_or_before(ts))
+            .map(|s| s.kb);
         let p = self.job_procs.entry(child).or_default();
         p.parent = Some(parent);
+        p.parent_rss_kb = parent_rss_kb;
         p.fork_ns = Some(ts);
         if p.comm.is_empty() {
             p.comm = comm;
@@ -425,7 +438,9 @@ impl Builder {
                 exit: p.exit,
                 peak_rss_kb: p.peak_kb,
                 oom_killed: p.oom_killed,
-                oom_score_adj: self.adj.get(key).copied(),
+                oom_score_adj: self.adj.get(key).map(|a| a.0),
+                oom_score_adj_by: self.adj.get(key).map(|a| a.1).filter(|&w| w != 0),
+                parent_rss_at_fork_kb: p.parent_rss_kb,
                 honest_kb: p.net_kb,
                 honest_peak_kb: p.peak_net_kb,
                 page_cache_kb: p.cache_kb,
