@@ -134,30 +134,35 @@ fn diagnose(report: &Report, w: &Workers<'_>) -> Option<Diagnosis> {
     })
 }
 
-/// Where the worker that copied most was reading, from its growth stacks
-/// (`record --stacks`): its heaviest stack's innermost Python frame.
+/// Where the workers were reading when they copied, from their growth
+/// stacks (`record --stacks`): the heaviest stack with a named Python
+/// frame, of the worker that added most and has one.
 fn stack_line(report: &Report, w: &Workers<'_>) -> Option<String> {
-    let top = w.workers.first()?;
     let kill = &report.kills[w.kill];
-    let g = kill
-        .growers
-        .iter()
-        .find(|g| g.pid == top.proc.pid && g.start_ns == top.proc.start_ns)?;
-    let stacks = report.grower_stacks(kill, g);
-    let heaviest = stacks.first()?;
-    let f: &Frame = heaviest.frames.iter().find(|f| f.kind == "python")?;
-    let at = match (&f.file, f.line) {
-        (Some(file), Some(line)) => {
-            format!(" ({}:{line})", file.rsplit('/').next().unwrap_or(file))
-        }
-        _ => String::new(),
-    };
-    Some(format!(
-        "worker {}'s memory grew most in {}{at}: {} of its growth stacks",
-        top.proc.pid,
-        f.function.as_deref().unwrap_or("?"),
-        human_kb(heaviest.bytes / 1024)
-    ))
+    w.workers.iter().find_map(|x| {
+        let g = kill
+            .growers
+            .iter()
+            .find(|g| g.pid == x.proc.pid && g.start_ns == x.proc.start_ns)?;
+        report.grower_stacks(kill, g).iter().find_map(|st| {
+            let f: &Frame = st
+                .frames
+                .iter()
+                .find(|f| f.kind == "python" && f.function.is_some())?;
+            let at = match (&f.file, f.line) {
+                (Some(file), Some(line)) => {
+                    format!(" ({}:{line})", file.rsplit('/').next().unwrap_or(file))
+                }
+                _ => String::new(),
+            };
+            Some(format!(
+                "worker {} copied while in {}(){at}: {} of its growth stacks",
+                x.proc.pid,
+                f.function.as_deref().unwrap_or("?"),
+                human_kb(st.bytes / 1024)
+            ))
+        })
+    })
 }
 
 #[cfg(test)]

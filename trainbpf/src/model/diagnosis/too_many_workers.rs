@@ -16,6 +16,9 @@ use crate::units::human_kb;
 /// The workers' added memory is a real share of the limit from here: a
 /// kill brought on by the parent is not the workers'.
 const MIN_SHARE_PCT: u64 = 33;
+/// Workers are alike: at least two added this share of the most any
+/// added, or it is one process's growth, not the number of workers.
+const ALIKE_PCT: u64 = 50;
 
 pub(super) fn check(report: &Report, out: &mut Vec<Diagnosis>) {
     for idx in 0..report.kills.len() {
@@ -30,7 +33,18 @@ pub(super) fn check(report: &Report, out: &mut Vec<Diagnosis>) {
 fn diagnose(w: &Workers<'_>) -> Option<Diagnosis> {
     let n = w.workers.len() as u64;
     let per_worker = w.workers.first()?.added_kb;
-    if per_worker == 0 || pct(w.added_kb(), w.limit_kb) < MIN_SHARE_PCT {
+    let alike = w
+        .workers
+        .iter()
+        .filter(|x| pct(x.added_kb, per_worker) >= ALIKE_PCT)
+        .count();
+    // A parent that holds more than its workers added brought the kill
+    // on itself, whatever they added.
+    if per_worker == 0
+        || alike < 2
+        || pct(w.added_kb(), w.limit_kb) < MIN_SHARE_PCT
+        || w.added_kb() <= w.parent_kb
+    {
         return None;
     }
     let left = w.limit_kb.saturating_sub(w.parent_kb);
@@ -162,6 +176,38 @@ mod tests {
         // 4 × 40 MiB fit in what the parent leaves: the kill was
         // something else's.
         let r = family(&[40, 40, 40, 40]);
+        let mut out = Vec::new();
+        check(&r, &mut out);
+        assert!(out.is_empty(), "{out:#?}");
+    }
+
+    #[test]
+    fn one_big_child_among_small_ones_is_not_too_many_workers() {
+        // One grew 200 MiB, its siblings little: that is one grower.
+        let r = family(&[200, 20, 10]);
+        let mut out = Vec::new();
+        check(&r, &mut out);
+        assert!(out.is_empty(), "{out:#?}");
+    }
+
+    #[test]
+    fn children_named_apart_are_not_workers() {
+        let mut r = family(&[70, 70, 70, 26]);
+        for (i, p) in r.processes.iter_mut().skip(1).enumerate() {
+            p.comm = format!("role{i}");
+        }
+        let mut out = Vec::new();
+        check(&r, &mut out);
+        assert!(out.is_empty(), "{out:#?}");
+    }
+
+    #[test]
+    fn a_parent_holding_more_than_its_workers_added_is_not_their_fault() {
+        // As in the real-oom fixture: the parent grew to 200 MiB, its two
+        // workers added 50 MiB each, under 300 MiB.
+        let mut r = family(&[50, 50]);
+        r.processes[0].peak_rss_kb = 204 << 10;
+        r.kills[0].growers[0].rss_kb = 204 << 10;
         let mut out = Vec::new();
         check(&r, &mut out);
         assert!(out.is_empty(), "{out:#?}");

@@ -49,7 +49,7 @@ pub(super) fn check(report: &Report, out: &mut Vec<Diagnosis>) {
     }
 }
 
-fn process<'a>(report: &'a Report, pid: u32) -> Option<&'a Process> {
+fn process(report: &Report, pid: u32) -> Option<&Process> {
     report.processes.iter().rev().find(|p| p.pid == pid)
 }
 

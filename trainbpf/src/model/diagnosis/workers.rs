@@ -94,8 +94,10 @@ pub(super) fn limit_of(report: &Report, kill: &Kill) -> Option<(u64, bool)> {
 }
 
 /// The workers of kill `idx`: the job's biggest family of at least two
-/// children that never exec'd and were alive at the kill. `None` for a
-/// kill outside the job or without such a family.
+/// children of one parent, under one name, that never exec'd and were
+/// alive at the kill. A launcher's children that each play a part of
+/// their own (named apart) are not workers. `None` for a kill outside
+/// the job or without such a family.
 pub(super) fn at_kill(report: &Report, idx: usize) -> Option<Workers<'_>> {
     let kill = report.kills.get(idx)?;
     if !kill.victim.in_job {
@@ -111,7 +113,7 @@ pub(super) fn at_kill(report: &Report, idx: usize) -> Option<Workers<'_>> {
             .iter()
             .find(|p| p.pid == pid && p.start_ns == start_ns)
     };
-    // Children by parent, among the living that never exec'd.
+    // Children by parent and name, among the living that never exec'd.
     let mut families: Vec<(&Process, Vec<&Process>)> = Vec::new();
     for p in report.processes.iter().filter(|p| p.exec.is_none()) {
         let Some(parent) = p.parent.and_then(|k| find(k.tgid, k.start_ns)) else {
@@ -120,7 +122,10 @@ pub(super) fn at_kill(report: &Report, idx: usize) -> Option<Workers<'_>> {
         if !alive(p) {
             continue;
         }
-        match families.iter_mut().find(|(q, _)| std::ptr::eq(*q, parent)) {
+        match families
+            .iter_mut()
+            .find(|(q, kids)| std::ptr::eq(*q, parent) && kids[0].comm == p.comm)
+        {
             Some((_, kids)) => kids.push(p),
             None => families.push((parent, vec![p])),
         }
