@@ -344,7 +344,9 @@ fn a_launchers_oom_score_adj_victim_is_not_the_grower() {
         "{ev:#?}"
     );
     assert!(
-        strings(&d["fix"])[1].contains("gave big_idle"),
+        strings(&d["fix"])[1].contains(&format!(
+            "on big_idle (pid {idle}) (set by python3 (pid {launcher}))"
+        )),
         "{}",
         d["fix"]
     );

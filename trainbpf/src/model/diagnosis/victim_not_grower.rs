@@ -144,7 +144,7 @@ fn diagnose(
     )];
     if let (Some(vc), Some(r)) = (vc, &kill.ranking) {
         let mut line = format!(
-            "the kernel kills the most points: the victim had {} ({} resident{})",
+            "the kernel kills the process with the most points: the victim had {} ({} resident{})",
             vc.points,
             human_kb(vc.rss_kb),
             if vc.oom_score_adj != 0 {
@@ -182,18 +182,11 @@ fn diagnose(
     )];
     if v.oom_score_adj > 0 {
         fix.push(format!(
-            "{} gave {victim} oom_score_adj {}, so the kernel kills it first whoever grows: drop that if the process matters, or give the grower a higher one so that it is the one ended",
+            "Drop the oom_score_adj {} on {victim} ({}) if that process matters: the kernel kills it first whoever grows; or give the grower a higher one, so that it is the one ended",
+            v.oom_score_adj,
             setter
                 .as_deref()
-                .and_then(|s| s.strip_prefix("set by "))
-                .map_or("Something".to_string(), |s| {
-                    let mut s = s.to_string();
-                    if let Some(c) = s.get_mut(..1) {
-                        c.make_ascii_uppercase();
-                    }
-                    s
-                }),
-            v.oom_score_adj
+                .unwrap_or("set before the recording began, or inherited")
         ));
     } else {
         fix.push(format!(
@@ -293,9 +286,9 @@ mod tests {
             d.evidence[2],
             "the victim's oom_score_adj 1000: set by launcher (pid 100)"
         );
-        assert!(
-            d.fix[1].starts_with("Launcher (pid 100) gave sleeper (pid 101)"),
-            "{d:#?}"
+        assert_eq!(
+            d.fix[1],
+            "Drop the oom_score_adj 1000 on sleeper (pid 101) (set by launcher (pid 100)) if that process matters: the kernel kills it first whoever grows; or give the grower a higher one, so that it is the one ended"
         );
         assert_eq!(d.pids, vec![101, 102]);
     }
