@@ -450,3 +450,85 @@ impl Builder {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::decode::{Event, ProcKey, Rss, Timed};
+    use crate::model::{ModelOptions, build};
+    use crate::recording::RecordingHeader;
+
+    const SEC: u64 = 1_000_000_000;
+
+    fn mem(ts_ns: u64, proc: ProcKey, anon_kb: u64) -> Timed {
+        Timed {
+            ts_ns,
+            event: Event::Mem {
+                proc,
+                in_job: true,
+                comm: "python3".into(),
+                rss: Rss {
+                    anon_kb,
+                    ..Rss::default()
+                },
+                faults: 0,
+                reason: 1,
+                oom_score_adj: 0,
+                pgtables_kb: 0,
+                memcg_id: 0,
+                stall_ns: 0,
+                alloc_kb: 0,
+                freed_kb: 0,
+                cache_kb: 0,
+            },
+        }
+    }
+
+    /// A worker forked from a parent holding 90 MiB shares those pages at
+    /// birth: the model keeps the parent's figure at the fork, not a
+    /// later one. A launcher's write of the worker's oom_score_adj names
+    /// the launcher.
+    #[test]
+    fn the_parents_rss_at_fork_and_who_set_oom_score_adj() {
+        let parent = ProcKey {
+            tgid: 10,
+            start_ns: 1,
+        };
+        let child = ProcKey {
+            tgid: 11,
+            start_ns: 2 * SEC,
+        };
+        let events = vec![
+            mem(SEC, parent, 90 << 10),
+            Timed {
+                ts_ns: 2 * SEC,
+                event: Event::Fork {
+                    child,
+                    parent,
+                    comm: "python3".into(),
+                },
+            },
+            mem(3 * SEC, parent, 150 << 10),
+            Timed {
+                ts_ns: 3 * SEC,
+                event: Event::OomAdj {
+                    proc: child,
+                    in_job: true,
+                    comm: "python3".into(),
+                    oom_score_adj: 1000,
+                    writer_tgid: 10,
+                },
+            },
+        ];
+        let r = build(
+            &RecordingHeader::default(),
+            events.into_iter(),
+            &ModelOptions::default(),
+        );
+        let p = |pid| r.processes.iter().find(|p| p.pid == pid).unwrap();
+        assert_eq!(p(11).parent_rss_at_fork_kb, Some(90 << 10));
+        assert_eq!(p(11).oom_score_adj, Some(1000));
+        assert_eq!(p(11).oom_score_adj_by, Some(10));
+        assert_eq!(p(10).parent_rss_at_fork_kb, None);
+        assert_eq!(p(10).oom_score_adj_by, None);
+    }
+}
