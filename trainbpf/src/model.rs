@@ -36,6 +36,8 @@ pub mod gpu;
 pub use attribution::{Group, SumCheck};
 mod before;
 pub use before::PressureBefore;
+/// Who made a cgroup (Docker, Kubernetes, systemd, Slurm), from its path.
+pub mod cgroup_path;
 /// The victim's stack at death (`record --stacks`).
 pub mod death_stacks;
 mod deaths;
@@ -307,8 +309,9 @@ struct Builder {
     page_cache: bool,
     /// MemTotal + SwapTotal when recording started: a global OOM's domain.
     machine_kb: u64,
-    /// Latest `oom_score_adj` per process, for the report's processes.
-    adj: HashMap<ProcKey, i32>,
+    /// Latest `oom_score_adj` per process, and who wrote it (tgid), for
+    /// the report's processes.
+    adj: HashMap<ProcKey, (i32, u32)>,
     gpu: gpu::Ledger,
     leaks: leaks::Builder,
     stacks: Stacks,
@@ -417,11 +420,12 @@ impl Builder {
                 proc,
                 in_job,
                 oom_score_adj,
+                writer_tgid,
                 ..
             } => {
                 // Only the job's are reported; a bound on what is kept.
                 if in_job || self.job_procs.contains_key(&proc) {
-                    self.adj.insert(proc, oom_score_adj);
+                    self.adj.insert(proc, (oom_score_adj, writer_tgid));
                 }
             }
             Event::Printk { msg, .. } => {

@@ -26,6 +26,7 @@ mod steady_leak;
 mod too_many_workers;
 mod userspace_killer;
 mod victim_not_grower;
+mod workers;
 
 #[cfg(test)]
 pub(crate) mod fixture;

@@ -47,6 +47,11 @@ pub struct Process {
     pub oom_killed: bool,
     /// Last `oom_score_adj` written while recording, if any.
     pub oom_score_adj: Option<i32>,
+    /// The process (tgid) that wrote it: itself, or a launcher.
+    pub oom_score_adj_by: Option<u32>,
+    /// Its parent's resident memory when it forked this process: what a
+    /// child that did not exec shares copy-on-write at birth.
+    pub parent_rss_at_fork_kb: Option<u64>,
     /// Memory it allocated minus what it freed, in its own context, at its
     /// last record: what it really added.
     pub honest_kb: Option<i64>,
@@ -100,6 +105,8 @@ pub(super) struct JobProc {
     pub(super) peak_net_kb: Option<i64>,
     /// Page cache added minus removed in its context, at its last record.
     pub(super) cache_kb: Option<i64>,
+    /// The parent's resident memory at the fork.
+    pub(super) parent_rss_kb: Option<u64>,
 }
 
 impl Builder {
@@ -306,8 +313,14 @@ impl Builder {
 
     pub(super) fn on_fork(&mut self, ts: u64, child: ProcKey, parent: ProcKey, comm: String) {
         self.note_pid(child, ts);
+        let parent_rss_kb = self
+            .tracks
+            .get(&parent)
+            .and_then(|t| t.at_or_before(ts))
+            .map(|s| s.kb);
         let p = self.job_procs.entry(child).or_default();
         p.parent = Some(parent);
+        p.parent_rss_kb = parent_rss_kb;
         p.fork_ns = Some(ts);
         if p.comm.is_empty() {
             p.comm = comm;
@@ -425,7 +438,9 @@ impl Builder {
                 exit: p.exit,
                 peak_rss_kb: p.peak_kb,
                 oom_killed: p.oom_killed,
-                oom_score_adj: self.adj.get(key).copied(),
+                oom_score_adj: self.adj.get(key).map(|a| a.0),
+                oom_score_adj_by: self.adj.get(key).map(|a| a.1).filter(|&w| w != 0),
+                parent_rss_at_fork_kb: p.parent_rss_kb,
                 honest_kb: p.net_kb,
                 honest_peak_kb: p.peak_net_kb,
                 page_cache_kb: p.cache_kb,
@@ -433,5 +448,87 @@ impl Builder {
                 pss_kb: self.attribution.smaps_of(key.tgid).map(|s| s.pss_kb),
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::decode::{Event, ProcKey, Rss, Timed};
+    use crate::model::{ModelOptions, build};
+    use crate::recording::RecordingHeader;
+
+    const SEC: u64 = 1_000_000_000;
+
+    fn mem(ts_ns: u64, proc: ProcKey, anon_kb: u64) -> Timed {
+        Timed {
+            ts_ns,
+            event: Event::Mem {
+                proc,
+                in_job: true,
+                comm: "python3".into(),
+                rss: Rss {
+                    anon_kb,
+                    ..Rss::default()
+                },
+                faults: 0,
+                reason: 1,
+                oom_score_adj: 0,
+                pgtables_kb: 0,
+                memcg_id: 0,
+                stall_ns: 0,
+                alloc_kb: 0,
+                freed_kb: 0,
+                cache_kb: 0,
+            },
+        }
+    }
+
+    /// A worker forked from a parent holding 90 MiB shares those pages at
+    /// birth: the model keeps the parent's figure at the fork, not a
+    /// later one. A launcher's write of the worker's oom_score_adj names
+    /// the launcher.
+    #[test]
+    fn the_parents_rss_at_fork_and_who_set_oom_score_adj() {
+        let parent = ProcKey {
+            tgid: 10,
+            start_ns: 1,
+        };
+        let child = ProcKey {
+            tgid: 11,
+            start_ns: 2 * SEC,
+        };
+        let events = vec![
+            mem(SEC, parent, 90 << 10),
+            Timed {
+                ts_ns: 2 * SEC,
+                event: Event::Fork {
+                    child,
+                    parent,
+                    comm: "python3".into(),
+                },
+            },
+            mem(3 * SEC, parent, 150 << 10),
+            Timed {
+                ts_ns: 3 * SEC,
+                event: Event::OomAdj {
+                    proc: child,
+                    in_job: true,
+                    comm: "python3".into(),
+                    oom_score_adj: 1000,
+                    writer_tgid: 10,
+                },
+            },
+        ];
+        let r = build(
+            &RecordingHeader::default(),
+            events.into_iter(),
+            &ModelOptions::default(),
+        );
+        let p = |pid| r.processes.iter().find(|p| p.pid == pid).unwrap();
+        assert_eq!(p(11).parent_rss_at_fork_kb, Some(90 << 10));
+        assert_eq!(p(11).oom_score_adj, Some(1000));
+        assert_eq!(p(11).oom_score_adj_by, Some(10));
+        assert_eq!(p(10).parent_rss_at_fork_kb, None);
+        assert_eq!(p(10).oom_score_adj_by, None);
     }
 }

@@ -302,6 +302,8 @@ pub(crate) mod fixture {
                 peak_rss_kb: 40_960,
                 oom_killed: false,
                 oom_score_adj: None,
+                oom_score_adj_by: None,
+                parent_rss_at_fork_kb: None,
                 honest_kb: None,
                 honest_peak_kb: None,
                 page_cache_kb: None,

@@ -53,6 +53,24 @@ pub(crate) fn kill(victim: u32, comm: &str, limit_mib: u64) -> Kill {
     k
 }
 
+/// A grower of a kill: `honest_mib` added and `rss_mib` resident at the
+/// kill, born in its window.
+pub(crate) fn grower(pid: u32, honest_mib: i64, rss_mib: u64) -> crate::model::Grower {
+    crate::model::Grower {
+        pid,
+        start_ns: pid as u64,
+        comm: "python3".into(),
+        grew_kb: rss_mib << 10,
+        honest_kb: Some(honest_mib << 10),
+        window_ns: 10_000_000_000,
+        rate_kb_per_s: None,
+        rss_kb: rss_mib << 10,
+        in_job: true,
+        born_in_window: true,
+        is_victim: false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
