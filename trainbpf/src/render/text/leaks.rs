@@ -70,6 +70,10 @@ fn why_not(v: Verdict, r: &Report) -> String {
         Verdict::Irregular => "no steady trend".into(),
         Verdict::Refilled => "climbed back to a level it held before".into(),
         Verdict::Respawned => "climbed until it exited; judged with its group".into(),
+        Verdict::Steady => format!(
+            "a steady climb, shorter than {}",
+            secs_whole(r.leaks.min_span_ns)
+        ),
     }
 }
 
