@@ -3,10 +3,11 @@
 //! backward pass that never comes) did not fit, not a slow climb.
 //!
 //! The time is read from the kill's window (`series::KillWindow`, the
-//! process's resident memory at 240 columns before the kill): the shortest
-//! span before the kill over which it rose by [`SHARE`] of the limit. A
-//! process born in the window rose from nothing; without a window line the
-//! grower's own span counts, when it was born in the window. Resident
+//! process's resident memory at 240 columns before the kill): it must have
+//! risen by [`SHARE`] of the limit in the last [`FAST_NS`], and the rise is
+//! said from where it took off. A process born in the window rose from
+//! nothing; without a window line the grower's own span counts, when it
+//! was born in the window. Resident
 //! memory blames a forked child for its parent's pages, so where the
 //! recording has honest figures the process must have allocated that much
 //! in its own context too.
@@ -19,7 +20,8 @@ use crate::units::{human_kb, human_rate, human_secs};
 
 /// The process must have added this share of the limit…
 const SHARE: f64 = 0.5;
-/// …within this long before the kill…
+/// …within this long before the kill (and its whole rise, from where it
+/// stood then, is the span said)…
 const FAST_NS: u64 = 10 * SEC;
 /// …and within this long for a sure diagnosis.
 const SURE_NS: u64 = 5 * SEC;
@@ -34,39 +36,45 @@ pub(super) fn check(report: &Report, out: &mut Vec<Diagnosis>) {
     }
 }
 
-/// How fast one grower added `need_kb`: (span, from kB, to kB).
+/// One grower's rise before the kill: (span, from kB, to kB), when it
+/// added `need_kb` within [`FAST_NS`] of the kill. The rise starts where
+/// it last stood near its level of `FAST_NS` before (a twentieth of the
+/// rise above it), so that the span and the figures are the whole jump.
 fn rise(w: Option<&KillWindow>, g: &Grower, need_kb: u64) -> Option<(u64, u64, u64)> {
-    if let Some(line) = w.and_then(|w| {
+    let Some((w, l)) = w.and_then(|w| {
         w.lines
             .iter()
             .find(|l| l.pid == g.pid && l.start_ns == g.start_ns)
             .map(|l| (w, l))
-    }) {
-        let (w, l) = line;
-        let last = l.points.iter().rposition(Option::is_some)?;
-        let end = l.points[last]?.max(g.rss_kb);
-        let target = end.checked_sub(need_kb)?;
-        // The latest column at or below where it stood `need_kb` ago;
-        // before birth it held nothing.
-        let j = (0..=last).rev().find(|&j| match l.points[j] {
-            Some(v) => v <= target,
-            None => g.born_in_window,
-        });
-        let (from_ns, from_kb) = match j {
-            Some(j) => (
-                w.start_ns + (j as u64 + 1) * w.step_ns,
-                l.points[j].unwrap_or(0),
-            ),
-            None if g.born_in_window => (w.kill_ns.saturating_sub(g.window_ns), 0),
-            None => return None,
-        };
-        return Some((w.kill_ns.saturating_sub(from_ns), from_kb, end));
+    }) else {
+        // No line: a process born in the window rose over its life.
+        return (g.born_in_window && g.grew_kb >= need_kb && g.window_ns <= FAST_NS).then_some((
+            g.window_ns,
+            g.rss_kb.saturating_sub(g.grew_kb),
+            g.rss_kb,
+        ));
+    };
+    let step = w.step_ns.max(1);
+    // Before it was seen it held nothing if it was born in the window, and
+    // is unknown otherwise.
+    let at = |j: usize| match l.points[j] {
+        Some(v) => Some(v),
+        None => g.born_in_window.then_some(0),
+    };
+    let last = l.points.iter().rposition(Option::is_some)?;
+    let end = l.points[last]?.max(g.rss_kb);
+    let first = (w.kill_ns.saturating_sub(FAST_NS).saturating_sub(w.start_ns) / step) as usize;
+    let base = (first.min(last)..=last).find_map(at)?;
+    if end.saturating_sub(base) < need_kb {
+        return None;
     }
-    (g.born_in_window && g.grew_kb >= need_kb).then_some((
-        g.window_ns,
-        g.rss_kb.saturating_sub(g.grew_kb),
-        g.rss_kb,
-    ))
+    let near = base + (end - base) / 20;
+    let j = (0..=last).rev().find(|&j| at(j).is_some_and(|v| v <= near));
+    let (from_ns, from_kb) = match j {
+        Some(j) => (w.start_ns + (j as u64 + 1) * step, at(j).unwrap_or(0)),
+        None => (w.kill_ns.saturating_sub(g.window_ns), 0),
+    };
+    Some((w.kill_ns.saturating_sub(from_ns), from_kb, end))
 }
 
 fn of_kill(r: &Report, k: &Kill, i: usize) -> Option<Diagnosis> {
@@ -104,16 +112,13 @@ fn of_kill(r: &Report, k: &Kill, i: usize) -> Option<Diagnosis> {
     }
     if let Some(h) = g.honest_kb {
         evidence.push(format!(
-            "It allocated {} in its own context in the {} window: not pages inherited at fork",
+            "It allocated {} in its own context over the {} before the kill: not pages \
+             inherited at fork",
             human_kb(h.max(0) as u64),
             human_secs(g.window_ns)
         ));
     }
-    evidence.push(format!(
-        "The {what}: {}; a steady climb would have taken minutes, this took {}",
-        human_kb(limit),
-        human_secs(span)
-    ));
+    evidence.push(format!("The {what} it ran into: {}", human_kb(limit)));
     let place = grower_place(r, k, g.pid, g.start_ns);
     if let Some((bytes, at)) = &place {
         evidence.push(format!(

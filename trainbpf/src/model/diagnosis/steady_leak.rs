@@ -14,7 +14,7 @@ use super::growth::{grower_place, heaviest, kill_limit, who};
 use super::{Confidence, Diagnosis};
 use crate::model::leaks::{Trend, Verdict};
 use crate::model::{Kill, Report};
-use crate::units::{eta, human_kb, human_rate, human_span, secs_whole};
+use crate::units::{eta, human_kb, human_rate, human_span};
 
 /// The climb must have added at least this share of the limit to explain
 /// a kill…
@@ -95,12 +95,12 @@ fn of_kill(r: &Report, k: &Kill, i: usize) -> Option<Diagnosis> {
     evidence.push(match t.verdict {
         Verdict::Leak => format!(
             "The leak model suspected a leak: a climb of at least {} that did not level off",
-            secs_whole(r.leaks.min_span_ns)
+            human_span(r.leaks.min_span_ns)
         ),
         _ => format!(
             "A climb as steady as a leak's, shorter than the {} a suspected leak needs \
              (--leak-span): the limit came first",
-            secs_whole(r.leaks.min_span_ns)
+            human_span(r.leaks.min_span_ns)
         ),
     });
     if let Some((l, what)) = limit {
@@ -234,6 +234,11 @@ fn fixes(place: Option<&str>, stacks: bool) -> Vec<String> {
                 .into(),
         );
     }
+    v.push(
+        "If the climb is the job reading its data into memory rather than a step leaking, the \
+         data does not fit: memory-map or stream it instead of loading it whole"
+            .into(),
+    );
     v.push(
         "A bigger limit only buys time at this rate: the time to the limit above is how much"
             .into(),
