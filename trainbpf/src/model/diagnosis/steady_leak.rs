@@ -6,7 +6,8 @@
 //! a suspected leak, or as steady as one but shorter than `--leak-span`
 //! (`Verdict::Steady`, judged for a kill's victim alone): a job that leaks
 //! 4 MiB a step under a small limit dies long before five minutes. Its
-//! climb must be a real share of the limit, or it is no cause of the kill.
+//! climb must be a real share of the limit, or it is no cause of the kill;
+//! a short climb is as sure as a leak when its line is nearly exact.
 //! A leak still climbing when the recording ended, with no kill of its
 //! own, is a diagnosis of the run, with the time to the limit projected.
 
@@ -19,8 +20,10 @@ use crate::units::{eta, human_kb, human_rate, human_span};
 /// The climb must have added at least this share of the limit to explain
 /// a kill…
 const MIN_SHARE: f64 = 0.10;
-/// …and this much for a sure one.
+/// …and this much for a sure one…
 const SURE_SHARE: f64 = 0.30;
+/// …whose line, if shorter than `--leak-span`, explains this much of it.
+const SURE_FIT: f64 = 0.95;
 
 pub(super) fn check(report: &Report, out: &mut Vec<Diagnosis>) {
     let mut explained = Vec::new();
@@ -63,17 +66,15 @@ fn of_kill(r: &Report, k: &Kill, i: usize) -> Option<Diagnosis> {
     if share.is_some_and(|s| s < MIN_SHARE) {
         return None;
     }
-    let mut confidence = if t.is_leak() {
-        Confidence::High
-    } else {
-        Confidence::Medium
+    // Sure when it is a leak by the full span, or a climb nearly as
+    // straight as a ruler (shorter, but the kill ended it); either way
+    // only when it was a real share of what filled the limit.
+    let steady = t.is_leak() || t.fit >= SURE_FIT;
+    let confidence = match (steady, share.is_none_or(|s| s >= SURE_SHARE)) {
+        (true, true) => Confidence::High,
+        (true, false) | (false, true) => Confidence::Medium,
+        (false, false) => Confidence::Low,
     };
-    if share.is_some_and(|s| s < SURE_SHARE) {
-        confidence = match confidence {
-            Confidence::High => Confidence::Medium,
-            _ => Confidence::Low,
-        };
-    }
     let name = who(&t.comm, pid);
     let climbed_ns = k.ts_ns - t.since_ns;
     let mut title = format!(
@@ -296,7 +297,7 @@ mod tests {
         let d = &d[0];
         assert_eq!(
             (d.id, d.kill, d.confidence),
-            ("steady_leak", Some(0), Confidence::Medium)
+            ("steady_leak", Some(0), Confidence::High)
         );
         assert_eq!(
             d.title,
@@ -310,9 +311,16 @@ mod tests {
         assert!(d.evidence.iter().any(|e| e.contains("(96%)")), "{d:#?}");
         assert!(d.fix[0].starts_with("Find what the loop keeps"), "{d:#?}");
         assert!(d.fix.iter().any(|f| f.contains("--stacks")), "{d:#?}");
-        // Judged a leak over the full span, it is sure.
-        let d = run(&leaky(Verdict::Leak, 4.0));
-        assert_eq!(d[0].confidence, Confidence::High);
+        // A rougher short climb is less sure; a leak over the full span
+        // is sure however rough.
+        let mut r = leaky(Verdict::Steady, 4.0);
+        r.leaks.trends[0].fit = 0.85;
+        assert_eq!(run(&r)[0].confidence, Confidence::Medium);
+        r.leaks.trends[0].verdict = Verdict::Leak;
+        assert_eq!(run(&r)[0].confidence, Confidence::High);
+        // A fifth of the limit: a cause, not the whole of it.
+        let d = run(&leaky(Verdict::Steady, 0.9));
+        assert_eq!(d[0].confidence, Confidence::Medium, "{d:#?}");
     }
 
     #[test]
