@@ -43,7 +43,7 @@ pub(super) fn check(report: &Report, out: &mut Vec<Diagnosis>) {
 }
 
 /// The trend of one process, if it climbed steadily.
-fn climbing<'a>(r: &'a Report, pid: u32, start_ns: u64) -> Option<&'a Trend> {
+fn climbing(r: &Report, pid: u32, start_ns: u64) -> Option<&Trend> {
     r.leaks
         .trends
         .iter()
