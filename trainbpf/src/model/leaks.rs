@@ -81,10 +81,15 @@ const MAX_TRENDS: usize = 12;
 /// Pressure samples kept for the projection: the recent span's, within a
 /// bound that timestamps running backwards cannot lift.
 const MAX_USAGE: usize = 4096;
-/// The span a climb shorter than `--leak-span` needs to be called
-/// [`Verdict::Steady`]: long enough for a fit over many steps, short
-/// enough to warn before a kill that comes within a minute or two.
-pub const STEADY_SPAN_NS: u64 = 20_000_000_000;
+/// The span a killed process's climb, shorter than `--leak-span`, needs
+/// to be called [`Verdict::Steady`]: many steps' worth, where one step's
+/// allocation takes a second or two (the kill ended the climb, so it
+/// cannot have lasted longer).
+pub const STEADY_SPAN_NS: u64 = 10_000_000_000;
+/// The same for a live process, for the warning that memory will run
+/// out: longer, so that a warm-up still in progress is seldom taken for
+/// one.
+pub const WARN_SPAN_NS: u64 = 20_000_000_000;
 /// The halves and the last quarter of a sustained climb must each climb at
 /// this share of its slope at least.
 const PART_SLOPE: f64 = 0.3;
@@ -141,8 +146,8 @@ pub enum Verdict {
     /// Passes every test of a leak but the span: a steady climb shorter
     /// than `--leak-span`, at least [`STEADY_SPAN_NS`]. Judged so only for
     /// a process the OOM killer chose (what the diagnosis of its kill
-    /// reads) and for live processes while recording (the warning that
-    /// memory will run out).
+    /// reads) and, over [`WARN_SPAN_NS`], for live processes while
+    /// recording (the warning that memory will run out).
     Steady,
 }
 

@@ -22,9 +22,9 @@ use crate::units::{human_kb, human_rate, human_secs};
 const SHARE: f64 = 0.5;
 /// …within this long before the kill (and its whole rise, from where it
 /// stood then, is the span said)…
-const FAST_NS: u64 = 10 * SEC;
+const FAST_NS: u64 = 5 * SEC;
 /// …and within this long for a sure diagnosis.
-const SURE_NS: u64 = 5 * SEC;
+const SURE_NS: u64 = 2 * SEC;
 /// Growers looked at per kill, most growth first.
 const GROWERS: usize = 3;
 
@@ -255,14 +255,14 @@ mod tests {
             d.fix.iter().any(|f| f.contains("torch.no_grad()")),
             "{d:#?}"
         );
-        // Half the limit within ten seconds, not five: less sure.
-        assert_eq!(run(&report(15.0))[0].confidence, Confidence::Medium);
+        // Half the limit within five seconds, not two: less sure.
+        assert_eq!(run(&report(6.0))[0].confidence, Confidence::Medium);
     }
 
     #[test]
     fn the_same_growth_over_a_minute_or_inherited_is_not_fast() {
-        // 180 MiB over 40 s: a climb, steady_leak's to judge.
-        assert!(run(&report(40.0)).is_empty());
+        // 180 MiB over 15 s: a climb, steady_leak's to judge.
+        assert!(run(&report(15.0)).is_empty());
         // Fast in resident memory, but pages inherited at fork: allocated
         // nothing of its own.
         let mut r = report(1.5);

@@ -13,7 +13,7 @@ use super::line::{Line, SumLine};
 use super::project::{Usage, project};
 use super::{
     BUCKETS, LeakOptions, LeakReport, MAX_DONE, MAX_LIVE, MAX_TRENDS, MAX_USAGE, Projection, SEC,
-    STEADY_SPAN_NS, Trend, Verdict,
+    STEADY_SPAN_NS, Trend, Verdict, WARN_SPAN_NS,
 };
 
 #[derive(Debug)]
@@ -180,7 +180,7 @@ impl Builder {
         // A kill's diagnosis asks whether its victim climbed steadily, even
         // for less than the span a leak needs.
         let mut trend = if p.killed {
-            self.judge_steady(&grid, &points, p.size_kb)
+            self.judge_steady(&grid, &points, p.size_kb, STEADY_SPAN_NS)
         } else {
             judge(&grid, &points, p.size_kb, &self.opts)
         };
@@ -305,7 +305,7 @@ impl Builder {
                 if points.is_empty() {
                     return None;
                 }
-                let mut t = self.judge_steady(&grid, &points, p.size_kb);
+                let mut t = self.judge_steady(&grid, &points, p.size_kb, WARN_SPAN_NS);
                 t.pid = Some(key.tgid);
                 t.start_ns = key.start_ns;
                 t.comm.clone_from(&p.comm);
@@ -335,14 +335,20 @@ impl Builder {
     }
 
     /// [`judge`], and for a climb too short for a leak, whether it is one
-    /// by every other test over [`STEADY_SPAN_NS`] ([`Verdict::Steady`]).
-    fn judge_steady(&self, grid: &Grid, points: &[(u32, f64)], size_kb: u64) -> Trend {
+    /// by every other test over `span_ns` ([`Verdict::Steady`]).
+    fn judge_steady(
+        &self,
+        grid: &Grid,
+        points: &[(u32, f64)],
+        size_kb: u64,
+        span_ns: u64,
+    ) -> Trend {
         let t = judge(grid, points, size_kb, &self.opts);
-        if t.verdict != Verdict::TooShort || self.opts.min_span_ns <= STEADY_SPAN_NS {
+        if t.verdict != Verdict::TooShort || self.opts.min_span_ns <= span_ns {
             return t;
         }
         let short = LeakOptions {
-            min_span_ns: STEADY_SPAN_NS,
+            min_span_ns: span_ns,
             ..self.opts.clone()
         };
         let s = judge(grid, points, size_kb, &short);
