@@ -115,7 +115,7 @@ table{border-collapse:collapse;font-size:13px;margin:6px 0}th,td{padding:3px 10p
 th{background:#f4f4f4}td.l,th.l{text-align:left}tr.victim td{color:#b00;font-weight:600}
 dl{display:grid;grid-template-columns:max-content auto;gap:2px 14px;margin:6px 0}dt{color:#666}dd{margin:0}
 svg.flame g.f:hover rect{stroke:#222;stroke-width:1}svg.flame text{font-size:11px;fill:#111;pointer-events:none}
-.diagnosis{border:2px solid #d62728;border-radius:4px;padding:6px 14px;margin:10px 0;background:#fffafa}
+.diagnosis{border:2px solid #d98b00;border-radius:4px;padding:6px 14px;margin:10px 0;background:#fffbf0}
 .diagnosis .likely{font-size:17px;margin:4px 0}.diagnosis .fix{margin:4px 0}.conf{color:#777;font-size:13px;font-weight:normal}
 footer{color:#888;font-size:12px;margin-top:30px}a{color:#1f5fa8}pre{white-space:pre-wrap;word-break:break-all;font-size:12px;background:#fafafa;padding:6px}
 ";
