@@ -214,8 +214,9 @@ fn fixes(place: Option<&str>, stacks: bool) -> Vec<String> {
     let mut v = Vec::new();
     match place {
         Some(at) => v.push(format!(
-            "Find what {at} keeps across steps and stop keeping it: a list or dict appended to \
-             every step, a cache without a bound, tensors stored with their graph"
+            "It grows at {at}: find what that keeps across steps and stop keeping it (a list or \
+             dict appended to every step, a cache without a bound, tensors stored with their \
+             graph)"
         )),
         None => v.push(
             "Find what the loop keeps across steps and stop keeping it: a list or dict appended \
@@ -321,6 +322,55 @@ mod tests {
         // A fifth of the limit: a cause, not the whole of it.
         let d = run(&leaky(Verdict::Steady, 0.9));
         assert_eq!(d[0].confidence, Confidence::Medium, "{d:#?}");
+    }
+
+    #[test]
+    fn with_growth_stacks_it_names_where_it_grows() {
+        use crate::decode::stacks::{Frame, StackDelta, StackSample};
+        let mut r = leaky(Verdict::Steady, 4.0);
+        let frame = |kind: &str, func: &str, file: &str| Frame {
+            kind: kind.into(),
+            addr: 1,
+            function: Some(func.into()),
+            file: Some(file.into()),
+            line: Some(4),
+            module: None,
+        };
+        r.stacks.observe(
+            10 * S,
+            StackSample {
+                stacks: vec![StackDelta {
+                    proc: crate::decode::ProcKey {
+                        tgid: 100,
+                        start_ns: 100,
+                    },
+                    stack_id: 7,
+                    py_id: 0,
+                    py_state: 0,
+                    bytes: 150 << 20,
+                    count: 150,
+                    frames: Some(vec![
+                        frame("native", "PyByteArray_Resize", "bytearrayobject.c"),
+                        frame("python", "leak_step", "train.py"),
+                    ]),
+                    error: None,
+                    gpu: false,
+                }],
+            },
+        );
+        let d = run(&r);
+        assert!(
+            d[0].evidence.contains(
+                &"Its heaviest growth stack: 150 MiB of new highs through train.py:4 in leak_step"
+                    .to_string()
+            ),
+            "{d:#?}"
+        );
+        assert!(
+            d[0].fix[0].starts_with("It grows at train.py:4 in leak_step: "),
+            "{d:#?}"
+        );
+        assert!(!d[0].fix.iter().any(|f| f.contains("--stacks")), "{d:#?}");
     }
 
     #[test]

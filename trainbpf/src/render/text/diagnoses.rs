@@ -112,11 +112,16 @@ pub fn explain(r: &Report, o: &TextOptions) -> String {
             out,
             "{}",
             p.red(&format!(
-                "OOM kill {} of {n} at +{:.1} s: pid {} ({})",
+                "OOM kill {} of {n} at +{:.1} s: pid {} ({}){}",
                 i + 1,
                 r.since_start_s(k.ts_ns),
                 k.victim.pid,
-                esc(&k.victim.comm)
+                esc(&k.victim.comm),
+                if k.victim.in_job {
+                    ""
+                } else {
+                    ", outside the job"
+                }
             ))
         );
         let mine: Vec<&Diagnosis> = r.diagnoses.iter().filter(|d| d.kill == Some(i)).collect();
