@@ -180,12 +180,16 @@ impl Status {
     /// The warning that memory runs out within [`RUNNING_OUT_S`] at the
     /// rate of every steady climb (`p`, from `trends`), naming the
     /// steepest: once per climber, again when the time left has halved.
+    /// None when every climb is a suspected leak: its leak warning says
+    /// when the limit comes.
     fn running_out(&mut self, trends: &[Trend], p: &Projection) -> Option<LeakWarning> {
         let secs = p.seconds.filter(|&s| s <= RUNNING_OUT_S)?;
-        let top = trends
-            .iter()
-            .filter(|t| t.is_climbing() && t.alive)
-            .max_by(|a, b| a.slope_kb_per_s.total_cmp(&b.slope_kb_per_s))?;
+        let climbing = || trends.iter().filter(|t| t.is_climbing() && t.alive);
+        // Suspected leaks are warned of as leaks, with this projection.
+        if climbing().all(Trend::is_leak) {
+            return None;
+        }
+        let top = climbing().max_by(|a, b| a.slope_kb_per_s.total_cmp(&b.slope_kb_per_s))?;
         let key = (top.pid, top.start_ns);
         // Under ten seconds a new warning could not be acted on.
         if self
@@ -470,6 +474,21 @@ mod tests {
                 "{said:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_suspected_leak_is_warned_of_as_a_leak_alone() {
+        let mut s = Status::new(
+            true,
+            LeakOptions {
+                min_span_ns: 10_000_000_000,
+                ..Default::default()
+            },
+        );
+        let said = climbing_toward(&mut s, 45);
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert!(!said[0].1.running_out, "{said:?}");
+        assert!(said[0].1.projected_oom_s.is_some(), "{said:?}");
     }
 
     #[test]
