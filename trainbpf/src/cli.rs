@@ -154,6 +154,11 @@ pub enum Command {
         /// --stacks`): where its new highs of memory were taken.
         #[arg(long, conflicts_with_all = ["events", "leaks"])]
         stacks: bool,
+        /// Print every diagnosis (what most likely happened, per kill and
+        /// for the run) with its confidence, all of its evidence from this
+        /// recording and every fix.
+        #[arg(long, conflicts_with_all = ["events", "json", "leaks", "stacks"])]
+        explain: bool,
         /// Suspect a leak only in a climb that lasted at least this long,
         /// up to the end of the recording or of the process.
         #[arg(long, default_value = "5m", value_parser = parse_duration)]
@@ -260,6 +265,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             pprof,
             leaks,
             stacks,
+            explain,
             leak_span,
             until,
         } => {
@@ -279,6 +285,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                     report::Part::Leaks
                 } else if stacks {
                     report::Part::Stacks
+                } else if explain {
+                    report::Part::Explain
                 } else {
                     report::Part::All
                 };

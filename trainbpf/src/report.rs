@@ -120,6 +120,8 @@ pub enum Part {
     Leaks,
     /// Every process's growth stacks (`--stacks`).
     Stacks,
+    /// Every diagnosis with its evidence and fixes (`--explain`).
+    Explain,
 }
 
 pub fn run(
@@ -149,6 +151,7 @@ pub fn run(
         Part::All => render::text::render(&report, &o),
         Part::Leaks => render::text::leaks_report(&report, &o),
         Part::Stacks => render::text::stacks_report(&report, &o),
+        Part::Explain => render::text::explain(&report, &o),
     })
 }
 

@@ -26,6 +26,10 @@ const EVERY: Duration = Duration::from_secs(1);
 /// How often the leak model is asked about new leaks without a terminal
 /// (with one, at each redraw).
 const CHECK_EVERY: Duration = Duration::from_secs(5);
+/// Memory projected to run out within this many seconds is warned of,
+/// from any steady climb: a leak that will kill the job in a minute need
+/// not have climbed for `--leak-span` first.
+const RUNNING_OUT_S: f64 = 300.0;
 
 pub struct Status {
     started: Instant,
@@ -43,6 +47,9 @@ pub struct Status {
     last_cost: Duration,
     /// Leaks already warned of: (pid, start) or the group's role.
     warned: std::collections::HashSet<(Option<u32>, u64, Option<String>)>,
+    /// Memory running out, warned of: the steepest climber's key, and the
+    /// time to the limit said then. Said again only once that halves.
+    running_out: std::collections::HashMap<(Option<u32>, u64), f64>,
 }
 
 struct Draw {
@@ -66,6 +73,7 @@ impl Status {
             last_check: None,
             last_cost: Duration::ZERO,
             warned: Default::default(),
+            running_out: Default::default(),
         }
     }
 
@@ -128,12 +136,16 @@ impl Status {
             .live
             .as_ref()
             .map_or((Vec::new(), None), |l| l.snapshot(TOP.max(8)));
+        let soon = self.live.as_ref().and_then(|l| l.running_out(&trends));
         self.last_cost = t0.elapsed();
         let mut out = Vec::new();
         for t in trends.iter().filter(|t| t.is_leak() && t.alive) {
             if self.warned.insert((t.pid, t.start_ns, t.group.clone())) {
                 out.push(warning(t, projection.as_ref()));
             }
+        }
+        if let Some(w) = soon.and_then(|p| self.running_out(&trends, &p)) {
+            out.push(w);
         }
         if redraw && let Some(d) = &mut self.draw {
             d.last = Some(Instant::now());
@@ -164,6 +176,38 @@ impl Status {
     }
 }
 
+impl Status {
+    /// The warning that memory runs out within [`RUNNING_OUT_S`] at the
+    /// rate of every steady climb (`p`, from `trends`), naming the
+    /// steepest: once per climber, again when the time left has halved.
+    /// None when every climb is a suspected leak: its leak warning says
+    /// when the limit comes.
+    fn running_out(&mut self, trends: &[Trend], p: &Projection) -> Option<LeakWarning> {
+        let secs = p.seconds.filter(|&s| s <= RUNNING_OUT_S)?;
+        let climbing = || trends.iter().filter(|t| t.is_climbing() && t.alive);
+        // Suspected leaks are warned of as leaks, with this projection.
+        if climbing().all(Trend::is_leak) {
+            return None;
+        }
+        let top = climbing().max_by(|a, b| a.slope_kb_per_s.total_cmp(&b.slope_kb_per_s))?;
+        let key = (top.pid, top.start_ns);
+        // Under ten seconds a new warning could not be acted on.
+        if self
+            .running_out
+            .get(&key)
+            .is_some_and(|&said| secs > said / 2.0 || secs < 10.0)
+        {
+            return None;
+        }
+        self.running_out.insert(key, secs);
+        Some(LeakWarning {
+            slope_bytes_per_s: (p.slope_kb_per_s.max(0.0) * 1024.0) as u64,
+            running_out: true,
+            ..warning(top, Some(p))
+        })
+    }
+}
+
 /// The record of a warning about `t`.
 fn warning(t: &Trend, p: Option<&Projection>) -> LeakWarning {
     LeakWarning {
@@ -184,6 +228,7 @@ fn warning(t: &Trend, p: Option<&Projection>) -> LeakWarning {
             }
             .to_string()
         }),
+        running_out: false,
     }
 }
 
@@ -352,6 +397,98 @@ mod tests {
             warning_text(&bare, 40_000_000_000),
             "leak suspected: python3 (pid 700) has climbed +2 MiB/s for 40 s (fit 0.95)"
         );
+    }
+
+    /// 4 MiB/s from 1 s on, a record a second, under a 200 MiB cgroup
+    /// whose usage follows; the warnings of a `tick` after each second.
+    fn climbing_toward(s: &mut Status, secs: u64) -> Vec<(u64, LeakWarning)> {
+        use trainbpf_common as c;
+        let mut said = Vec::new();
+        for i in 0..secs {
+            let ts = 1_000_000_000 + i * 1_000_000_000;
+            // SAFETY: plain integer #[repr(C)] struct.
+            let mut m: c::MemEvent = unsafe { std::mem::zeroed() };
+            m.hdr = c::Header {
+                kind: c::KIND_MEM,
+                flags: c::FLAG_IN_JOB,
+                tgid: 700,
+                ts_ns: ts,
+                start_ns: 5,
+            };
+            m.counters[c::MM_ANONPAGES] = 1000 + i as i64 * 1024;
+            m.alloc_pages = 1000 + i * 1024;
+            m.comm = *b"python3\0\0\0\0\0\0\0\0\0";
+            s.on_record(c::KIND_MEM, &decode::pod_bytes(&m));
+            let p = Pressure {
+                mem_total_kb: 64 << 20,
+                mem_available_kb: 60 << 20,
+                cgroup: Some(decode::samples::CgroupPressure {
+                    usage_kb: 4000 + i * 4096,
+                    limit_kb: Some(200 << 10),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            s.on_pressure(ts, &p);
+            s.last_check = None;
+            said.extend(s.tick().into_iter().map(|w| (i + 1, w)));
+        }
+        said
+    }
+
+    #[test]
+    fn memory_running_out_is_warned_of_before_the_leak_span() {
+        // The default span, five minutes: no leak in 45 s, yet the limit
+        // is under a minute away.
+        let mut s = Status::new(true, LeakOptions::default());
+        let said = climbing_toward(&mut s, 45);
+        assert!(!said.is_empty(), "warned");
+        assert!(said.iter().all(|(_, w)| w.running_out), "{said:?}");
+        let (at, w) = &said[0];
+        assert!(
+            *at >= 20 && *at <= 30,
+            "once the climb is 20 s long: {said:?}"
+        );
+        assert_eq!(w.pid, Some(700));
+        assert_eq!(w.limit_kb, Some(200 << 10));
+        let eta = w.projected_oom_s.unwrap();
+        assert!((20..=40).contains(&eta), "{said:?}");
+        let text = warning_text(w, *at * 1_000_000_000);
+        assert!(
+            text.starts_with(&format!(
+                "memory will run out in ~{eta} s: python3 (pid 700), +4 MiB/s for "
+            )),
+            "{text}"
+        );
+        assert!(
+            text.ends_with(", the job's cgroup limit of 200 MiB"),
+            "{text}"
+        );
+        // Said again only when the time left has halved: a handful, not
+        // one a check.
+        assert!(said.len() <= 3, "{said:?}");
+        for pair in said.windows(2) {
+            let (a, b) = (&pair[0].1, &pair[1].1);
+            assert!(
+                b.projected_oom_s.unwrap() * 2 <= a.projected_oom_s.unwrap() + 1,
+                "{said:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_suspected_leak_is_warned_of_as_a_leak_alone() {
+        let mut s = Status::new(
+            true,
+            LeakOptions {
+                min_span_ns: 10_000_000_000,
+                ..Default::default()
+            },
+        );
+        let said = climbing_toward(&mut s, 45);
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert!(!said[0].1.running_out, "{said:?}");
+        assert!(said[0].1.projected_oom_s.is_some(), "{said:?}");
     }
 
     #[test]

@@ -367,6 +367,12 @@ pub struct LeakWarning {
     pub limit_kb: Option<u64>,
     /// `cgroup` (the job's memory cgroup) or `machine` (RAM plus swap).
     pub limit_of: Option<String>,
+    /// Not a leak but memory about to run out: the climbs projected to
+    /// reach the limit within minutes, shorter than `--leak-span` or not
+    /// (the steepest named, the slope theirs together). Absent in
+    /// recordings made before it existed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub running_out: bool,
 }
 
 /// What the bounded flight recording did to older history, as of its last

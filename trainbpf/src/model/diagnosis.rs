@@ -19,6 +19,9 @@ mod cuda_in_workers;
 mod dataloader_cow;
 mod fast_growth;
 mod gpu_oom;
+/// What `steady_leak` and `fast_growth` share: a kill's limit, where a
+/// process grows.
+mod growth;
 mod no_swap_overcommit;
 mod pinned_memory;
 mod shm_full;

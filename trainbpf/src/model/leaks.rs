@@ -81,6 +81,15 @@ const MAX_TRENDS: usize = 12;
 /// Pressure samples kept for the projection: the recent span's, within a
 /// bound that timestamps running backwards cannot lift.
 const MAX_USAGE: usize = 4096;
+/// The span a killed process's climb, shorter than `--leak-span`, needs
+/// to be called [`Verdict::Steady`]: many steps' worth, where one step's
+/// allocation takes a second or two (the kill ended the climb, so it
+/// cannot have lasted longer).
+pub const STEADY_SPAN_NS: u64 = 10_000_000_000;
+/// The same for a live process, for the warning that memory will run
+/// out: longer, so that a warm-up still in progress is seldom taken for
+/// one.
+pub const WARN_SPAN_NS: u64 = 20_000_000_000;
 /// The halves and the last quarter of a sustained climb must each climb at
 /// this share of its slope at least.
 const PART_SLOPE: f64 = 0.3;
@@ -134,6 +143,12 @@ pub enum Verdict {
     /// Climbed until it exited, not killed, in a role group: a worker
     /// respawned with an empty heap, judged with its group.
     Respawned,
+    /// Passes every test of a leak but the span: a steady climb shorter
+    /// than `--leak-span`, at least [`STEADY_SPAN_NS`]. Judged so only for
+    /// a process the OOM killer chose (what the diagnosis of its kill
+    /// reads) and, over [`WARN_SPAN_NS`], for live processes while
+    /// recording (the warning that memory will run out).
+    Steady,
 }
 
 impl Verdict {
@@ -147,6 +162,7 @@ impl Verdict {
             Verdict::Irregular => "irregular",
             Verdict::Refilled => "refilled",
             Verdict::Respawned => "respawned",
+            Verdict::Steady => "steady",
         }
     }
 }
@@ -184,6 +200,11 @@ pub struct Trend {
 impl Trend {
     pub fn is_leak(&self) -> bool {
         self.verdict == Verdict::Leak
+    }
+
+    /// A leak, or a climb as steady as one but shorter than the span.
+    pub fn is_climbing(&self) -> bool {
+        matches!(self.verdict, Verdict::Leak | Verdict::Steady)
     }
 }
 
@@ -272,6 +293,13 @@ impl Live {
     /// and when the leaks among them reach the limit.
     pub fn snapshot(&self, top: usize) -> (Vec<Trend>, Option<Projection>) {
         self.b.snapshot(top)
+    }
+
+    /// When the limit is reached at the summed rate of every steady climb
+    /// among `trends` (a snapshot's), leaks or not: what the warning that
+    /// memory will run out projects.
+    pub fn running_out(&self, trends: &[Trend]) -> Option<Projection> {
+        self.b.project_by(trends, Trend::is_climbing)
     }
 }
 

@@ -7,7 +7,8 @@
 //! paths, the command line, kernel log lines) is untrusted and goes through
 //! [`esc`].
 //!
-//! Layout: the verdict per kill; memory per process over the whole run with
+//! Layout: the most likely cause of each kill and its fix (the
+//! diagnoses); the verdict per kill; memory per process over the whole run with
 //! each kill marked and its window shaded (the shaded window links to the
 //! kill's own section); the machine's available memory and the job cgroup's
 //! usage against its limit over the run; then per kill its story, a zoomed
@@ -21,6 +22,8 @@ use crate::model::Report;
 use crate::render::rfc3339_ms;
 use crate::units::{human_duration, human_kb, human_secs};
 
+/// The diagnoses, first on the page.
+mod diagnoses;
 /// Escaping, colours and the SVG charts' frame.
 mod draw;
 /// Flame graphs of growth stacks, per kill and for the whole run.
@@ -83,6 +86,7 @@ pub fn render(r: &Report) -> String {
     );
     let _ = writeln!(o, "<p class=\"meta\">{}</p></header>", esc(&about));
 
+    diagnoses::lead(&mut o, r);
     verdicts(&mut o, r);
     run::run_section(&mut o, r);
     let n = r.kills.len();
@@ -111,6 +115,8 @@ table{border-collapse:collapse;font-size:13px;margin:6px 0}th,td{padding:3px 10p
 th{background:#f4f4f4}td.l,th.l{text-align:left}tr.victim td{color:#b00;font-weight:600}
 dl{display:grid;grid-template-columns:max-content auto;gap:2px 14px;margin:6px 0}dt{color:#666}dd{margin:0}
 svg.flame g.f:hover rect{stroke:#222;stroke-width:1}svg.flame text{font-size:11px;fill:#111;pointer-events:none}
+.diagnosis{border:2px solid #d98b00;border-radius:4px;padding:6px 14px;margin:10px 0;background:#fffbf0}
+.diagnosis .likely{font-size:17px;margin:4px 0}.diagnosis .fix{margin:4px 0}.conf{color:#777;font-size:13px;font-weight:normal}
 footer{color:#888;font-size:12px;margin-top:30px}a{color:#1f5fa8}pre{white-space:pre-wrap;word-break:break-all;font-size:12px;background:#fafafa;padding:6px}
 ";
 

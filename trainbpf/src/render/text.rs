@@ -11,6 +11,8 @@ use crate::units::{human_kb, human_secs};
 // `esc` before it is formatted (see crate::term).
 use crate::term::{escape as esc, escape_join};
 
+/// "Most likely:", the verdict's line and `report --explain`.
+mod diagnoses;
 /// What the kernel programs logged (`record --ebpf-log`).
 mod ebpf_log;
 /// GPU and pinned memory, CUDA OOMs, Xid.
@@ -28,6 +30,7 @@ pub(crate) mod style;
 /// The verdict `record` prints when the job ends.
 mod verdict;
 
+pub use diagnoses::explain;
 pub(crate) use kill::story;
 pub use leaks::{report as leaks_report, warning_text};
 pub use stacks::report as stacks_report;
@@ -45,6 +48,7 @@ pub fn render(r: &Report, o: &TextOptions) -> String {
 
     header(&mut out, r, &p);
     if r.kills.is_empty() {
+        diagnoses::run_head(&mut out, r, width, &p);
         no_kill(&mut out, r, &p);
     }
 

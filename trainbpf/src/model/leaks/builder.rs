@@ -13,7 +13,7 @@ use super::line::{Line, SumLine};
 use super::project::{Usage, project};
 use super::{
     BUCKETS, LeakOptions, LeakReport, MAX_DONE, MAX_LIVE, MAX_TRENDS, MAX_USAGE, Projection, SEC,
-    Trend, Verdict,
+    STEADY_SPAN_NS, Trend, Verdict, WARN_SPAN_NS,
 };
 
 #[derive(Debug)]
@@ -177,7 +177,13 @@ impl Builder {
             return;
         }
         let role = role(key.tgid, &p.comm, attr);
-        let mut trend = judge(&grid, &points, p.size_kb, &self.opts);
+        // A kill's diagnosis asks whether its victim climbed steadily, even
+        // for less than the span a leak needs.
+        let mut trend = if p.killed {
+            self.judge_steady(&grid, &points, p.size_kb, STEADY_SPAN_NS)
+        } else {
+            judge(&grid, &points, p.size_kb, &self.opts)
+        };
         trend.pid = Some(key.tgid);
         trend.start_ns = key.start_ns;
         trend.comm.clone_from(&p.comm);
@@ -299,7 +305,7 @@ impl Builder {
                 if points.is_empty() {
                     return None;
                 }
-                let mut t = judge(&grid, &points, p.size_kb, &self.opts);
+                let mut t = self.judge_steady(&grid, &points, p.size_kb, WARN_SPAN_NS);
                 t.pid = Some(key.tgid);
                 t.start_ns = key.start_ns;
                 t.comm.clone_from(&p.comm);
@@ -316,7 +322,44 @@ impl Builder {
 
     /// Headroom over the live leaks' summed slope; see the module docs.
     pub(super) fn project(&self, trends: &[Trend]) -> Option<Projection> {
-        project(&self.usage, self.job_limit_kb, self.now, trends)
+        self.project_by(trends, Trend::is_leak)
+    }
+
+    /// The same over the trends `counts` takes.
+    pub(super) fn project_by(
+        &self,
+        trends: &[Trend],
+        counts: fn(&Trend) -> bool,
+    ) -> Option<Projection> {
+        project(&self.usage, self.job_limit_kb, self.now, trends, counts)
+    }
+
+    /// [`judge`], and for a climb too short for a leak, whether it is one
+    /// by every other test over `span_ns` ([`Verdict::Steady`]).
+    fn judge_steady(
+        &self,
+        grid: &Grid,
+        points: &[(u32, f64)],
+        size_kb: u64,
+        span_ns: u64,
+    ) -> Trend {
+        let t = judge(grid, points, size_kb, &self.opts);
+        if t.verdict != Verdict::TooShort || self.opts.min_span_ns <= span_ns {
+            return t;
+        }
+        let short = LeakOptions {
+            min_span_ns: span_ns,
+            ..self.opts.clone()
+        };
+        let s = judge(grid, points, size_kb, &short);
+        if s.verdict == Verdict::Leak {
+            Trend {
+                verdict: Verdict::Steady,
+                ..s
+            }
+        } else {
+            t
+        }
     }
 }
 

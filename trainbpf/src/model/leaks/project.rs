@@ -22,9 +22,10 @@ pub(super) fn project(
     job_limit_kb: Option<u64>,
     end: u64,
     trends: &[Trend],
+    counts: fn(&Trend) -> bool,
 ) -> Option<Projection> {
     let latest = usage.back()?;
-    let slope = live_slope(trends);
+    let slope = live_slope(trends, counts);
     // Each recent sample carried forward to the end at the leaks' rate;
     // the highest is where usage stands: a sawtooth's teeth count, and
     // so does growth since a stale or coarse sample (cgroup v1 reports
@@ -68,10 +69,10 @@ pub(super) fn project(
     })
 }
 
-/// The live leaks' slopes, each process once: a group counts for what its
-/// leaking members do not already explain.
-pub(super) fn live_slope(trends: &[Trend]) -> f64 {
-    let live = |t: &&Trend| t.is_leak() && t.alive;
+/// The live leaks' slopes (the trends `counts` takes), each process once:
+/// a group counts for what its leaking members do not already explain.
+pub(super) fn live_slope(trends: &[Trend], counts: fn(&Trend) -> bool) -> f64 {
+    let live = |t: &&Trend| counts(t) && t.alive;
     let procs: f64 = trends
         .iter()
         .filter(live)

@@ -384,6 +384,64 @@ fn a_climb_shorter_than_the_span_is_not_yet_a_leak() {
     assert!(r.leaks.suspected());
 }
 
+/// The OOM killer's record of `k`.
+fn oom(secs: f64, k: ProcKey, comm: &str) -> Timed {
+    let task = crate::decode::Task {
+        pid: k.tgid,
+        tgid: k.tgid,
+        comm: comm.into(),
+    };
+    at(
+        secs,
+        Event::Oom(Box::new(crate::decode::OomRecord {
+            kind: crate::decode::OomRecordKind::Victim,
+            source: "tp_btf".into(),
+            victim: k,
+            victim_pid: k.tgid,
+            comm: comm.into(),
+            in_job: true,
+            uid: 0,
+            oom_score_adj: 0,
+            rss: Rss::default(),
+            total_vm_kb: 0,
+            pgtables_kb: 0,
+            memcg_id: 0,
+            oc: None,
+            trigger: task,
+        })),
+    )
+}
+
+#[test]
+fn a_killed_process_that_climbed_steadily_for_less_than_the_span_is_steady() {
+    let p = key(700, 0.0);
+    let climb = |from: f64, to: f64, killed: bool| {
+        let mut evs = Vec::new();
+        sampled(
+            p,
+            "python3",
+            0.0,
+            to,
+            |t| 4.0 * MIB * (t - from).max(0.0) + wobble(t, 300.0),
+            &mut evs,
+        );
+        if killed {
+            evs.push(oom(to, p, "python3"));
+        }
+        evs.push(exit(to + 0.01, p, "python3"));
+        report(evs, 300.0).leaks.trends[0].clone()
+    };
+    // 4 MiB/s for 50 s until the kill: as steady as a leak, too short.
+    let t = climb(0.0, 50.0, true);
+    assert_eq!(t.verdict, Verdict::Steady, "{t:?}");
+    assert!((t.slope_kb_per_s / MIB - 4.0).abs() < 0.3, "{t:?}");
+    assert!(!t.is_leak() && t.is_climbing());
+    // The same climb in a process that exited: judged as before.
+    assert_eq!(climb(0.0, 50.0, false).verdict, Verdict::TooShort);
+    // Flat for 45 s, then 5 s of climb before the kill: too short even so.
+    assert_eq!(climb(45.0, 50.0, true).verdict, Verdict::TooShort);
+}
+
 #[test]
 fn respawned_workers_growing_generation_by_generation_leak_as_a_group() {
     // Each worker holds its memory flat for its 60 s life, but each
@@ -446,7 +504,7 @@ fn projection_sums_live_leaks_once_each() {
         // Dead: adds nothing any more.
         t(Some(4), None, 100.0, false),
     ];
-    assert!((live_slope(&trends) - 30.0).abs() < 1e-9);
+    assert!((live_slope(&trends, Trend::is_leak) - 30.0).abs() < 1e-9);
 
     // The headroom: the highest recent usage, carried forward to the
     // end (2 s) at 30 kB/s, against the limit.

@@ -17,6 +17,11 @@ pub struct LeakWarning {
     pub fit: f64,
     /// The role group; null for a process.
     pub group: Option<String>,
+    /// `leak`: a suspected leak; `running_out`: memory projected to run
+    /// out within minutes, from any steady climb (the steepest named,
+    /// `slope_kb_per_s` theirs together), before `--leak-span` had passed.
+    #[schemars(extend("enum" = ["leak", "running_out"]))]
+    pub kind: String,
     /// The limit the projection ran into (kB).
     pub limit_kb: Option<u64>,
     /// What the limit is.
@@ -41,6 +46,7 @@ impl LeakWarning {
                 comm: w.comm.clone(),
                 fit: w.fit_permille as f64 / 1000.0,
                 group: w.group.clone(),
+                kind: if w.running_out { "running_out" } else { "leak" }.into(),
                 limit_kb: w.limit_kb,
                 limit_of: w.limit_of.clone(),
                 pid: w.pid,

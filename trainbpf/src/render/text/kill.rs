@@ -30,6 +30,7 @@ pub(super) fn kill_section(
         format!("OOM kill at {when}")
     };
     let _ = writeln!(out, "{}", p.red(&head));
+    super::diagnoses::kill_head(out, r, i, width, p);
     for line in wrap(&story(k), width - 2) {
         let _ = writeln!(out, "  {line}");
     }

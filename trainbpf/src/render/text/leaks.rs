@@ -27,6 +27,24 @@ pub fn warning_text(w: &crate::model::LeakWarning, now_ns: u64) -> String {
         (None, Some(g)) => format!("{} ({} processes)", esc(g), w.members),
         (None, None) => esc(&w.comm).into_owned(),
     };
+    let limit_of = |w: &crate::model::LeakWarning| match w.limit_of.as_deref() {
+        Some("cgroup") => "the job's cgroup limit",
+        _ => "RAM plus swap",
+    };
+    if w.running_out {
+        // `memory will run out in ~40 s: python3 (pid 700), +4 MiB/s for
+        // 25 s, the job's cgroup limit of 200 MiB`.
+        let mut s = format!(
+            "memory will run out in {}: {who}, +{} for {}",
+            eta(w.projected_oom_s.unwrap_or(0) as f64),
+            human_rate(w.slope_bytes_per_s as f64 / 1024.0),
+            human_span(now_ns.saturating_sub(w.since_ns))
+        );
+        if let Some(limit) = w.limit_kb {
+            s.push_str(&format!(", {} of {}", limit_of(w), human_kb(limit)));
+        }
+        return s;
+    }
     let mut s = format!(
         "leak suspected: {who} has climbed +{} for {} (fit {:.2})",
         human_rate(w.slope_bytes_per_s as f64 / 1024.0),
@@ -36,10 +54,7 @@ pub fn warning_text(w: &crate::model::LeakWarning, now_ns: u64) -> String {
     if let (Some(secs), Some(limit)) = (w.projected_oom_s, w.limit_kb) {
         s.push_str(&format!(
             "; at this rate {} of {} is reached in {}",
-            match w.limit_of.as_deref() {
-                Some("cgroup") => "the job's cgroup limit",
-                _ => "RAM plus swap",
-            },
+            limit_of(w),
             human_kb(limit),
             eta(secs as f64)
         ));
@@ -70,6 +85,10 @@ fn why_not(v: Verdict, r: &Report) -> String {
         Verdict::Irregular => "no steady trend".into(),
         Verdict::Refilled => "climbed back to a level it held before".into(),
         Verdict::Respawned => "climbed until it exited; judged with its group".into(),
+        Verdict::Steady => format!(
+            "a steady climb, shorter than {}",
+            secs_whole(r.leaks.min_span_ns)
+        ),
     }
 }
 
@@ -139,7 +158,7 @@ fn warnings_part(out: &mut String, r: &Report, width: usize, p: &Paint) {
     if r.leak_warnings.is_empty() {
         return;
     }
-    let _ = writeln!(out, "{}", p.bold("Leak warnings given while recording:"));
+    let _ = writeln!(out, "{}", p.bold("Warnings given while recording:"));
     for (ts, w) in &r.leak_warnings {
         let mut line = format!("+{:.1} s  {}", r.since_start_s(*ts), warning_text(w, *ts));
         if let Some(k) = r.kills.iter().find(|k| k.ts_ns >= *ts) {

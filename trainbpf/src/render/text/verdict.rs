@@ -66,6 +66,7 @@ pub fn verdict(r: &Report) -> String {
     if r.kills.is_empty() {
         let _ = writeln!(out, "trainbpf: no OOM kill recorded");
     }
+    super::diagnoses::verdict(&mut out, r);
     let _ = writeln!(out, "trainbpf: job {}", job_outcome(r));
     // The root's cause, and any other process that did not simply exit.
     let root = r.job.as_ref().map(|j| j.pid);

@@ -1,0 +1,146 @@
+//! What `steady_leak` and `fast_growth` both ask of a kill: the limit it
+//! ran into, a process's name as the evidence gives it, and where that
+//! process's memory came from when `record --stacks` took its stacks.
+
+use crate::model::stacks::Frame;
+use crate::model::{Constraint, GrowthStack, Kill, Report};
+
+/// The limit a kill ran into, kB, and what it was: the memory cgroup's as
+/// the kernel printed it (or the job's `--memory-limit`), else for a
+/// machine-wide OOM RAM plus swap.
+pub(super) fn kill_limit(r: &Report, k: &Kill) -> Option<(u64, &'static str)> {
+    if let Some(l) = k.memcg_limit_kb {
+        return Some((l, "memory cgroup limit"));
+    }
+    let job_limit = r
+        .job
+        .as_ref()
+        .and_then(|j| j.memory_limit_bytes)
+        .map(|b| b / 1024);
+    match k.constraint {
+        Constraint::Memcg | Constraint::Unknown if k.victim.in_job => {
+            job_limit.map(|l| (l, "memory cgroup limit"))
+        }
+        Constraint::None => {
+            let m = r.header.mem_total_kb + r.header.swap_total_kb;
+            (m > 0).then_some((m, "RAM plus swap"))
+        }
+        _ => None,
+    }
+}
+
+/// `python3 (pid 700)`: unescaped, as every diagnosis line is (the
+/// renderers escape).
+pub(super) fn who(comm: &str, pid: u32) -> String {
+    format!("{comm} (pid {pid})")
+}
+
+/// The frame that says where memory grows: the innermost Python frame,
+/// else the innermost native frame with a source line outside the
+/// allocator and the interpreter, else the innermost named one.
+fn place(frames: &[Frame]) -> Option<String> {
+    let text = |f: &Frame| {
+        let func = f.function.as_deref().unwrap_or("?");
+        match (&f.file, f.line) {
+            (Some(file), Some(line)) => format!("{file}:{line} in {func}"),
+            _ => match &f.module {
+                Some(m) => format!("{func} ({m})"),
+                None => func.to_string(),
+            },
+        }
+    };
+    let plumbing = |f: &Frame| {
+        let module = f.module.as_deref().unwrap_or("");
+        let func = f.function.as_deref().unwrap_or("");
+        module.contains("libc.so")
+            || module.contains("ld-linux")
+            || module.contains("libpython")
+            || ["malloc", "calloc", "realloc", "memset", "memcpy", "mmap"]
+                .iter()
+                .any(|p| func.contains(p))
+            || func.starts_with("Py")
+            || func.starts_with("_Py")
+    };
+    frames
+        .iter()
+        .find(|f| f.kind == "python" && f.function.is_some())
+        .or_else(|| {
+            frames
+                .iter()
+                .find(|f| f.file.is_some() && f.line.is_some() && !plumbing(f))
+        })
+        .or_else(|| frames.iter().find(|f| f.function.is_some() && !plumbing(f)))
+        .map(text)
+}
+
+/// The heaviest growth stack among `stacks` with a frame that names a
+/// place: its bytes and that place.
+pub(super) fn heaviest(stacks: &[GrowthStack]) -> Option<(u64, String)> {
+    stacks
+        .iter()
+        .filter(|s| s.bytes > 0)
+        .max_by_key(|s| s.bytes)
+        .and_then(|s| Some((s.bytes, place(&s.frames)?)))
+}
+
+/// Where a kill's grower's memory came from, up to the kill; else over the
+/// whole run.
+pub(super) fn grower_place(r: &Report, k: &Kill, pid: u32, start_ns: u64) -> Option<(u64, String)> {
+    let stacks = match k
+        .growers
+        .iter()
+        .find(|g| g.pid == pid && g.start_ns == start_ns)
+    {
+        Some(g) => r.grower_stacks(k, g),
+        None => r.process_stacks(pid, start_ns),
+    };
+    heaviest(&stacks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(kind: &str, func: &str, file: Option<&str>, module: Option<&str>) -> Frame {
+        Frame {
+            kind: kind.into(),
+            addr: 0x1000,
+            function: Some(func.into()),
+            file: file.map(Into::into),
+            line: file.map(|_| 12),
+            module: module.map(Into::into),
+        }
+    }
+
+    #[test]
+    fn the_place_skips_the_allocator_and_prefers_python() {
+        let native = vec![
+            frame("native", "malloc", None, Some("/usr/lib/libc.so.6")),
+            frame("native", "grow_here", Some("grow.c"), Some("/tmp/grow")),
+            frame("native", "main", Some("grow.c"), Some("/tmp/grow")),
+        ];
+        assert_eq!(place(&native).unwrap(), "grow.c:12 in grow_here");
+        let mut py = native.clone();
+        py.insert(1, frame("python", "leak_step", Some("train.py"), None));
+        assert_eq!(place(&py).unwrap(), "train.py:12 in leak_step");
+        let stacks = vec![
+            GrowthStack {
+                bytes: 1 << 20,
+                count: 1,
+                frames: py,
+                error: None,
+            },
+            GrowthStack {
+                bytes: 8 << 20,
+                count: 8,
+                frames: native,
+                error: None,
+            },
+        ];
+        assert_eq!(
+            heaviest(&stacks),
+            Some((8 << 20, "grow.c:12 in grow_here".into()))
+        );
+        assert_eq!(heaviest(&[]), None);
+    }
+}
