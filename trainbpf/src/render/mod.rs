@@ -288,6 +288,8 @@ pub(crate) mod fixture {
                 memory_limit_bytes: Some(300 << 20),
                 exit: Some(ExitStatus::Signal(9)),
                 exited_ns: Some(21_000_000_000),
+                attached: None,
+                target: None,
             }),
             kills: vec![kill],
             processes: vec![Process {
@@ -336,6 +338,8 @@ pub(crate) mod fixture {
             death_stacks: Default::default(),
             ebpf_log: Default::default(),
             diagnoses: Vec::new(),
+            short_lived: Default::default(),
+            left_out: Default::default(),
         }
     }
 }
