@@ -64,11 +64,7 @@ impl Apart {
                     return None;
                 }
             }
-            Event::Exec { proc, .. } => {
-                if self.is_apart(proc) {
-                    return None;
-                }
-            }
+            Event::Exec { proc, .. } if self.is_apart(proc) => return None,
             Event::Exit { proc, kthread, .. } => {
                 if *kthread && !self.keys.contains(proc) {
                     // One that was running before the recording began.
@@ -79,16 +75,12 @@ impl Apart {
                     return None;
                 }
             }
-            Event::Mem { proc, in_job, .. } | Event::OomAdj { proc, in_job, .. } => {
-                if *in_job && self.is_apart(proc) {
-                    *in_job = false;
-                }
+            Event::Mem { proc, in_job, .. } | Event::OomAdj { proc, in_job, .. }
+                if self.is_apart(proc) =>
+            {
+                *in_job = false;
             }
-            Event::Oom(rec) => {
-                if rec.in_job && self.is_apart(&rec.victim) {
-                    rec.in_job = false;
-                }
-            }
+            Event::Oom(rec) if self.is_apart(&rec.victim) => rec.in_job = false,
             _ => {}
         }
         Some(t)

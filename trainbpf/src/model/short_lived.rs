@@ -35,6 +35,11 @@ impl ShortLived {
         self.keys.is_empty()
     }
 
+    /// Any folded process had this pid (role groups know pids only).
+    pub fn has_pid(&self, pid: u32) -> bool {
+        self.keys.iter().any(|k| k.tgid == pid)
+    }
+
     pub fn contains(&self, pid: u32, start_ns: u64) -> bool {
         self.keys.contains(&ProcKey {
             tgid: pid,

@@ -6,6 +6,8 @@ pub mod html;
 pub mod json;
 pub mod perfetto;
 pub mod pprof;
+/// Folded lines the text and HTML share.
+pub mod readable;
 pub mod text;
 
 use crate::{

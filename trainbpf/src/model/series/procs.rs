@@ -73,9 +73,10 @@ impl ProcLine {
     /// What it held before an exec was its parent's: start over.
     pub(super) fn on_exec(&mut self, ts: u64) {
         self.exec_ns = Some(ts);
+        // As a line that has seen nothing yet.
         self.rss = Line::default();
         self.peak_kb = 0;
-        self.peak_ns = ts;
+        self.peak_ns = 0;
     }
 
     /// Columns of its memory, `None` outside its life.
