@@ -84,8 +84,11 @@ pub fn render(r: &Report) -> String {
         r.events,
         r.lost_events()
     );
-    let attached = r.job.as_ref().is_some_and(|j| j.attached.is_some());
-    if let Some(line) = crate::render::readable::left_out_line(&r.left_out, attached) {
+    let all = r
+        .job
+        .as_ref()
+        .is_some_and(|j| j.attached.as_deref() == Some("all"));
+    if let Some(line) = crate::render::readable::left_out_line(&r.left_out, all) {
         let _ = write!(about, "; {line}");
     }
     let _ = writeln!(o, "<p class=\"meta\">{}</p></header>", esc(&about));

@@ -32,10 +32,12 @@ pub fn short_lived_line(s: &ShortLived) -> Option<String> {
 }
 
 /// "left out of the job: the recorder (pid 4242) and 2 processes it ran,
-/// 37 kernel threads"; `None` when nothing was.
-pub fn left_out_line(l: &LeftOut, attached: bool) -> Option<String> {
+/// 37 kernel threads"; `None` when nothing was. The recorder is named
+/// where it could have passed for the job's: with `--all`, or when it ran
+/// something the job's probes saw.
+pub fn left_out_line(l: &LeftOut, all: bool) -> Option<String> {
     let mut parts = Vec::new();
-    if let Some(pid) = l.recorder_pid.filter(|_| attached) {
+    if let Some(pid) = l.recorder_pid.filter(|_| all || l.recorder_helpers > 0) {
         parts.push(match l.recorder_helpers {
             0 => format!("the recorder (pid {pid})"),
             1 => format!("the recorder (pid {pid}) and 1 process it ran"),
@@ -96,11 +98,16 @@ mod tests {
             left_out_line(&l, true).unwrap(),
             "left out of the job: the recorder (pid 4242) and 2 processes it ran, 37 kernel threads"
         );
-        // A job the recorder ran: its pid is no news.
+        // A job the recorder ran, or one --pid attached to: its pid is
+        // no news.
         let ran = LeftOut {
             recorder_pid: Some(4242),
             ..LeftOut::default()
         };
         assert_eq!(left_out_line(&ran, false), None);
+        assert_eq!(
+            left_out_line(&ran, true).unwrap(),
+            "left out of the job: the recorder (pid 4242)"
+        );
     }
 }

@@ -89,8 +89,11 @@ fn header(out: &mut String, r: &Report, p: &Paint) {
         let _ = write!(about, " from {}", rfc3339_ms(t));
     }
     let _ = writeln!(out, "{}", p.dim(&about));
-    let attached = r.job.as_ref().is_some_and(|j| j.attached.is_some());
-    if let Some(line) = crate::render::readable::left_out_line(&r.left_out, attached) {
+    let all = r
+        .job
+        .as_ref()
+        .is_some_and(|j| j.attached.as_deref() == Some("all"));
+    if let Some(line) = crate::render::readable::left_out_line(&r.left_out, all) {
         let _ = writeln!(out, "{}", p.dim(&line));
     }
     for f in &r.header.fallbacks {
