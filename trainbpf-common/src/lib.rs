@@ -48,6 +48,9 @@ pub const FLAG_TRUNCATED: u16 = 1 << 1;
 pub const FLAG_SENDER_KTHREAD: u16 = 1 << 2;
 /// `SignalEvent` header flag: `tty_*` hold the target's controlling terminal.
 pub const FLAG_TTY: u16 = 1 << 3;
+/// `ForkEvent`/`ExitEvent` header flag: the process is a kernel thread
+/// (`PF_KTHREAD`), which only `--all` records; the report leaves it out.
+pub const FLAG_KTHREAD: u16 = 1 << 4;
 
 /// Which ring buffer a kind travels in. Kills, deaths, signals and the
 /// kernel's OOM log lines are few and are the evidence: they go to their own

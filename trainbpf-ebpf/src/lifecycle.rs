@@ -89,7 +89,12 @@ fn try_sched_fork(ctx: &BtfTracePointContext) -> Result<u32, u32> {
     let ev = entry.as_mut_ptr();
     // SAFETY: reserved slot.
     unsafe {
-        (*ev).hdr = header(KIND_FORK, FLAG_IN_JOB, child_tgid, leader_start_ns(child));
+        (*ev).hdr = header(
+            KIND_FORK,
+            FLAG_IN_JOB | kthread_flag(child),
+            child_tgid,
+            leader_start_ns(child),
+        );
         (*ev).parent_tgid = parent_tgid;
         (*ev)._pad = 0;
         (*ev).parent_start_ns = leader_start_ns(parent);
@@ -187,11 +192,31 @@ fn try_sched_exit(ctx: &BtfTracePointContext) -> Result<u32, u32> {
     let ev = entry.as_mut_ptr();
     // SAFETY: reserved slot.
     unsafe {
-        (*ev).hdr = header(KIND_EXIT, FLAG_IN_JOB, tgid, leader_start_ns(task));
+        (*ev).hdr = header(
+            KIND_EXIT,
+            FLAG_IN_JOB | kthread_flag(task),
+            tgid,
+            leader_start_ns(task),
+        );
         (*ev).exit_code = rd(task, conf!(task_exit_code)).unwrap_or(0);
         (*ev).group_exit_code = rd(signal, conf!(signal_group_exit_code)).unwrap_or(0);
         (*ev).comm = rd_comm(task);
     }
     entry.submit(lazy_precious());
     Ok(0)
+}
+
+/// `task_struct.flags`: a kernel thread (include/linux/sched.h).
+const PF_KTHREAD: u32 = 0x0020_0000;
+
+/// [`FLAG_KTHREAD`] for a kernel thread: `--all` sees them fork and exit,
+/// and the report leaves them out of the job.
+#[inline(always)]
+fn kthread_flag(task: u64) -> u16 {
+    let flags: u32 = rd(task, conf!(task_flags)).unwrap_or(0);
+    if flags & PF_KTHREAD != 0 {
+        FLAG_KTHREAD
+    } else {
+        0
+    }
 }

@@ -434,6 +434,7 @@ fn generate(a: &Args) -> std::io::Result<()> {
             heartbeat_ms: HEARTBEAT / MS,
             ring_bytes: 4 << 20,
         },
+        recorder_pid: None,
     };
     let file = File::create(&a.out)?;
     let w = Writer::new(BufWriter::with_capacity(1 << 20, file), &rec_header)
@@ -482,6 +483,7 @@ fn generate(a: &Args) -> std::io::Result<()> {
             cgroup: Some("/trainbpf-gen".into()),
             memory_limit_bytes: Some(LIMIT_KB * 1024),
             attached: None,
+            target: None,
         }),
     );
     g.user(

@@ -29,6 +29,7 @@
 //! `deaths`, `series` (charts), `leaks`, `gpu`. The model reads only the
 //! decoded events (`crate::decode`) and the recording's header.
 
+mod apart;
 mod attribution;
 mod badness;
 /// The GPU ledger: CUDA calls, NVML, Xid.
@@ -54,6 +55,9 @@ pub mod leaks;
 mod processes;
 /// /dev/shm filesystems over the run.
 pub mod shm;
+/// Short-lived helpers folded into one line in the text and HTML.
+pub mod short_lived;
+pub use short_lived::ShortLived;
 /// Growth stacks per process (`record --stacks`).
 pub mod stacks;
 mod timeline;
@@ -173,6 +177,21 @@ pub struct Report {
     /// What most likely happened: per kill, surest first, then the run's
     /// own ([`diagnosis::diagnose`]).
     pub diagnoses: Vec<diagnosis::Diagnosis>,
+    /// The job's short-lived helpers, which the text and HTML fold into
+    /// one line ([`short_lived::fold`]).
+    pub short_lived: ShortLived,
+    /// What an attach recorded and the report left out of the job.
+    pub left_out: LeftOut,
+}
+
+/// Processes seen but not the job's (`--all`, `--cgroup`): the recorder
+/// and the helpers it ran, and kernel threads.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LeftOut {
+    pub recorder_pid: Option<u32>,
+    /// The recorder's helpers, its own process not counted.
+    pub recorder_helpers: u64,
+    pub kernel_threads: u64,
 }
 
 impl Report {
@@ -180,6 +199,19 @@ impl Report {
     /// the header has no clock pair.
     pub fn realtime_ns(&self, mono_ns: u64) -> Option<u64> {
         (self.header.clock.realtime_ns != 0).then(|| self.header.clock.to_realtime_ns(mono_ns))
+    }
+
+    /// What was recorded, for a title: the job's command, or what was
+    /// attached to (`Job::title`); empty without a start record.
+    pub fn title(&self) -> String {
+        let Some(j) = &self.job else {
+            return String::new();
+        };
+        let root = self
+            .processes
+            .iter()
+            .find(|p| p.pid == j.pid && (j.start_ns == 0 || p.start_ns == j.start_ns));
+        j.title(root.map(|p| p.comm.as_str()))
     }
 
     /// Seconds from the first event to `mono_ns`.
@@ -318,6 +350,7 @@ struct Builder {
     /// CUDA allocation stacks: put on the GPU report's processes at the end.
     gpu_stacks: Stacks,
     death_stacks: death_stacks::Deaths,
+    apart: apart::Apart,
 }
 
 impl Builder {
@@ -365,6 +398,7 @@ impl Builder {
                     .as_ref()
                     .map(|s| s.contains("signal_deliver")),
             ),
+            apart: apart::Apart::new(header.recorder_pid),
         }
     }
 
@@ -389,6 +423,9 @@ impl Builder {
         self.now = self.now.max(ts);
         self.first = Some(self.first.map_or(ts, |f| f.min(ts)));
         self.last = Some(self.last.map_or(ts, |l| l.max(ts)));
+        let Some(t) = self.apart.filter(t) else {
+            return;
+        };
         self.series.observe(&t);
         self.gpu.observe(&t);
         self.leaks.observe(&t, &self.attribution);
@@ -398,6 +435,7 @@ impl Builder {
                 child,
                 parent,
                 comm,
+                ..
             } => self.on_fork(ts, child, parent, comm),
             Event::Exec {
                 proc,
@@ -518,7 +556,8 @@ impl Builder {
 
         let top = self.top_memory_users();
 
-        let series = std::mem::take(&mut self.series).finish(&processes);
+        let short_lived = short_lived::fold(&processes, &kills);
+        let series = std::mem::take(&mut self.series).finish(&processes, &short_lived);
         let leaks =
             std::mem::take(&mut self.leaks).finish(self.last.unwrap_or(0), &self.attribution);
         let mut report = Report {
@@ -551,6 +590,12 @@ impl Builder {
             death_stacks: std::mem::take(&mut self.death_stacks),
             ebpf_log: self.ebpf_log,
             diagnoses: Vec::new(),
+            short_lived,
+            left_out: LeftOut {
+                recorder_pid: header.recorder_pid,
+                recorder_helpers: self.apart.recorder_procs,
+                kernel_threads: self.apart.kernel_threads,
+            },
         };
         let kill_windows: Vec<(u64, u64)> = report
             .kills

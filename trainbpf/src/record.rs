@@ -308,5 +308,6 @@ fn recording_header(
             heartbeat_ms: tunables.heartbeat_ms,
             ring_bytes: tunables.ring_bytes as u64,
         },
+        recorder_pid: Some(std::process::id()),
     }
 }

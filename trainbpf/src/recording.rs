@@ -56,6 +56,11 @@ pub struct RecordingHeader {
     /// Probes that were tried and not used, and why.
     pub fallbacks: Vec<Fallback>,
     pub config: RecordConfig,
+    /// The recorder's own pid: with `--all` or `--cgroup` it and the
+    /// helpers it runs are seen like any process, and the report keeps
+    /// them apart from the job. Absent in older recordings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recorder_pid: Option<u32>,
 }
 
 /// `vm.overcommit_memory`, `vm.overcommit_ratio`, `vm.overcommit_kbytes`

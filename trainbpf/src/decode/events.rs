@@ -165,6 +165,10 @@ pub struct JobStart {
     /// "cgroup" or "all"; None when it ran the job.
     #[serde(default)]
     pub attached: Option<String>,
+    /// What was attached to, as the user named it: the `--cgroup`
+    /// directory; None otherwise.
+    #[serde(default)]
+    pub target: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -252,6 +256,9 @@ pub enum Event {
         child: ProcKey,
         parent: ProcKey,
         comm: String,
+        /// The child is a kernel thread (`PF_KTHREAD`): seen with `--all`.
+        #[serde(default)]
+        kthread: bool,
     },
     Exec {
         proc: ProcKey,
@@ -265,6 +272,9 @@ pub enum Event {
         /// `task->exit_code`, wait-status encoded.
         exit_code: u32,
         group_exit_code: u32,
+        /// A kernel thread ended (`PF_KTHREAD`): seen with `--all`.
+        #[serde(default)]
+        kthread: bool,
     },
     Mem {
         proc: ProcKey,

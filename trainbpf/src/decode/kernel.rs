@@ -20,6 +20,7 @@ pub(super) fn fork(kind: u16, bytes: &[u8]) -> Result<(u64, Event), DecodeError>
             start_ns: e.parent_start_ns,
         },
         comm: cstr(&e.comm),
+        kthread: e.hdr.flags & common::FLAG_KTHREAD != 0,
     };
     Ok((e.hdr.ts_ns, ev))
 }
@@ -44,6 +45,7 @@ pub(super) fn exit(kind: u16, bytes: &[u8]) -> Result<(u64, Event), DecodeError>
         comm: cstr(&e.comm),
         exit_code: e.exit_code,
         group_exit_code: e.group_exit_code,
+        kthread: e.hdr.flags & common::FLAG_KTHREAD != 0,
     };
     Ok((e.hdr.ts_ns, ev))
 }

@@ -20,9 +20,44 @@ pub struct Job {
     /// As `wait(2)` reported it; `None` when the recording ends first.
     pub exit: Option<ExitStatus>,
     pub exited_ns: Option<u64>,
+    /// How the recorder attached to a job it did not start: "pid",
+    /// "cgroup" or "all"; None when it ran the job.
+    pub attached: Option<String>,
+    /// The `--cgroup` directory as named.
+    pub target: Option<String>,
 }
 
 impl Job {
+    /// What was recorded, for a title: the command it ran, or what it
+    /// attached to ("all processes", "cgroup /sys/fs/cgroup/memory/x",
+    /// "pid 42 (python3)"). `root_comm` names the root for `--pid`.
+    pub fn title(&self, root_comm: Option<&str>) -> String {
+        match self.attached.as_deref() {
+            Some("all") => "all processes".into(),
+            Some("cgroup") => format!(
+                "cgroup {}",
+                self.target
+                    .as_deref()
+                    .or(self.cgroup.as_deref())
+                    .unwrap_or("?")
+            ),
+            Some("pid") => {
+                let comm = root_comm
+                    .filter(|c| !c.is_empty())
+                    .or(self.argv.first().map(|a| a.rsplit('/').next().unwrap_or(a)))
+                    .unwrap_or("?");
+                format!("pid {} ({comm})", self.pid)
+            }
+            _ => self.argv.join(" "),
+        }
+    }
+
+    /// Attached to processes the recorder did not start, with no single
+    /// root (`--all`, `--cgroup`).
+    pub fn rootless(&self) -> bool {
+        self.pid == 0 && self.attached.is_some()
+    }
+
     pub fn key(&self) -> ProcKey {
         ProcKey {
             tgid: self.pid,
@@ -98,6 +133,8 @@ pub(super) struct JobProc {
     pub(super) died_ns: Option<u64>,
     pub(super) exit: Option<ExitStatus>,
     pub(super) peak_kb: u64,
+    /// Its last exec: `peak_kb` counts from there (see `Track::exec_ns`).
+    pub(super) exec_ns: Option<u64>,
     pub(super) oom_killed: bool,
     /// Allocated minus freed in its own context, at its last record, and
     /// the most it reached.
@@ -145,7 +182,9 @@ impl Builder {
         let kb = rss.resident_kb();
         if in_job || self.job_procs.contains_key(&proc) {
             let p = self.job_procs.entry(proc).or_default();
-            p.peak_kb = p.peak_kb.max(kb);
+            if ts >= p.exec_ns.unwrap_or(0) {
+                p.peak_kb = p.peak_kb.max(kb);
+            }
             p.comm.clone_from(&comm);
             if self.honest {
                 p.net_kb = Some(more.net_kb);
@@ -175,14 +214,17 @@ impl Builder {
             start_ns: j.start_ns,
         };
         self.note_pid(key, ts);
-        let p = self.job_procs.entry(key).or_default();
-        if p.comm.is_empty() {
-            // Until the first exec or memory record names it.
-            let arg0 = j.argv.first().map(String::as_str).unwrap_or("");
-            p.comm = arg0.rsplit('/').next().unwrap_or(arg0).to_string();
-        }
-        if p.fork_ns.is_none() && j.start_ns == 0 {
-            p.fork_ns = Some(ts);
+        // `--all` and `--cgroup` have no root process: no row for pid 0.
+        if j.pid != 0 {
+            let p = self.job_procs.entry(key).or_default();
+            if p.comm.is_empty() {
+                // Until the first exec or memory record names it.
+                let arg0 = j.argv.first().map(String::as_str).unwrap_or("");
+                p.comm = arg0.rsplit('/').next().unwrap_or(arg0).to_string();
+            }
+            if p.fork_ns.is_none() && j.start_ns == 0 {
+                p.fork_ns = Some(ts);
+            }
         }
         self.job = Some(Job {
             pid: j.pid,
@@ -195,6 +237,8 @@ impl Builder {
             memory_limit_bytes: j.memory_limit_bytes,
             exit: None,
             exited_ns: None,
+            attached: j.attached,
+            target: j.target,
         });
         // Kernel records of the root can precede this one in the file: the
         // collector writes its own records as it makes them, the kernel's
@@ -336,7 +380,18 @@ impl Builder {
         truncated: bool,
     ) {
         self.note_pid(proc, ts);
+        // A fork of a 450 MiB parent that becomes `ldconfig` is not a
+        // 450 MiB process: its peak counts from the exec on.
+        let since = match self.tracks.get_mut(&proc) {
+            Some(tr) => {
+                tr.on_exec(ts);
+                tr.peak_kb
+            }
+            None => 0,
+        };
         let p = self.job_procs.entry(proc).or_default();
+        p.exec_ns = Some(ts);
+        p.peak_kb = since;
         p.comm = comm;
         p.exec = Some(if truncated {
             format!("{filename}…")
@@ -505,6 +560,7 @@ mod tests {
                     child,
                     parent,
                     comm: "python3".into(),
+                    kthread: false,
                 },
             },
             mem(3 * SEC, parent, 150 << 10),

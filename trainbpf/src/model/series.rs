@@ -86,6 +86,9 @@ pub struct Series {
     /// Job processes that were born and ended while recording, by name,
     /// most numerous first.
     pub came_and_went: Vec<Churn>,
+    /// The same without the short-lived helpers, which the text and HTML
+    /// show folded on a line of their own.
+    pub came_and_went_long: Vec<Churn>,
 }
 
 impl Series {

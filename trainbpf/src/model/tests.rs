@@ -55,6 +55,7 @@ fn fork(secs: f64, child: ProcKey, parent: ProcKey, comm: &str) -> Timed {
             child,
             parent,
             comm: comm.into(),
+            kthread: false,
         },
     )
 }
@@ -84,6 +85,7 @@ fn job_start(secs: f64, root: ProcKey) -> Timed {
             cgroup: Some("/trainbpf-77".into()),
             memory_limit_bytes: Some(300 << 20),
             attached: None,
+            target: None,
         }),
     )
 }
@@ -208,6 +210,7 @@ fn leak_run() -> Vec<Timed> {
                 comm: "pt_data_worker".into(),
                 exit_code: 9,
                 group_exit_code: 9,
+                kthread: false,
             },
         ),
         at(
@@ -477,6 +480,7 @@ fn grower_takes_the_name_it_had_at_exit() {
                 comm: "pt_data_worker".into(),
                 exit_code: 15,
                 group_exit_code: 15,
+                kthread: false,
             },
         ),
     ]);
@@ -550,6 +554,7 @@ fn several_kills_get_their_own_windows() {
                 comm: "a".into(),
                 exit_code: 9,
                 group_exit_code: 9,
+                kthread: false,
             },
         ),
         // b only starts growing after the first kill.
@@ -606,6 +611,7 @@ fn memory_stays_bounded_over_a_long_recording() {
                 comm: "q".into(),
                 exit_code: 0,
                 group_exit_code: 0,
+                kthread: false,
             },
         ));
     }
@@ -740,3 +746,6 @@ fn added_is_capped_at_what_the_process_maps_and_page_cache_is_apart() {
     assert_eq!(p.honest_kb, Some(40 * MIB as i64));
     assert_eq!(p.page_cache_kb, None);
 }
+
+/// Fork-then-exec peaks, attach titles, what is kept apart.
+mod readable;

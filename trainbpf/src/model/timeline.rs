@@ -50,6 +50,9 @@ pub(super) struct Track {
     pub(super) samples: VecDeque<Sample>,
     pub(super) died_ns: Option<u64>,
     pub(super) peak_kb: u64,
+    /// Its last exec: a fork of a large parent holds the parent's pages
+    /// until it execs, and that is not the new program's memory.
+    pub(super) exec_ns: Option<u64>,
 }
 
 impl Track {
@@ -66,7 +69,22 @@ impl Track {
         while self.samples.len() >= 2 && self.samples[1].ts <= horizon {
             self.samples.pop_front();
         }
-        self.peak_kb = self.peak_kb.max(s.kb);
+        if s.ts >= self.exec_ns.unwrap_or(0) {
+            self.peak_kb = self.peak_kb.max(s.kb);
+        }
+    }
+
+    /// The peak counts from the exec on; samples from after it that came
+    /// in before it (per-CPU rings) still count.
+    pub(super) fn on_exec(&mut self, ts: u64) {
+        self.exec_ns = Some(ts);
+        self.peak_kb = self
+            .samples
+            .iter()
+            .filter(|s| s.ts >= ts)
+            .map(|s| s.kb)
+            .max()
+            .unwrap_or(0);
     }
 
     pub(super) fn at_or_before(&self, t: u64) -> Option<Sample> {

@@ -206,6 +206,10 @@ fn start_job(
             Target::Cgroup(_) => Some("cgroup".into()),
             Target::All => Some("all".into()),
         },
+        target: match target {
+            Target::Cgroup(dir) => Some(dir.display().to_string()),
+            _ => None,
+        },
     }));
     if pid != 0 {
         c.job.insert(pid);

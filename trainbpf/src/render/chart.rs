@@ -379,13 +379,25 @@ fn machine_rows(out: &mut String, r: &Report, from: u64, to: u64, n: usize, p: &
 
 /// Job processes born and ended while recording, by name.
 fn came_and_went(out: &mut String, r: &Report, width: usize) {
-    let s = &r.series;
-    if s.came_and_went.is_empty() {
-        return;
+    let wrap = |out: &mut String, text: &str| {
+        for line in super::text::style::wrap(text, width.saturating_sub(2).max(20)) {
+            let _ = writeln!(out, "  {line}");
+        }
+    };
+    let churn = &r.series.came_and_went_long;
+    if !churn.is_empty() {
+        wrap(out, &churn_line(churn));
     }
-    let total: u64 = s.came_and_went.iter().map(|c| c.count).sum();
-    let groups = s
-        .came_and_went
+    // Folded into one line here, as everywhere in the text and HTML.
+    if let Some(line) = super::readable::short_lived_line(&r.short_lived) {
+        wrap(out, &format!("{}.", crate::term::escape(&line)));
+    }
+}
+
+/// "Came and went: 2 job processes born and ended while recording: …".
+fn churn_line(churn: &[crate::model::Churn]) -> String {
+    let total: u64 = churn.iter().map(|c| c.count).sum();
+    let groups = churn
         .iter()
         .take(6)
         .map(|c| {
@@ -404,8 +416,8 @@ fn came_and_went(out: &mut String, r: &Report, width: usize) {
         })
         .collect::<Vec<_>>()
         .join("; ");
-    let more = s.came_and_went.len().saturating_sub(6);
-    let text = format!(
+    let more = churn.len().saturating_sub(6);
+    format!(
         "Came and went: {total} job process{} born and ended while recording: {groups}{}.",
         if total == 1 { "" } else { "es" },
         if more > 0 {
@@ -413,10 +425,7 @@ fn came_and_went(out: &mut String, r: &Report, width: usize) {
         } else {
             String::new()
         }
-    );
-    for line in super::text::style::wrap(&text, width.saturating_sub(2).max(20)) {
-        let _ = writeln!(out, "  {line}");
-    }
+    )
 }
 
 /// The processes the run summary charts (the HTML report too): each kill's
@@ -443,7 +452,7 @@ pub(crate) fn run_lines(r: &Report) -> Vec<&ProcLine> {
     // Outside the job, only what a kill involved: a compiler beside the job
     // would otherwise set the scale and flatten the job's own lines.
     for p in s.job_first() {
-        if p.peak_kb > 0 && p.in_job {
+        if p.peak_kb > 0 && p.in_job && !r.short_lived.contains(p.pid, p.start_ns) {
             add(p, &mut out);
         }
     }

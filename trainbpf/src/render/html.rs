@@ -22,9 +22,11 @@ use crate::model::Report;
 use crate::render::rfc3339_ms;
 use crate::units::{human_duration, human_kb, human_secs};
 
+/// Escaping, colours and the SVG charts' frame.
+/// One colour per process across the page's charts.
+mod colours;
 /// The diagnoses, first on the page.
 mod diagnoses;
-/// Escaping, colours and the SVG charts' frame.
 mod draw;
 /// Flame graphs of growth stacks, per kill and for the whole run.
 mod flame;
@@ -37,7 +39,8 @@ pub use draw::esc;
 
 pub fn render(r: &Report) -> String {
     let mut o = String::with_capacity(256 << 10);
-    let command = r.job.as_ref().map(|j| j.argv.join(" "));
+    // A run's command line, or what an attach attached to.
+    let command = r.job.as_ref().map(|_| r.title());
     // A command line can be a whole script (`python3 -c "…"`): the heading
     // gets its first line, the full text sits below it, folded.
     let title = match &command {
@@ -84,14 +87,22 @@ pub fn render(r: &Report) -> String {
         r.events,
         r.lost_events()
     );
+    let all = r
+        .job
+        .as_ref()
+        .is_some_and(|j| j.attached.as_deref() == Some("all"));
+    if let Some(line) = crate::render::readable::left_out_line(&r.left_out, all) {
+        let _ = write!(about, "; {line}");
+    }
     let _ = writeln!(o, "<p class=\"meta\">{}</p></header>", esc(&about));
 
     diagnoses::lead(&mut o, r);
     verdicts(&mut o, r);
-    run::run_section(&mut o, r);
+    let colours = colours::Colours::of_page(r);
+    run::run_section(&mut o, r, &colours);
     let n = r.kills.len();
     for (i, k) in r.kills.iter().enumerate() {
-        kill::kill_section(&mut o, r, k, i, n);
+        kill::kill_section(&mut o, r, k, (i, n), &colours);
     }
     flame::run_flame(&mut o, r);
     run::processes_section(&mut o, r);

@@ -133,7 +133,7 @@ impl JsonReport {
             ebpf_log: ebpf_log::EbpfLog::new(r),
             gpu: gpu::Gpu::new(r),
             groups: r.groups.iter().map(processes::Group::new).collect(),
-            job: r.job.as_ref().map(processes::Job::new),
+            job: r.job.as_ref().map(|j| processes::Job::new(j, r.title())),
             kills: r.kills.iter().map(|k| kills::Kill::new(r, k)).collect(),
             leak_projection: leaks::LeakProjection::new(r),
             leak_warnings: leaks::LeakWarning::all(r),

@@ -6,6 +6,8 @@ pub mod html;
 pub mod json;
 pub mod perfetto;
 pub mod pprof;
+/// Folded lines the text and HTML share.
+pub mod readable;
 pub mod text;
 
 use crate::{
@@ -288,6 +290,8 @@ pub(crate) mod fixture {
                 memory_limit_bytes: Some(300 << 20),
                 exit: Some(ExitStatus::Signal(9)),
                 exited_ns: Some(21_000_000_000),
+                attached: None,
+                target: None,
             }),
             kills: vec![kill],
             processes: vec![Process {
@@ -339,6 +343,8 @@ pub(crate) mod fixture {
             death_stacks: Default::default(),
             ebpf_log: Default::default(),
             diagnoses: Vec::new(),
+            short_lived: Default::default(),
+            left_out: Default::default(),
         }
     }
 }

@@ -79,7 +79,8 @@ pub fn render(r: &Report, o: &TextOptions) -> String {
 /// The title, the kernel and the span recorded, and probes not used.
 fn header(out: &mut String, r: &Report, p: &Paint) {
     let title = match &r.job {
-        Some(j) => format!("trainbpf report: {}", escape_join(&j.argv)),
+        Some(j) if j.attached.is_none() => format!("trainbpf report: {}", escape_join(&j.argv)),
+        Some(_) => format!("trainbpf report: {}", esc(&r.title())),
         None => "trainbpf report".to_string(),
     };
     let _ = writeln!(out, "{}", p.bold(&title));
@@ -92,6 +93,13 @@ fn header(out: &mut String, r: &Report, p: &Paint) {
         let _ = write!(about, " from {}", rfc3339_ms(t));
     }
     let _ = writeln!(out, "{}", p.dim(&about));
+    let all = r
+        .job
+        .as_ref()
+        .is_some_and(|j| j.attached.as_deref() == Some("all"));
+    if let Some(line) = crate::render::readable::left_out_line(&r.left_out, all) {
+        let _ = writeln!(out, "{}", p.dim(&line));
+    }
     for f in &r.header.fallbacks {
         let _ = writeln!(
             out,

@@ -61,6 +61,7 @@ fn job_start(pid: u32) -> Timed {
             cgroup: None,
             memory_limit_bytes: None,
             attached: None,
+            target: None,
         }),
     )
 }
@@ -88,6 +89,7 @@ fn allocations_frees_peaks_and_exit() {
                     comm: "p1".into(),
                     exit_code: 0,
                     group_exit_code: 0,
+                    kthread: false,
                 },
             ),
         ],
@@ -194,6 +196,7 @@ fn worker_context_and_its_host_cost() {
                     child: key(2),
                     parent: key(1),
                     comm: "p2".into(),
+                    kthread: false,
                 },
             ),
             mem(150, 2, 10_000),
@@ -289,6 +292,7 @@ fn nvml_compares_with_the_ledger_for_job_processes_only() {
                     comm: "p1".into(),
                     exit_code: 0,
                     group_exit_code: 0,
+                    kthread: false,
                 },
             ),
             // The driver still lists it while tearing it down: not a

@@ -66,6 +66,7 @@ fn fork(secs: f64, child: ProcKey, comm: &str) -> Timed {
             child,
             parent: key(700, 0.0),
             comm: comm.into(),
+            kthread: false,
         },
     )
 }
@@ -78,6 +79,7 @@ fn exit(secs: f64, k: ProcKey, comm: &str) -> Timed {
             comm: comm.into(),
             exit_code: 0,
             group_exit_code: 0,
+            kthread: false,
         },
     )
 }
@@ -621,12 +623,14 @@ fn damaged_records_never_panic() {
                     child: k,
                     parent: k,
                     comm: "w".into(),
+                    kthread: false,
                 },
                 1 => Event::Exit {
                     proc: k,
                     comm: "pt_data_worker".into(),
                     exit_code: 0,
                     group_exit_code: 0,
+                    kthread: false,
                 },
                 2 => Event::Pressure(Box::new(Pressure {
                     mem_total_kb: big,

@@ -63,6 +63,7 @@ impl Builder {
                 child,
                 parent,
                 comm,
+                ..
             } => {
                 if let Some(p) = self.job_line(*child, comm) {
                     p.parent = Some(*parent);
@@ -70,8 +71,9 @@ impl Builder {
                 }
             }
             Event::Exec { proc, comm, .. } => {
-                if let Some(p) = self.live_job.get_mut(proc) {
+                if let Some(p) = self.job_line(*proc, comm) {
                     p.comm.clone_from(comm);
+                    p.on_exec(ts);
                 }
             }
             Event::Exit { proc, comm, .. } => {
@@ -288,7 +290,11 @@ impl Builder {
         self.windows.push(w);
     }
 
-    pub(in crate::model) fn finish(mut self, processes: &[Process]) -> Series {
+    pub(in crate::model) fn finish(
+        mut self,
+        processes: &[Process],
+        short: &crate::model::ShortLived,
+    ) -> Series {
         let grid = self.grid;
         let mut procs: Vec<ProcLine> = self
             .live_job
@@ -343,7 +349,12 @@ impl Builder {
             cgroup_limit: self.cgroup_limit,
             windows: self.windows,
             windows_dropped: self.windows_dropped,
-            came_and_went: came_and_went(processes),
+            came_and_went: came_and_went(processes.iter()),
+            came_and_went_long: came_and_went(
+                processes
+                    .iter()
+                    .filter(|p| !short.contains(p.pid, p.start_ns)),
+            ),
         }
     }
 }

@@ -28,6 +28,9 @@ pub struct ProcLine {
     pub rss: Line,
     /// A kill's victim or top grower: never folded into "others".
     pub pinned: bool,
+    /// Its last exec: the line and its peak start there (a fork holds its
+    /// parent's pages until it execs).
+    pub exec_ns: Option<u64>,
 }
 
 impl ProcLine {
@@ -45,6 +48,7 @@ impl ProcLine {
             oom_killed: false,
             rss: Line::default(),
             pinned: false,
+            exec_ns: None,
         }
     }
 
@@ -56,11 +60,23 @@ impl ProcLine {
     }
 
     pub(super) fn push(&mut self, grid: &Grid, ts: u64, kb: u64) {
+        if ts < self.exec_ns.unwrap_or(0) {
+            return;
+        }
         self.rss.push(grid, ts, kb);
         if kb > self.peak_kb {
             self.peak_kb = kb;
             self.peak_ns = ts;
         }
+    }
+
+    /// What it held before an exec was its parent's: start over.
+    pub(super) fn on_exec(&mut self, ts: u64) {
+        self.exec_ns = Some(ts);
+        // As a line that has seen nothing yet.
+        self.rss = Line::default();
+        self.peak_kb = 0;
+        self.peak_ns = 0;
     }
 
     /// Columns of its memory, `None` outside its life.
@@ -131,7 +147,7 @@ pub struct Churn {
 }
 
 /// Job processes born and ended while recording, grouped by name.
-pub(super) fn came_and_went(processes: &[Process]) -> Vec<Churn> {
+pub(super) fn came_and_went<'a>(processes: impl Iterator<Item = &'a Process>) -> Vec<Churn> {
     let mut by: HashMap<&str, Churn> = HashMap::new();
     for p in processes {
         // The job's root has no parent: its life is the run's, not churn.

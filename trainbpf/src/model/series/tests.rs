@@ -38,6 +38,7 @@ fn exit(ts: u64, tgid: u32, start_ns: u64) -> Timed {
             comm: "pt_data_worker".into(),
             exit_code: 0,
             group_exit_code: 0,
+            kthread: false,
         },
     }
 }
@@ -50,7 +51,7 @@ fn a_day_of_samples_stays_within_the_grid() {
     for s in 0..86_400u64 {
         b.observe(&mem(s * SEC, 1, 1, s, true));
     }
-    let series = b.finish(&[]);
+    let series = b.finish(&[], &Default::default());
     let p = &series.procs[0];
     assert!(p.rss.len() <= BUCKETS as usize, "{}", p.rss.len());
     assert!(p.rss.len() > BUCKETS as usize / 4, "{}", p.rss.len());
@@ -75,7 +76,7 @@ fn hundreds_of_workers_fold_into_one_line() {
             b.observe(&exit(start + 95 * SEC, pid, start));
         }
     }
-    let series = b.finish(&[]);
+    let series = b.finish(&[], &Default::default());
     assert_eq!(series.procs.len(), MAX_DONE);
     assert_eq!(series.folded.count, 800 - MAX_DONE as u64);
     // The largest peaks kept their lines.
@@ -97,7 +98,7 @@ fn outside_processes_keep_only_the_largest() {
             false,
         ));
     }
-    let s = b.finish(&[]);
+    let s = b.finish(&[], &Default::default());
     assert_eq!(s.procs.len(), MAX_OUTSIDE);
     assert_eq!(s.procs[0].pid, 5099);
     assert!(s.procs.iter().all(|p| p.pid >= 5092));
@@ -108,7 +109,7 @@ fn a_process_that_joins_the_job_keeps_one_line() {
     let mut b = Builder::new(60 * SEC);
     b.observe(&mem(SEC, 700, 5, 100, false));
     b.observe(&mem(2 * SEC, 700, 5, 300, true));
-    let s = b.finish(&[]);
+    let s = b.finish(&[], &Default::default());
     assert_eq!(s.procs.len(), 1, "{:?}", s.procs);
     assert!(s.procs[0].in_job);
     assert_eq!(s.procs[0].rss.len(), 2);
@@ -119,7 +120,7 @@ fn recycled_pid_ends_the_older_process() {
     let mut b = Builder::new(60 * SEC);
     b.observe(&mem(SEC, 77, 100, 500, true));
     b.observe(&mem(2 * SEC, 77, 200, 800, true));
-    let s = b.finish(&[]);
+    let s = b.finish(&[], &Default::default());
     assert_eq!(s.procs.len(), 2);
     let old = s.procs.iter().find(|p| p.start_ns == 100).unwrap();
     assert_eq!(old.died_ns, Some(200));
@@ -148,6 +149,7 @@ pub(crate) fn two_kills() -> Vec<Timed> {
             cgroup: Some("/trainbpf-1".into()),
             memory_limit_bytes: Some(1 << 30),
             attached: None,
+            target: None,
         }),
     }];
     ev.push(mem(SEC / 10, 700, 1, 50_000, true));
@@ -164,6 +166,7 @@ pub(crate) fn two_kills() -> Vec<Timed> {
                 child: w,
                 parent: root,
                 comm: "python3".into(),
+                kthread: false,
             },
         });
         for s in 0..60 {

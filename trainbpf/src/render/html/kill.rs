@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use super::draw::{Frame, KILL_RED, Mark, PALETTE, esc, legend, pressure_charts};
+use super::draw::{Frame, KILL_RED, Mark, esc, legend, pressure_charts};
 use crate::model::{Kill, KillWindow, Report};
 use crate::render::{rfc3339_ms, text};
 use crate::units::{human_duration, human_kb, human_rate, human_secs};
@@ -18,7 +18,13 @@ fn window_points(w: &KillWindow, pts: &[Option<u64>]) -> Vec<(u64, u64)> {
         .collect()
 }
 
-pub(super) fn kill_section(o: &mut String, r: &Report, k: &Kill, i: usize, n: usize) {
+pub(super) fn kill_section(
+    o: &mut String,
+    r: &Report,
+    k: &Kill,
+    (i, n): (usize, usize),
+    colours: &super::colours::Colours,
+) {
     let v = &k.victim;
     let when = match k.realtime_ns {
         Some(t) => format!("{} (+{:.1} s)", rfc3339_ms(t), r.since_start_s(k.ts_ns)),
@@ -103,7 +109,7 @@ pub(super) fn kill_section(o: &mut String, r: &Report, k: &Kill, i: usize, n: us
     o.push_str("</dl>\n");
 
     if let Some(w) = r.series.window(k) {
-        window_charts(o, k, w, i);
+        window_charts(o, k, w, i, colours);
     }
 
     if !k.growers.is_empty() {
@@ -141,7 +147,13 @@ pub(super) fn kill_section(o: &mut String, r: &Report, k: &Kill, i: usize, n: us
 }
 
 /// The window before a kill, up close: processes, then cgroup and machine.
-fn window_charts(o: &mut String, k: &Kill, w: &KillWindow, i: usize) {
+fn window_charts(
+    o: &mut String,
+    k: &Kill,
+    w: &KillWindow,
+    i: usize,
+    colours: &super::colours::Colours,
+) {
     let lines: Vec<_> = w
         .lines
         .iter()
@@ -164,11 +176,12 @@ fn window_charts(o: &mut String, k: &Kill, w: &KillWindow, i: usize) {
     let f = Frame::new(300.0, w.start_ns, w.kill_ns, ymax + ymax / 20);
     f.axes(o, true);
     let mut items = Vec::new();
-    for (j, (l, pts)) in lines.iter().enumerate() {
+    for (l, pts) in &lines {
+        // The victim is red here as everywhere on the page.
         let color = if l.is_victim {
             KILL_RED
         } else {
-            PALETTE[j % PALETTE.len()]
+            colours.of(l.pid, l.start_ns)
         };
         let mut name = format!("{} (pid {})", l.comm, l.pid);
         if l.is_victim {

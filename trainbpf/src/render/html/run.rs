@@ -3,9 +3,10 @@
 
 use std::fmt::Write as _;
 
-use super::draw::{Frame, Mark, PALETTE, esc, legend, pressure_charts};
+use super::draw::{Frame, Mark, esc, legend, pressure_charts};
 use crate::model::{Pick, ProcLine, Report};
 use crate::render::chart::run_lines;
+use crate::render::readable::short_lived_line;
 use crate::units::{human_duration, human_kb};
 
 /// `(t, kb)` points of a process's line: bucket maxima, held until its end.
@@ -37,7 +38,7 @@ fn proc_name(p: &ProcLine) -> String {
     )
 }
 
-pub(super) fn run_section(o: &mut String, r: &Report) {
+pub(super) fn run_section(o: &mut String, r: &Report, colours: &super::colours::Colours) {
     let (Some(t0), Some(t1)) = (r.first_ns, r.last_ns) else {
         return;
     };
@@ -91,8 +92,8 @@ pub(super) fn run_section(o: &mut String, r: &Report) {
         .iter()
         .map(|k| (k.victim.pid, k.victim.start_ns))
         .collect();
-    for (i, p) in lines.iter().enumerate() {
-        let color = PALETTE[i % PALETTE.len()];
+    for p in &lines {
+        let color = colours.of(p.pid, p.start_ns);
         let victim = victims.contains(&(p.pid, p.start_ns));
         let mut name = proc_name(p);
         if victim {
@@ -162,7 +163,11 @@ pub(super) fn processes_section(o: &mut String, r: &Report) {
         }
     };
     o.push_str("<section id=\"processes\"><h2>Peak memory per process</h2>\n<table><tr><th>pid</th><th class=\"l\">process</th><th>peak</th><th>at</th><th>born</th><th>ended</th><th class=\"l\">in job</th></tr>\n");
-    for p in s.job_first() {
+    for p in s
+        .job_first()
+        .into_iter()
+        .filter(|p| !r.short_lived.contains(p.pid, p.start_ns))
+    {
         let _ = writeln!(
             o,
             "<tr{}><td>{}</td><td class=\"l\">{}{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td></tr>",
@@ -190,9 +195,12 @@ pub(super) fn processes_section(o: &mut String, r: &Report) {
             esc(&human_kb(s.folded.peak_kb))
         );
     }
-    if !s.came_and_went.is_empty() {
+    if let Some(line) = short_lived_line(&r.short_lived) {
+        let _ = writeln!(o, "<p class=\"meta\">{}.</p>", esc(&line));
+    }
+    if !s.came_and_went_long.is_empty() {
         o.push_str("<h3>Processes that came and went</h3>\n<table><tr><th class=\"l\">name</th><th>count</th><th>shortest life</th><th>longest life</th><th>largest peak</th></tr>\n");
-        for c in &s.came_and_went {
+        for c in &s.came_and_went_long {
             let _ = writeln!(
                 o,
                 "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",

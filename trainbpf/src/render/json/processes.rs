@@ -10,11 +10,14 @@ use crate::render::death_phrase;
 
 use super::{Exit, Time, secs_since};
 
-/// The recorded command.
+/// The recorded command, or what the recorder attached to.
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct Job {
-    /// The command line.
+    /// The command line; empty for `--cgroup` and `--all`.
     pub argv: Vec<String>,
+    /// How the recorder attached to a job it did not start: "pid",
+    /// "cgroup" or "all"; null when it ran the job.
+    pub attached: Option<String>,
     /// The memory cgroup created for `--memory-limit`, as the kernel names
     /// it; null without one.
     pub cgroup: Option<String>,
@@ -23,20 +26,26 @@ pub struct Job {
     pub exit: Option<Exit>,
     /// The `--memory-limit`, bytes.
     pub memory_limit_bytes: Option<u64>,
-    /// The job's main process.
+    /// The job's main process; 0 for `--cgroup` and `--all`, which have
+    /// none.
     pub pid: u32,
+    /// What was recorded, as the text report's title names it: the
+    /// command line, "all processes", "cgroup DIR" or "pid N (comm)".
+    pub title: String,
     pub uid: u32,
 }
 
 impl Job {
-    pub fn new(j: &model::Job) -> Job {
+    pub fn new(j: &model::Job, title: String) -> Job {
         Job {
             argv: j.argv.clone(),
+            attached: j.attached.clone(),
             cgroup: j.cgroup.clone(),
             cwd: j.cwd.clone(),
             exit: j.exit.map(Exit::from),
             memory_limit_bytes: j.memory_limit_bytes,
             pid: j.pid,
+            title,
             uid: j.uid,
         }
     }

@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 
 use super::style::Paint;
 use crate::model::{Cause, Report};
+use crate::render::readable::short_lived_line;
 use crate::render::{death_phrase, exit_phrase};
 use crate::term::escape as esc;
 use crate::units::{PROTECT_NS, human_kb, human_span, signed_kb};
@@ -33,7 +34,11 @@ pub(super) fn job_memory_section(out: &mut String, r: &Report, p: &Paint) {
         "  {:>7}  {:<16}  {:>11}  {:>11}  {:>10}  {:>10}  {:>11}",
         "PID", "COMM", "ADDED", "PEAK RSS", "USS", "PSS", "PAGE CACHE"
     );
-    let mut procs: Vec<_> = r.processes.iter().collect();
+    let mut procs: Vec<_> = r
+        .processes
+        .iter()
+        .filter(|x| !r.short_lived.contains(x.pid, x.start_ns))
+        .collect();
     procs.sort_by_key(|x| std::cmp::Reverse(x.honest_peak_kb.unwrap_or(0)));
     let dash = || "-".to_string();
     for x in procs.iter().take(12) {
@@ -52,7 +57,15 @@ pub(super) fn job_memory_section(out: &mut String, r: &Report, p: &Paint) {
     if procs.len() > 12 {
         let _ = writeln!(out, "  … and {} more", procs.len() - 12);
     }
-    for g in &r.groups {
+    if let Some(line) = short_lived_line(&r.short_lived) {
+        let _ = writeln!(out, "  {}", esc(&line));
+    }
+    // A group of shim helpers (`bash …/pyenv-hooks which`) is trivia too.
+    for g in r
+        .groups
+        .iter()
+        .filter(|g| !g.pids.iter().all(|&p| r.short_lived.has_pid(p)))
+    {
         let _ = writeln!(
             out,
             "  {} {}: {} added, {} peak RSS together",
@@ -127,13 +140,21 @@ pub(super) fn job_outcome(r: &Report) -> String {
     let Some(j) = &r.job else {
         return "no start record (was the recording cut short?)".into();
     };
-    let name = esc(j.argv.first().map(String::as_str).unwrap_or("?"));
-    match j.exit {
-        Some(s) => format!("{name} (pid {}) {}", j.pid, exit_phrase(s)),
+    if j.rootless() {
+        return format!("{}, attached: recorded until detached", esc(&r.title()));
+    }
+    // "pid 42 (python3)" for an attach, "python3 (pid 42)" for a run.
+    let name = match j.attached {
+        Some(_) => esc(&r.title()).into_owned(),
         None => format!(
-            "{name} (pid {}) had not exited when the recording ended",
+            "{} (pid {})",
+            esc(j.argv.first().map(String::as_str).unwrap_or("?")),
             j.pid
         ),
+    };
+    match j.exit {
+        Some(s) => format!("{name} {}", exit_phrase(s)),
+        None => format!("{name} had not exited when the recording ended"),
     }
 }
 
@@ -259,6 +280,9 @@ pub(super) fn deaths_section(out: &mut String, r: &Report, p: &Paint) {
         let root = r.job.as_ref().map(|j| j.pid);
         let mut plain = 0;
         for d in &r.deaths {
+            if r.short_lived.contains(d.pid, d.start_ns) {
+                continue;
+            }
             if d.cause == Cause::Exit && Some(d.pid) != root {
                 plain += 1;
                 if plain > MAX_PLAIN_EXITS {
@@ -280,6 +304,9 @@ pub(super) fn deaths_section(out: &mut String, r: &Report, p: &Paint) {
                 "  … and {} more job processes that exited normally",
                 plain - MAX_PLAIN_EXITS
             );
+        }
+        if let Some(line) = short_lived_line(&r.short_lived) {
+            let _ = writeln!(out, "  and {}", esc(&line));
         }
         out.push('\n');
     }
