@@ -10,6 +10,8 @@ use crate::{
     record, report,
 };
 
+/// `record -o`'s `{host}`, `{rank}`, `{run_id}`, `{pid}`, `{time}`.
+pub mod placeholders;
 mod values;
 pub use values::parse_duration;
 use values::{MAX_HEARTBEAT_MS, MAX_RELATIVE_SHIFT, parse_max_size, parse_ring_size, parse_size};
@@ -30,7 +32,10 @@ pub enum Command {
     /// Run CMD as the invoking user, or attach to a running job, and record
     /// its memory and any OOM kill.
     Record {
-        /// Where to write the recording.
+        /// Where to write the recording. `{host}`, `{rank}` (RANK or
+        /// SLURM_PROCID), `{run_id}` (TORCHELASTIC_RUN_ID or SLURM_JOB_ID),
+        /// `{pid}` (the recorder's) and `{time}` (UTC) are replaced, e.g.
+        /// `-o /shared/run/{host}.rec` under srun: one file per node.
         #[arg(short, long, default_value = "trainbpf.rec")]
         output: PathBuf,
         /// Run the job in a fresh memory cgroup with this limit (e.g. 300M,
@@ -220,6 +225,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 (_, _, true) => record::Target::All,
                 _ => record::Target::Run(cmd),
             };
+            let output =
+                placeholders::expand(output.as_os_str(), &placeholders::Values::detect())?;
             let outcome = record::run(record::RecordOptions {
                 output,
                 memory_limit,
