@@ -272,6 +272,7 @@ pub(crate) mod fixture {
                 clock: ClockPair {
                     monotonic_ns: 20_500_000_000,
                     realtime_ns: 1_709_251_199_999_000_000,
+                    uncertainty_ns: None,
                 },
                 ..Default::default()
             },
@@ -345,6 +346,7 @@ pub(crate) mod fixture {
             diagnoses: Vec::new(),
             short_lived: Default::default(),
             left_out: Default::default(),
+            source: Default::default(),
         }
     }
 }
