@@ -124,9 +124,11 @@ pub enum Command {
     },
     /// Explain a recording: per kill, who grew memory before it and why that victim.
     Report {
-        /// The recording to read.
-        #[arg(default_value = "trainbpf.rec")]
-        path: PathBuf,
+        /// The recording to read; several (or a directory: every *.rec in
+        /// it) are the recordings of one job, one per node, merged on one
+        /// timeline.
+        #[arg(default_value = "trainbpf.rec", num_args = 1..)]
+        paths: Vec<PathBuf>,
         /// Machine-readable output (schema trainbpf.report/1, docs/report-json.md).
         #[arg(long)]
         json: bool,
@@ -262,7 +264,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::from(outcome.exit_code().clamp(0, 255) as u8))
         }
         Command::Report {
-            path,
+            paths,
             json,
             window,
             no_color,
@@ -276,8 +278,17 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             leak_span,
             until,
         } => {
+            let paths = report::inputs(&paths)?;
+            let shown = paths
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ");
             let out = if events {
-                report::events(&path)
+                match paths.as_slice() {
+                    [one] => report::events(one),
+                    _ => bail!("--events reads one recording at a time"),
+                }
             } else {
                 let files = report::Files {
                     html: html.as_deref(),
@@ -297,9 +308,14 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 } else {
                     report::Part::All
                 };
-                report::run(&path, json, window, no_color, &files, &scope, part)
+                match paths.as_slice() {
+                    [one] => report::run(one, json, window, no_color, &files, &scope, part),
+                    many => {
+                        report::run_merged(many, json, window, no_color, &files, &scope, part)
+                    }
+                }
             }
-            .with_context(|| format!("reading {}", path.display()))?;
+            .with_context(|| format!("reading {shown}"))?;
             crate::write_stdout(&out)?;
             Ok(ExitCode::SUCCESS)
         }

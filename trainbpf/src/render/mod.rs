@@ -3,6 +3,8 @@
 
 pub mod chart;
 pub mod html;
+/// Lines about several recordings of one job that text and HTML share.
+pub mod job_lines;
 pub mod json;
 pub mod perfetto;
 pub mod pprof;
