@@ -227,8 +227,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 (_, _, true) => record::Target::All,
                 _ => record::Target::Run(cmd),
             };
-            let output =
-                placeholders::expand(output.as_os_str(), &placeholders::Values::detect())?;
+            let output = placeholders::expand(output.as_os_str(), &placeholders::Values::detect())?;
             let outcome = record::run(record::RecordOptions {
                 output,
                 memory_limit,
@@ -310,9 +309,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 };
                 match paths.as_slice() {
                     [one] => report::run(one, json, window, no_color, &files, &scope, part),
-                    many => {
-                        report::run_merged(many, json, window, no_color, &files, &scope, part)
-                    }
+                    many => report::run_merged(many, json, window, no_color, &files, &scope, part),
                 }
             }
             .with_context(|| format!("reading {shown}"))?;

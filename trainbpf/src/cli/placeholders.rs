@@ -105,11 +105,7 @@ pub fn expand(path: &OsStr, v: &Values) -> Result<PathBuf, PlaceholderError> {
     Ok(PathBuf::from(OsString::from_vec(out)))
 }
 
-fn value(
-    name: &[u8],
-    v: &Values,
-    shown: &dyn Fn() -> String,
-) -> Result<String, PlaceholderError> {
+fn value(name: &[u8], v: &Values, shown: &dyn Fn() -> String) -> Result<String, PlaceholderError> {
     let unset = |name, vars| PlaceholderError::Unset {
         path: shown(),
         name,
@@ -192,7 +188,10 @@ mod tests {
     #[test]
     fn each_placeholder_expands() {
         let v = values();
-        assert_eq!(ex("/shared/run/{host}.rec", &v).unwrap(), "/shared/run/node2.rec");
+        assert_eq!(
+            ex("/shared/run/{host}.rec", &v).unwrap(),
+            "/shared/run/node2.rec"
+        );
         assert_eq!(
             ex("r{rank}-{run_id}-{pid}-{time}.rec", &v).unwrap(),
             "r3-job-17-4242-20261201T180102Z.rec"
@@ -206,9 +205,18 @@ mod tests {
         let v = values();
         let e = ex("/tmp/{hostname}.rec", &v).unwrap_err();
         assert!(matches!(&e, PlaceholderError::Unknown { name, .. } if name == "hostname"));
-        assert!(e.to_string().contains("unknown placeholder {hostname}"), "{e}");
-        assert!(matches!(ex("/tmp/{host.rec", &v), Err(PlaceholderError::Unclosed { .. })));
-        assert!(matches!(ex("/tmp/host}.rec", &v), Err(PlaceholderError::Unopened { .. })));
+        assert!(
+            e.to_string().contains("unknown placeholder {hostname}"),
+            "{e}"
+        );
+        assert!(matches!(
+            ex("/tmp/{host.rec", &v),
+            Err(PlaceholderError::Unclosed { .. })
+        ));
+        assert!(matches!(
+            ex("/tmp/host}.rec", &v),
+            Err(PlaceholderError::Unopened { .. })
+        ));
     }
 
     #[test]
@@ -246,7 +254,8 @@ mod tests {
             let p = PathBuf::from(ex("/d/{rank}.rec", &v).unwrap());
             assert_eq!(p.parent(), Some(std::path::Path::new("/d")), "{hostile:?}");
             assert!(
-                !p.components().any(|c| matches!(c, std::path::Component::ParentDir)),
+                !p.components()
+                    .any(|c| matches!(c, std::path::Component::ParentDir)),
                 "{hostile:?}"
             );
         }

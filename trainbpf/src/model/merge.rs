@@ -140,6 +140,24 @@ impl Merged {
             .unwrap_or("")
     }
 
+    /// What a job's timeline shows: every kill and every failure, less an
+    /// OOM victim's own death, which its kill already stands for.
+    pub fn shown(&self) -> impl Iterator<Item = &Happening> {
+        self.timeline.iter().filter(|h| match h.what {
+            What::Kill(_) => true,
+            What::Death(_) => {
+                h.failure
+                    && !self.death(h).is_some_and(|d| {
+                        matches!(d.cause, Cause::OomMemcg | Cause::OomGlobal)
+                            && self.timeline.iter().any(|k| {
+                                matches!(k.what, What::Kill(_))
+                                    && (k.recording, k.pid) == (h.recording, h.pid)
+                            })
+                    })
+            }
+        })
+    }
+
     /// The job's start: the earliest first event of any recording, on the
     /// wall clock.
     pub fn started_ns(&self) -> Option<u64> {
@@ -155,11 +173,7 @@ pub fn merge(parts: Vec<(String, Report)>) -> Merged {
         .into_iter()
         .enumerate()
         .map(|(index, (path, mut r))| {
-            r.source = Source {
-                index,
-                of: n,
-                path,
-            };
+            r.source = Source { index, of: n, path };
             r
         })
         .collect();
@@ -167,7 +181,10 @@ pub fn merge(parts: Vec<(String, Report)>) -> Merged {
         .iter()
         .filter_map(|r| r.first_ns.and_then(|t| r.realtime_ns(t)))
         .min();
-    let recordings = reports.iter().map(|r| Recording::of(r, job_start)).collect();
+    let recordings = reports
+        .iter()
+        .map(|r| Recording::of(r, job_start))
+        .collect();
     let unanchored = reports
         .iter()
         .filter(|r| r.header.clock.realtime_ns == 0)
@@ -275,14 +292,17 @@ mod tests {
     fn two_nodes() -> Merged {
         let mut a = report("node1", 900_000 * SEC, 0, Some(2_000));
         // node1 at +5 s: a rank exits 1 after its peer vanished.
-        a.deaths.push(death(11, 900_005 * SEC, Cause::Exit, Some(1)));
-        a.deaths.push(death(10, 900_001 * SEC, Cause::Exit, Some(0)));
+        a.deaths
+            .push(death(11, 900_005 * SEC, Cause::Exit, Some(1)));
+        a.deaths
+            .push(death(10, 900_001 * SEC, Cause::Exit, Some(0)));
         a.deaths.sort_by_key(|d| d.ts_ns);
         // node2 starts 1 s later by the wall clock; OOM kill at +3 s of
         // the job (+2 s of its own).
         let mut b = report("node2", 50 * SEC, SEC, Some(7_000));
         b = with_kill(b, 33, 52 * SEC, true);
-        b.deaths.push(death(33, 52 * SEC + 1_000, Cause::OomMemcg, None));
+        b.deaths
+            .push(death(33, 52 * SEC + 1_000, Cause::OomMemcg, None));
         b.deaths.push(death(34, 54 * SEC, Cause::Signal, None));
         merge(vec![
             ("/run/node1.rec".into(), a),
@@ -324,10 +344,19 @@ mod tests {
         // the same millisecond).
         assert_eq!(
             order,
-            vec![(1000, 0, 10), (3000, 1, 33), (3000, 1, 33), (5000, 0, 11), (5000, 1, 34)]
+            vec![
+                (1000, 0, 10),
+                (3000, 1, 33),
+                (3000, 1, 33),
+                (5000, 0, 11),
+                (5000, 1, 34)
+            ]
         );
         assert!(matches!(m.timeline[1].what, What::Kill(0)));
         assert!(matches!(m.timeline[2].what, What::Death(0)));
+        // Shown: the kill stands for its victim's death; no clean exit.
+        let shown: Vec<(usize, u32)> = m.shown().map(|h| (h.recording, h.pid)).collect();
+        assert_eq!(shown, vec![(1, 33), (0, 11), (1, 34)]);
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use crate::model::{Merged, merge::Happening, merge::Recording};
 use crate::render::{death_phrase, rfc3339_ms};
-use crate::units::{human_secs, small_duration};
+use crate::units::{human_kb, human_secs, small_duration};
 
 /// Failures listed after the first; more are counted.
 const THEN_SHOWN: usize = 5;
@@ -73,7 +73,7 @@ pub fn first_line(m: &Merged) -> Option<String> {
         .map(|&i| {
             let h = &m.timeline[i];
             format!(
-                "{} on {} {} {} later",
+                "{} on {} {} ({} later)",
                 who(m, h),
                 m.host(h.recording),
                 what(m, h),
@@ -86,6 +86,26 @@ pub fn first_line(m: &Merged) -> Option<String> {
         let _ = write!(s, "; and {} more", m.then.len() - THEN_SHOWN);
     }
     Some(s)
+}
+
+/// A line of the job's timeline, after its time and host: "OOM kill: pid
+/// 33 (python3), memory cgroup /x at its limit of 160 MiB", "pid 34
+/// (python3) exited with code 1".
+pub fn timeline_line(m: &Merged, h: &Happening) -> String {
+    let Some(k) = m.kill(h) else {
+        return format!("{} {}", who(m, h), what(m, h));
+    };
+    let mut s = format!("OOM kill: {}", who(m, h));
+    if !k.victim.in_job {
+        s.push_str(", outside the job");
+    }
+    if let Some(cg) = &k.memcg {
+        let _ = write!(s, ", memory cgroup {cg}");
+        if let Some(l) = k.memcg_limit_kb {
+            let _ = write!(s, " at its limit of {}", human_kb(l));
+        }
+    }
+    s
 }
 
 /// A process as the merged report names it.
@@ -102,6 +122,7 @@ pub fn who(m: &Merged, h: &Happening) -> String {
 
 pub fn what(m: &Merged, h: &Happening) -> String {
     match (m.kill(h), m.death(h)) {
+        (Some(k), _) if !k.victim.in_job => "was OOM-killed (outside the job)".into(),
         (Some(_), _) => "was OOM-killed".into(),
         (_, Some(d)) => {
             let phrase = death_phrase(d);
@@ -114,4 +135,3 @@ pub fn what(m: &Merged, h: &Happening) -> String {
         _ => String::new(),
     }
 }
-

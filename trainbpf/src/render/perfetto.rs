@@ -179,9 +179,14 @@ pub fn render_merged(m: &crate::model::Merged) -> Value {
                 json!({"name": format!("{} (recording {}: {})", rec.host, rec.index, rec.path)}),
             ),
             ("process_sort_index", json!({"sort_index": rec.index})),
-            ("process_labels", json!({"labels": format!("host {}", rec.host)})),
+            (
+                "process_labels",
+                json!({"labels": format!("host {}", rec.host)}),
+            ),
         ] {
-            ev.push(json!({"name": what, "ph": "M", "ts": 0, "pid": host_pid, "tid": 0, "args": args}));
+            ev.push(
+                json!({"name": what, "ph": "M", "ts": 0, "pid": host_pid, "tid": 0, "args": args}),
+            );
         }
         for e in events.iter().filter(|e| e["ph"] != "M") {
             let mut e = e.clone();
@@ -362,12 +367,20 @@ mod tests {
             .filter(|e| e["ph"] == "M" && e["name"] == "process_name")
             .map(|e| e["args"]["name"].as_str().unwrap())
             .collect();
-        assert_eq!(groups, vec!["node1 (recording 0: /a.rec)", "node2 (recording 1: /b.rec)"]);
+        assert_eq!(
+            groups,
+            vec!["node1 (recording 0: /a.rec)", "node2 (recording 1: /b.rec)"]
+        );
         let pids: HashSet<u64> = ev.iter().map(|e| e["pid"].as_u64().unwrap()).collect();
         assert_eq!(pids.len(), 2, "every event in its host's group");
         let kills: Vec<&Value> = ev.iter().filter(|e| e["ph"] == "i").collect();
         assert_eq!(kills.len(), 2);
-        assert!(kills[1]["name"].as_str().unwrap().starts_with("node2: OOM kill 1"));
+        assert!(
+            kills[1]["name"]
+                .as_str()
+                .unwrap()
+                .starts_with("node2: OOM kill 1")
+        );
         // node2 started 2 s later: its kill is 2 s later on the trace.
         let d = kills[1]["ts"].as_u64().unwrap() - kills[0]["ts"].as_u64().unwrap();
         assert_eq!(d, 2_000_000);

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use super::{about, body, esc, page_head};
 use crate::model::Merged;
-use crate::render::job_lines::{clocks_line, first_line, recording_line, what, who};
+use crate::render::job_lines::{clocks_line, first_line, recording_line, timeline_line};
 use crate::units::human_secs;
 
 pub fn render_merged(m: &Merged) -> String {
@@ -62,7 +62,11 @@ pub fn render_merged(m: &Merged) -> String {
     let _ = writeln!(
         o,
         "<footer>Written by trainbpf {} from the recordings alone; this page loads nothing from the network.</footer>\n</body>\n</html>",
-        esc(&m.reports.first().map(|r| r.header.trainbpf_version.clone()).unwrap_or_default())
+        esc(&m
+            .reports
+            .first()
+            .map(|r| r.header.trainbpf_version.clone())
+            .unwrap_or_default())
     );
     o
 }
@@ -71,16 +75,14 @@ pub fn render_merged(m: &Merged) -> String {
 fn timeline(o: &mut String, m: &Merged) {
     let start = m.started_ns().unwrap_or(0);
     o.push_str("<section id=\"job\"><h2>Across the job (wall clock)</h2>\n<table><tr><th>at</th><th class=\"l\">host</th><th class=\"l\">what</th></tr>\n");
-    for h in m.timeline.iter().filter(|h| h.failure || m.kill(h).is_some()) {
-        let kill = if m.kill(h).is_some() { "OOM kill: " } else { "" };
+    for h in m.shown() {
         let _ = writeln!(
             o,
-            "<tr data-host=\"{}\"><td>+{}</td><td class=\"l\">{}</td><td class=\"l\">{kill}{} {}</td></tr>",
+            "<tr data-host=\"{}\"><td>+{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td></tr>",
             esc(m.host(h.recording)),
             esc(&human_secs(h.at_ns.saturating_sub(start))),
             esc(m.host(h.recording)),
-            esc(&who(m, h)),
-            esc(&what(m, h))
+            esc(&timeline_line(m, h))
         );
     }
     o.push_str("</table></section>\n");
@@ -110,7 +112,10 @@ mod tests {
         assert!(h.contains("<section class=\"host\" id=\"host-1\" data-host=\"&lt;b&gt;evil\""));
         assert!(!h.contains("<b>evil"));
         assert_eq!(h.matches("<section class=\"host\"").count(), 2);
-        assert!(h.contains("id=\"r0-kill-1\"") && h.contains("id=\"r1-kill-1\""), "own anchors");
+        assert!(
+            h.contains("id=\"r0-kill-1\"") && h.contains("id=\"r1-kill-1\""),
+            "own anchors"
+        );
         assert!(h.contains("href=\"#r1-kill-1\""));
         assert!(!h.contains("id=\"kill-1\""));
         assert!(h.contains("class=\"verdict first\">first: pid 812 (pt_data_worker) on node1"));

@@ -50,7 +50,10 @@ impl Recording {
     /// A single report's own entry.
     pub(super) fn alone(r: &Report) -> Vec<Recording> {
         let job_start = r.first_ns.and_then(|t| r.realtime_ns(t));
-        vec![Recording::new(&model::merge::Recording::of(r, job_start), r)]
+        vec![Recording::new(
+            &model::merge::Recording::of(r, job_start),
+            r,
+        )]
     }
 }
 
@@ -97,7 +100,11 @@ fn failure(m: &Merged, h: &Happening) -> Failure {
             "oom_kill".to_string(),
             "OOM-killed".to_string(),
         ),
-        (_, Some(d)) => (d.comm.clone(), d.cause.as_str().to_string(), death_phrase(d)),
+        (_, Some(d)) => (
+            d.comm.clone(),
+            d.cause.as_str().to_string(),
+            death_phrase(d),
+        ),
         _ => (String::new(), String::new(), String::new()),
     };
     Failure {
@@ -218,13 +225,21 @@ mod tests {
         let kills = j["kills"].as_array().unwrap();
         assert_eq!(kills.len(), 2);
         // node2 started 10 s earlier: its kill comes first.
-        assert_eq!((kills[0]["host"].as_str(), kills[0]["recording"].as_u64()), (Some("node2"), Some(1)));
+        assert_eq!(
+            (kills[0]["host"].as_str(), kills[0]["recording"].as_u64()),
+            (Some("node2"), Some(1))
+        );
         assert_eq!(kills[1]["host"], "node1");
         assert_eq!(j["processes"].as_array().unwrap().len(), 2);
         let f = &j["first_failure"];
         assert_eq!(f["host"], "node2");
         assert_eq!(f["kind"], "oom_kill");
         assert_eq!(f["then"][0]["host"], "node1");
-        assert_eq!(j["lost_events"], 2 * super::super::render(&m.reports[0])["lost_events"].as_u64().unwrap());
+        assert_eq!(
+            j["lost_events"],
+            2 * super::super::render(&m.reports[0])["lost_events"]
+                .as_u64()
+                .unwrap()
+        );
     }
 }

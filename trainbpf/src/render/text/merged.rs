@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use super::style::{MIN_WIDTH, Paint, finish, wrap};
 use super::{TextOptions, render};
 use crate::model::{Merged, Report};
-use crate::render::job_lines::{clocks_line, first_line, recording_line, what, who};
+use crate::render::job_lines::{clocks_line, first_line, recording_line, timeline_line};
 use crate::term::escape as esc;
 use crate::units::human_secs;
 
@@ -82,8 +82,7 @@ fn head(out: &mut String, m: &Merged, width: usize, p: &Paint) {
     out.push('\n');
 }
 
-/// Every kill and every failure, and the first clean exits, on the job's
-/// clock.
+/// Every kill and every failure on the job's clock.
 fn timeline(out: &mut String, m: &Merged, p: &Paint) {
     if m.timeline.is_empty() {
         return;
@@ -96,32 +95,37 @@ fn timeline(out: &mut String, m: &Merged, p: &Paint) {
         .map(|r| esc(&r.host).chars().count())
         .max()
         .unwrap_or(0);
-    let (mut shown, mut clean) = (0, 0);
-    for h in &m.timeline {
-        let is_kill = m.kill(h).is_some();
-        if !h.failure && !is_kill {
-            clean += 1;
-            continue;
-        }
+    let mut shown = 0;
+    for h in m.shown() {
         shown += 1;
         if shown > TIMELINE_SHOWN {
             continue;
         }
         let line = format!(
-            "  +{:>9}  {:<host_w$}  {}{} {}",
+            "  +{:>9}  {:<host_w$}  {}",
             human_secs(h.at_ns.saturating_sub(start)),
             esc(m.host(h.recording)),
-            if is_kill { "OOM kill: " } else { "" },
-            esc(&who(m, h)),
-            esc(&what(m, h))
+            esc(&timeline_line(m, h))
         );
-        let _ = writeln!(out, "{}", if is_kill { p.red(&line) } else { line });
+        let _ = writeln!(
+            out,
+            "{}",
+            if m.kill(h).is_some() {
+                p.red(&line)
+            } else {
+                line
+            }
+        );
     }
     if shown > TIMELINE_SHOWN {
         let _ = writeln!(out, "  … and {} more", shown - TIMELINE_SHOWN);
     }
-    if clean > 0 {
-        let _ = writeln!(out, "  and {clean} processes that exited with code 0");
+    let rest = m.timeline.len() - m.shown().count();
+    if rest > 0 {
+        let _ = writeln!(
+            out,
+            "  ({rest} more below, in each recording's report: clean exits, and OOM victims' own deaths)"
+        );
     }
     out.push('\n');
 }
@@ -164,7 +168,10 @@ mod tests {
             memcg: None,
             memcg_limit_kb: None,
         });
-        merge(vec![("/run/node1.rec".into(), a), ("/run/node2.rec".into(), b)])
+        merge(vec![
+            ("/run/node1.rec".into(), a),
+            ("/run/node2.rec".into(), b),
+        ])
     }
 
     fn opts() -> TextOptions {
@@ -179,8 +186,14 @@ mod tests {
         let t = merged(&merged_pair(), &opts());
         let head: Vec<&str> = t.lines().take(6).collect();
         assert_eq!(head[0], "trainbpf report: 2 recordings of one job");
-        assert!(head[1].contains("recording 0: node1  /run/node1.rec"), "{t}");
-        assert!(head[2].contains("recording 1: node2  /run/node2.rec"), "{t}");
+        assert!(
+            head[1].contains("recording 0: node1  /run/node1.rec"),
+            "{t}"
+        );
+        assert!(
+            head[2].contains("recording 1: node2  /run/node2.rec"),
+            "{t}"
+        );
         assert!(head[3].contains("each anchor read to within 3 µs"), "{t}");
         let first = t.lines().find(|l| l.starts_with("first:")).unwrap();
         assert!(
@@ -188,7 +201,7 @@ mod tests {
             "{first}"
         );
         assert!(
-            first.contains("then pid 4242 (rank1) on node2 was killed by SIGTERM (15)"),
+            first.contains("then pid 4242 (rank1) on node2 was killed by SIGTERM (15) (sender not seen) (20.0 s later)"),
             "{first}"
         );
     }
@@ -199,7 +212,10 @@ mod tests {
         let n1 = t.find("══ node1: recording 0, /run/node1.rec ══").unwrap();
         let n2 = t.find("══ node2: recording 1, /run/node2.rec ══").unwrap();
         assert!(n1 < n2);
-        assert!(t[n1..n2].contains("OOM kill at ") && t[n1..n2].contains(" on node1"), "{t}");
+        assert!(
+            t[n1..n2].contains("OOM kill at ") && t[n1..n2].contains(" on node1"),
+            "{t}"
+        );
         let deaths = &t[n2..];
         assert!(deaths.contains("node2  pid 4242 (rank1)"), "{deaths}");
         let across = &t[t.find("Across the job").unwrap()..n1];
