@@ -103,3 +103,32 @@ fn write_files(m: &model::Merged, files: &Files<'_>) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_directory_gives_its_recordings_by_name_and_no_link() {
+        let dir = std::env::temp_dir().join(format!("trainbpf-inputs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("sub.rec")).unwrap();
+        for f in ["node2.rec", "node1.rec", "node1.rec.old", "notes.txt"] {
+            std::fs::write(dir.join(f), b"x").unwrap();
+        }
+        std::os::unix::fs::symlink("/etc/passwd", dir.join("planted.rec")).unwrap();
+        let got = inputs(std::slice::from_ref(&dir)).unwrap();
+        let names: Vec<String> = got
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, vec!["node1.rec", "node2.rec"]);
+        // A file stays as given, beside a directory's.
+        let file = dir.join("notes.txt");
+        assert_eq!(inputs(std::slice::from_ref(&file)).unwrap(), vec![file]);
+        let empty = dir.join("sub.rec");
+        let e = inputs(&[empty]).unwrap_err().to_string();
+        assert!(e.contains("no recording (*.rec)"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
