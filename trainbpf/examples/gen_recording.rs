@@ -418,6 +418,7 @@ fn generate(a: &Args) -> std::io::Result<()> {
             monotonic_ns: T0,
             // 2025-03-01T00:00:00Z
             realtime_ns: 1_740_787_200 * SEC,
+            uncertainty_ns: None,
         },
         attach: Attach {
             oom_context: Some("fentry:oom_kill_process".into()),

@@ -10,6 +10,8 @@ use crate::{
     record, report,
 };
 
+/// `record -o`'s `{host}`, `{rank}`, `{run_id}`, `{pid}`, `{time}`.
+pub mod placeholders;
 mod values;
 pub use values::parse_duration;
 use values::{MAX_HEARTBEAT_MS, MAX_RELATIVE_SHIFT, parse_max_size, parse_ring_size, parse_size};
@@ -30,7 +32,10 @@ pub enum Command {
     /// Run CMD as the invoking user, or attach to a running job, and record
     /// its memory and any OOM kill.
     Record {
-        /// Where to write the recording.
+        /// Where to write the recording. `{host}`, `{rank}` (RANK or
+        /// SLURM_PROCID), `{run_id}` (TORCHELASTIC_RUN_ID or SLURM_JOB_ID),
+        /// `{pid}` (the recorder's) and `{time}` (UTC) are replaced, e.g.
+        /// `-o /shared/run/{host}.rec` under srun: one file per node.
         #[arg(short, long, default_value = "trainbpf.rec")]
         output: PathBuf,
         /// Run the job in a fresh memory cgroup with this limit (e.g. 300M,
@@ -119,9 +124,11 @@ pub enum Command {
     },
     /// Explain a recording: per kill, who grew memory before it and why that victim.
     Report {
-        /// The recording to read.
-        #[arg(default_value = "trainbpf.rec")]
-        path: PathBuf,
+        /// The recording to read; several (or a directory: every *.rec in
+        /// it) are the recordings of one job, one per node, merged on one
+        /// timeline.
+        #[arg(default_value = "trainbpf.rec", num_args = 1..)]
+        paths: Vec<PathBuf>,
         /// Machine-readable output (schema trainbpf.report/1, docs/report-json.md).
         #[arg(long)]
         json: bool,
@@ -220,6 +227,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 (_, _, true) => record::Target::All,
                 _ => record::Target::Run(cmd),
             };
+            let output = placeholders::expand(output.as_os_str(), &placeholders::Values::detect())?;
             let outcome = record::run(record::RecordOptions {
                 output,
                 memory_limit,
@@ -255,7 +263,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::from(outcome.exit_code().clamp(0, 255) as u8))
         }
         Command::Report {
-            path,
+            paths,
             json,
             window,
             no_color,
@@ -269,8 +277,17 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             leak_span,
             until,
         } => {
+            let paths = report::inputs(&paths)?;
+            let shown = paths
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ");
             let out = if events {
-                report::events(&path)
+                match paths.as_slice() {
+                    [one] => report::events(one),
+                    _ => bail!("--events reads one recording at a time"),
+                }
             } else {
                 let files = report::Files {
                     html: html.as_deref(),
@@ -290,9 +307,12 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 } else {
                     report::Part::All
                 };
-                report::run(&path, json, window, no_color, &files, &scope, part)
+                match paths.as_slice() {
+                    [one] => report::run(one, json, window, no_color, &files, &scope, part),
+                    many => report::run_merged(many, json, window, no_color, &files, &scope, part),
+                }
             }
-            .with_context(|| format!("reading {}", path.display()))?;
+            .with_context(|| format!("reading {shown}"))?;
             crate::write_stdout(&out)?;
             Ok(ExitCode::SUCCESS)
         }

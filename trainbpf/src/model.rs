@@ -50,6 +50,9 @@ mod grid;
 mod growers;
 mod kernel_log;
 mod kills;
+/// Several recordings of one job (one per node) on one timeline.
+pub mod merge;
+pub use merge::{Merged, Source};
 /// Robust trends of honest memory, suspected leaks, time to the limit.
 pub mod leaks;
 mod processes;
@@ -182,6 +185,10 @@ pub struct Report {
     pub short_lived: ShortLived,
     /// What an attach recorded and the report left out of the job.
     pub left_out: LeftOut,
+    /// Which recording of the job this is (`report A.rec B.rec`): every
+    /// kill, death and process here is on `header.hostname`, in recording
+    /// `source.index`.
+    pub source: Source,
 }
 
 /// Processes seen but not the job's (`--all`, `--cgroup`): the recorder
@@ -595,6 +602,11 @@ impl Builder {
                 recorder_pid: header.recorder_pid,
                 recorder_helpers: self.apart.recorder_procs,
                 kernel_threads: self.apart.kernel_threads,
+            },
+            source: Source {
+                index: 0,
+                of: 1,
+                path: String::new(),
             },
         };
         let kill_windows: Vec<(u64, u64)> = report

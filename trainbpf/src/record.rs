@@ -291,10 +291,7 @@ fn recording_header(
                 commit_limit_kb: machine.commit_limit_kb,
             }
         },
-        clock: ClockPair {
-            monotonic_ns: mono_ns(),
-            realtime_ns: now(nix::time::ClockId::CLOCK_REALTIME),
-        },
+        clock: ClockPair::read(),
         attach: loaded.attach.clone(),
         fallbacks: loaded
             .fallbacks

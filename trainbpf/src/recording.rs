@@ -83,13 +83,37 @@ pub struct Overcommit {
 pub struct ClockPair {
     pub monotonic_ns: u64,
     pub realtime_ns: u64,
+    /// How far apart the two reads could be: the monotonic time between
+    /// two monotonic reads around the realtime read (`monotonic_ns` is
+    /// their middle). Absent in recordings made before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uncertainty_ns: Option<u64>,
 }
 
 impl ClockPair {
+    /// Both clocks now, with the time the reads took.
+    pub fn read() -> ClockPair {
+        let mono = || now_ns(nix::time::ClockId::CLOCK_MONOTONIC);
+        let before = mono();
+        let realtime_ns = now_ns(nix::time::ClockId::CLOCK_REALTIME);
+        let after = mono();
+        ClockPair {
+            monotonic_ns: before + (after.saturating_sub(before)) / 2,
+            realtime_ns,
+            uncertainty_ns: Some(after.saturating_sub(before)),
+        }
+    }
+
     /// Wall-clock ns since the epoch for a CLOCK_MONOTONIC timestamp.
     pub fn to_realtime_ns(&self, mono_ns: u64) -> u64 {
         (self.realtime_ns as i128 + mono_ns as i128 - self.monotonic_ns as i128).max(0) as u64
     }
+}
+
+fn now_ns(clock: nix::time::ClockId) -> u64 {
+    nix::time::clock_gettime(clock)
+        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+        .unwrap_or(0)
 }
 
 /// The attach point used for each job, e.g. "tp_btf:mark_victim".

@@ -134,25 +134,30 @@ pub fn run(
     part: Part,
 ) -> Result<String> {
     let f = open_input(path)?;
-    let report = build_scoped(BufReader::with_capacity(1 << 16, f), window, scope)?;
+    let mut report = build_scoped(BufReader::with_capacity(1 << 16, f), window, scope)?;
+    report.source.path = path.display().to_string();
     write_files(&report, files)?;
     if json {
         let mut s = serde_json::to_string_pretty(&render::json::render(&report))?;
         s.push('\n');
         return Ok(s);
     }
-    let stdout = std::io::stdout();
-    let color = !no_color && std::env::var_os("NO_COLOR").is_none() && stdout.is_terminal();
-    let o = render::text::TextOptions {
-        color,
-        width: terminal_width(),
-    };
+    let o = text_options(no_color);
     Ok(match part {
         Part::All => render::text::render(&report, &o),
         Part::Leaks => render::text::leaks_report(&report, &o),
         Part::Stacks => render::text::stacks_report(&report, &o),
         Part::Explain => render::text::explain(&report, &o),
     })
+}
+
+fn text_options(no_color: bool) -> render::text::TextOptions {
+    let stdout = std::io::stdout();
+    let color = !no_color && std::env::var_os("NO_COLOR").is_none() && stdout.is_terminal();
+    render::text::TextOptions {
+        color,
+        width: terminal_width(),
+    }
 }
 
 /// Writes the HTML page, the Perfetto trace and the pprof profile as the invoking user, each
@@ -183,6 +188,10 @@ fn write_files(report: &Report, files: &Files<'_>) -> Result<()> {
     }
     Ok(())
 }
+
+pub use merged::{inputs, run_merged};
+/// `report A.rec B.rec ...` and `report DIR`: one job's recordings merged.
+mod merged;
 
 /// The end-of-run verdict, judging leaks by `scope`, from the recorder's
 /// own descriptor: never by reopening the path, which the job may have

@@ -128,6 +128,20 @@ pub fn human_secs(ns: u64) -> String {
     format!("{:.1} s", ns as f64 / 1e9)
 }
 
+/// A short time, as a clock read's uncertainty: `850 ns`, `12 µs`,
+/// `1.5 ms`, then as [`human_secs`].
+pub fn small_duration(ns: u64) -> String {
+    if ns < 1_000 {
+        format!("{ns} ns")
+    } else if ns < 1_000_000 {
+        format!("{} µs", ns / 1_000)
+    } else if ns < SEC {
+        format!("{:.1} ms", ns as f64 / 1e6)
+    } else {
+        human_secs(ns)
+    }
+}
+
 /// A window length: `60 s`, `2.5 s`.
 pub fn secs_whole(ns: u64) -> String {
     let s = format!("{:.1}", ns as f64 / 1e9);

@@ -31,11 +31,14 @@ fn fixtures() -> Vec<PathBuf> {
     v
 }
 
-/// `trainbpf report --json REC`, as a user runs it.
+/// `trainbpf report --json REC`, as a user runs it, from the fixture's
+/// directory: `recordings[].path` is the path as given, the same on
+/// every checkout.
 fn report_json(rec: &Path) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_trainbpf"))
         .args(["report", "--json"])
-        .arg(rec)
+        .arg(rec.file_name().unwrap())
+        .current_dir(rec.parent().unwrap())
         .env_remove("NO_COLOR")
         .output()
         .unwrap();

@@ -32,10 +32,13 @@ mod draw;
 mod flame;
 /// One OOM kill's section.
 mod kill;
+/// Several recordings of one job: one group per host.
+mod merged;
 /// Memory over the run, pressure, and the processes' table.
 mod run;
 
 pub use draw::esc;
+pub use merged::render_merged;
 
 pub fn render(r: &Report) -> String {
     let mut o = String::with_capacity(256 << 10);
@@ -54,13 +57,7 @@ pub fn render(r: &Report) -> String {
         }
         None => "trainbpf report".into(),
     };
-    let _ = write!(
-        o,
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
-         <title>{}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n",
-        esc(&title)
-    );
+    page_head(&mut o, &title);
     let _ = writeln!(o, "<header><h1>{}</h1>", esc(&title));
     if let Some(c) = command.filter(|c| title.ends_with('…') && !c.is_empty()) {
         let _ = writeln!(
@@ -69,6 +66,33 @@ pub fn render(r: &Report) -> String {
             esc(&c)
         );
     }
+    let _ = writeln!(o, "<p class=\"meta\">{}</p></header>", esc(&about(r)));
+    body(&mut o, r);
+    footer(&mut o, r);
+    o
+}
+
+/// The document up to `<body>`.
+fn page_head(o: &mut String, title: &str) {
+    let _ = write!(
+        o,
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <title>{}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n",
+        esc(title)
+    );
+}
+
+fn footer(o: &mut String, r: &Report) {
+    let _ = writeln!(
+        o,
+        "<footer>Written by trainbpf {} from the recording alone; this page loads nothing from the network.</footer>\n</body>\n</html>",
+        esc(&r.header.trainbpf_version)
+    );
+}
+
+/// The kernel, the span and the start recorded, events and what was lost.
+fn about(r: &Report) -> String {
     let mut about = format!(
         "kernel {}, {} recorded",
         if r.header.kernel.is_empty() {
@@ -94,24 +118,22 @@ pub fn render(r: &Report) -> String {
     if let Some(line) = crate::render::readable::left_out_line(&r.left_out, all) {
         let _ = write!(about, "; {line}");
     }
-    let _ = writeln!(o, "<p class=\"meta\">{}</p></header>", esc(&about));
+    about
+}
 
-    diagnoses::lead(&mut o, r);
-    verdicts(&mut o, r);
+/// The page below its header: diagnoses, verdicts, charts, kills, stacks
+/// and processes.
+fn body(o: &mut String, r: &Report) {
+    diagnoses::lead(o, r);
+    verdicts(o, r);
     let colours = colours::Colours::of_page(r);
-    run::run_section(&mut o, r, &colours);
+    run::run_section(o, r, &colours);
     let n = r.kills.len();
     for (i, k) in r.kills.iter().enumerate() {
-        kill::kill_section(&mut o, r, k, (i, n), &colours);
+        kill::kill_section(o, r, k, (i, n), &colours);
     }
-    flame::run_flame(&mut o, r);
-    run::processes_section(&mut o, r);
-    let _ = writeln!(
-        o,
-        "<footer>Written by trainbpf {} from the recording alone; this page loads nothing from the network.</footer>\n</body>\n</html>",
-        esc(&r.header.trainbpf_version)
-    );
-    o
+    flame::run_flame(o, r);
+    run::processes_section(o, r);
 }
 
 const STYLE: &str = "

@@ -33,6 +33,9 @@ mod gpu;
 mod kills;
 /// The `leaks` array, `leak_projection` and `leak_warnings`.
 mod leaks;
+/// `recordings[]`, `first_failure`, and several recordings as one.
+mod merged;
+pub use merged::render_merged;
 /// `job`, `processes[]`, `deaths[]`, `groups[]`, `shared_memory[]`,
 /// `top_memory[]` and `smaps_cost`.
 mod processes;
@@ -70,6 +73,10 @@ pub struct JsonReport {
     pub diagnoses: Vec<diagnoses::Diagnosis>,
     /// What the kernel programs logged (`record --ebpf-log`).
     pub ebpf_log: ebpf_log::EbpfLog,
+    /// The first failure across the job (an OOM kill of a job process, a
+    /// death by a signal or a crash, a nonzero exit), when several
+    /// recordings of one job are merged; null for one recording.
+    pub first_failure: Option<merged::FirstFailure>,
     /// GPU and pinned host memory per process, CUDA OOMs, Xid errors, NVML.
     pub gpu: gpu::Gpu,
     /// The job's processes that play one role, over the whole run.
@@ -99,6 +106,12 @@ pub struct JsonReport {
     pub processes: Vec<processes::Process>,
     /// What was recorded and how.
     pub recording: recording::Recording,
+    /// The recordings this report is made of, in the order given: one for
+    /// `report FILE`; one per node for `report A.rec B.rec ...` or `report
+    /// DIR`, whose kills, deaths and processes are then every recording's
+    /// (each with its `host` and `recording`), and whose other sections
+    /// (and `recording`) are the first recording's.
+    pub recordings: Vec<merged::Recording>,
     /// The whole run, from the charts' bounded series.
     pub run: run::Run,
     /// The schema's name and version.
@@ -131,6 +144,7 @@ impl JsonReport {
                 .collect(),
             diagnoses: diagnoses::Diagnosis::all(r),
             ebpf_log: ebpf_log::EbpfLog::new(r),
+            first_failure: None,
             gpu: gpu::Gpu::new(r),
             groups: r.groups.iter().map(processes::Group::new).collect(),
             job: r.job.as_ref().map(|j| processes::Job::new(j, r.title())),
@@ -146,6 +160,7 @@ impl JsonReport {
                 .map(|p| processes::Process::new(r, p))
                 .collect(),
             recording: recording::Recording::new(r),
+            recordings: merged::Recording::alone(r),
             run: run::Run::new(r),
             schema: SCHEMA,
             shared_memory: processes::SharedObject::all(r),

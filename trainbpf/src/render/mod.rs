@@ -3,6 +3,8 @@
 
 pub mod chart;
 pub mod html;
+/// Lines about several recordings of one job that text and HTML share.
+pub mod job_lines;
 pub mod json;
 pub mod perfetto;
 pub mod pprof;
@@ -272,6 +274,7 @@ pub(crate) mod fixture {
                 clock: ClockPair {
                     monotonic_ns: 20_500_000_000,
                     realtime_ns: 1_709_251_199_999_000_000,
+                    uncertainty_ns: None,
                 },
                 ..Default::default()
             },
@@ -345,6 +348,7 @@ pub(crate) mod fixture {
             diagnoses: Vec::new(),
             short_lived: Default::default(),
             left_out: Default::default(),
+            source: Default::default(),
         }
     }
 }

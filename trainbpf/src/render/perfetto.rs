@@ -152,6 +152,73 @@ pub fn render(r: &Report) -> Value {
     })
 }
 
+/// The first trace pid of a merged trace's hosts; each host is one.
+const FIRST_HOST: u32 = PID_MAX_LIMIT + 4096;
+
+/// Several recordings of one job: one trace process per host (Perfetto's
+/// track group), holding every counter of that recording (each named
+/// after its process) and its kills, on the job's timeline (µs from the
+/// earliest recording's first event, by the wall clock).
+pub fn render_merged(m: &crate::model::Merged) -> Value {
+    let mut ev: Vec<Value> = Vec::new();
+    for (rec, r) in m.recordings.iter().zip(&m.reports) {
+        let host_pid = FIRST_HOST + rec.index as u32;
+        let shift = rec.clock_offset_ns / 1000;
+        let one = render(r);
+        let Some(events) = one["traceEvents"].as_array() else {
+            continue;
+        };
+        let names: HashMap<u64, &str> = events
+            .iter()
+            .filter(|e| e["ph"] == "M" && e["name"] == "process_name")
+            .filter_map(|e| Some((e["pid"].as_u64()?, e["args"]["name"].as_str()?)))
+            .collect();
+        for (what, args) in [
+            (
+                "process_name",
+                json!({"name": format!("{} (recording {}: {})", rec.host, rec.index, rec.path)}),
+            ),
+            ("process_sort_index", json!({"sort_index": rec.index})),
+            (
+                "process_labels",
+                json!({"labels": format!("host {}", rec.host)}),
+            ),
+        ] {
+            ev.push(
+                json!({"name": what, "ph": "M", "ts": 0, "pid": host_pid, "tid": 0, "args": args}),
+            );
+        }
+        for e in events.iter().filter(|e| e["ph"] != "M") {
+            let mut e = e.clone();
+            let from = e["pid"].as_u64().unwrap_or(0);
+            let ts = e["ts"].as_u64().unwrap_or(0) + shift;
+            let name = e["name"].as_str().unwrap_or("").to_string();
+            e["name"] = match names.get(&from) {
+                Some(p) if e["ph"] == "C" => json!(format!("{p} · {name}")),
+                _ if e["ph"] == "i" => json!(format!("{}: {name}", rec.host)),
+                _ => json!(name),
+            };
+            e["ts"] = json!(ts);
+            e["pid"] = json!(host_pid);
+            e["tid"] = json!(host_pid);
+            if e["ph"] == "i" {
+                // On its host's track, not across every host's.
+                e["s"] = json!("p");
+            }
+            ev.push(e);
+        }
+    }
+    json!({
+        "traceEvents": ev,
+        "displayTimeUnit": "ms",
+        "otherData": {
+            "generator": "trainbpf report --perfetto",
+            "hosts": m.recordings.iter().map(|r| r.host.as_str()).collect::<Vec<_>>(),
+            "trainbpf_version": m.reports.first().map(|r| r.header.trainbpf_version.as_str()),
+        },
+    })
+}
+
 /// Trace pids: a process's own pid, and a synthetic one for a recycled
 /// pid's later process.
 fn trace_pids(procs: &[&ProcLine]) -> HashMap<(u32, u64), u32> {
@@ -278,6 +345,45 @@ mod tests {
         // Each process track drops to 0 when it ended.
         let kills = ev.iter().filter(|e| e["ph"] == "i").count();
         assert_eq!(kills, 2);
+    }
+
+    #[test]
+    fn a_merged_trace_has_one_process_per_host_on_one_timeline() {
+        let node = |host: &str, wall_s: u64| {
+            let mut r = sample_report();
+            r.header.hostname = host.into();
+            r.header.clock.realtime_ns = wall_s * 1_000_000_000;
+            r.header.clock.monotonic_ns = r.first_ns.unwrap();
+            r
+        };
+        let m = crate::model::merge::merge(vec![
+            ("/a.rec".into(), node("node1", 1_800_000_000)),
+            ("/b.rec".into(), node("node2", 1_800_000_002)),
+        ]);
+        let t = render_merged(&m);
+        let ev = t["traceEvents"].as_array().unwrap();
+        let groups: Vec<&str> = ev
+            .iter()
+            .filter(|e| e["ph"] == "M" && e["name"] == "process_name")
+            .map(|e| e["args"]["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            groups,
+            vec!["node1 (recording 0: /a.rec)", "node2 (recording 1: /b.rec)"]
+        );
+        let pids: HashSet<u64> = ev.iter().map(|e| e["pid"].as_u64().unwrap()).collect();
+        assert_eq!(pids.len(), 2, "every event in its host's group");
+        let kills: Vec<&Value> = ev.iter().filter(|e| e["ph"] == "i").collect();
+        assert_eq!(kills.len(), 2);
+        assert!(
+            kills[1]["name"]
+                .as_str()
+                .unwrap()
+                .starts_with("node2: OOM kill 1")
+        );
+        // node2 started 2 s later: its kill is 2 s later on the trace.
+        let d = kills[1]["ts"].as_u64().unwrap() - kills[0]["ts"].as_u64().unwrap();
+        assert_eq!(d, 2_000_000);
     }
 
     #[test]

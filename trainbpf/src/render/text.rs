@@ -21,6 +21,8 @@ mod gpu;
 mod kill;
 /// Suspected leaks and the time to the limit.
 mod leaks;
+/// Several recordings of one job: the first failure, one timeline.
+mod merged;
 /// The sections about the whole run, and the footer.
 mod run;
 /// Growth stacks: under each kill's growers, and `report --stacks`.
@@ -33,6 +35,7 @@ mod verdict;
 pub use diagnoses::explain;
 pub(crate) use kill::story;
 pub use leaks::{report as leaks_report, warning_text};
+pub use merged::{each, merged};
 pub use stacks::report as stacks_report;
 pub use style::TextOptions;
 use style::{MIN_WIDTH, Paint, finish, or_unknown, yes_no};

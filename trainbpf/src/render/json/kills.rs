@@ -26,6 +26,8 @@ pub struct Kill {
     /// Processes whose memory grew in the window before the kill, most
     /// growth first.
     pub growers: Vec<Grower>,
+    /// The host the victim ran on: the recording header's hostname.
+    pub host: String,
     /// The kernel log lines read as part of this kill.
     pub kernel_log: Vec<String>,
     /// `oc->chosen_points`, the victim's badness in the kernel's units;
@@ -42,6 +44,8 @@ pub struct Kill {
     pub pressure: Option<Pressure>,
     /// How the reconstructed ranking was made; null without one.
     pub ranking: Option<Ranking>,
+    /// Its recording's index in `recordings` (0 for one recording).
+    pub recording: usize,
     /// Which probes reported the kill, joined with `+`,
     /// `oom_kill_process`'s first: e.g. `"fentry+tp_btf"`.
     #[schemars(pattern(
@@ -79,6 +83,7 @@ impl Kill {
             constraint: k.constraint.into(),
             groups: k.groups.iter().map(KillGroup::new).collect(),
             growers: k.growers.iter().map(|g| Grower::new(r, k, g)).collect(),
+            host: r.header.hostname.clone(),
             kernel_log: k.kernel_log.clone(),
             kernel_points: k.kernel_points,
             memcg: k.memcg.clone(),
@@ -86,6 +91,7 @@ impl Kill {
             memcg_usage_kb: k.memcg_usage_kb,
             pressure: k.pressure.as_ref().map(Pressure::new),
             ranking: k.ranking.as_ref().map(Ranking::new),
+            recording: r.source.index,
             source: k
                 .sources
                 .iter()

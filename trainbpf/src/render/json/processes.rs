@@ -70,6 +70,8 @@ pub struct Process {
     pub honest_kb: Option<i64>,
     /// The most `honest_kb` reached.
     pub honest_peak_kb: Option<i64>,
+    /// The host it ran on: the recording header's hostname.
+    pub host: String,
     /// The OOM killer chose it.
     pub oom_killed: bool,
     /// The last `oom_score_adj` written while recording; null if it never
@@ -86,6 +88,8 @@ pub struct Process {
     pub pid: u32,
     /// Proportional set size from its last smaps_rollup sample (kB).
     pub pss_kb: Option<u64>,
+    /// Its recording's index in `recordings` (0 for one recording).
+    pub recording: usize,
     /// Where its memory grew over the whole run (`record --stacks`),
     /// heaviest first; empty without.
     pub stacks: Vec<super::stacks::Stack>,
@@ -103,6 +107,7 @@ impl Process {
             exit: p.exit.map(Exit::from),
             honest_kb: p.honest_kb,
             honest_peak_kb: p.honest_peak_kb,
+            host: r.header.hostname.clone(),
             oom_killed: p.oom_killed,
             oom_score_adj: p.oom_score_adj,
             page_cache_kb: p.page_cache_kb,
@@ -110,6 +115,7 @@ impl Process {
             peak_rss_kb: p.peak_rss_kb,
             pid: p.pid,
             pss_kb: p.pss_kb,
+            recording: r.source.index,
             stacks: super::stacks::stacks(&r.process_stacks(p.pid, p.start_ns)),
             uss_kb: p.uss_kb,
         }
@@ -124,6 +130,8 @@ pub struct Death {
     /// signal was seen.
     pub code: Option<i32>,
     pub comm: String,
+    /// The host it ran on: the recording header's hostname.
+    pub host: String,
     /// For OOM kills: the memory cgroup.
     pub memcg: Option<String>,
     /// For OOM kills: the memory cgroup's limit (kB).
@@ -131,6 +139,8 @@ pub struct Death {
     /// The cause in words, as the text report prints it.
     pub phrase: String,
     pub pid: u32,
+    /// Its recording's index in `recordings` (0 for one recording).
+    pub recording: usize,
     /// Who sent the fatal signal (for an OOM kill, the task whose
     /// allocation triggered it); null when no signal record matched.
     pub sender: Option<Sender>,
@@ -151,10 +161,12 @@ impl Death {
             cause: d.cause.into(),
             code: d.code,
             comm: d.comm.clone(),
+            host: r.header.hostname.clone(),
             memcg: d.memcg.clone(),
             memcg_limit_kb: d.memcg_limit_kb,
             phrase: death_phrase(d),
             pid: d.pid,
+            recording: r.source.index,
             sender: d.sender.as_ref().map(|s| Sender {
                 comm: s.comm.clone(),
                 exe: s.exe.clone(),

@@ -24,11 +24,14 @@ pub(super) fn kill_section(
         Some(t) => format!("{} (+{:.1} s)", rfc3339_ms(t), r.since_start_s(k.ts_ns)),
         None => format!("+{:.1} s", r.since_start_s(k.ts_ns)),
     };
-    let head = if n > 1 {
+    let mut head = if n > 1 {
         format!("OOM kill {} of {n} at {when}", i + 1)
     } else {
         format!("OOM kill at {when}")
     };
+    if r.source.merged() {
+        head.push_str(&format!(" on {}", esc(&r.header.hostname)));
+    }
     let _ = writeln!(out, "{}", p.red(&head));
     super::diagnoses::kill_head(out, r, i, width, p);
     for line in wrap(&story(k), width - 2) {

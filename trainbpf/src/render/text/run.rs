@@ -289,9 +289,15 @@ pub(super) fn deaths_section(out: &mut String, r: &Report, p: &Paint) {
                     continue;
                 }
             }
+            // Several recordings merged: the host on each line.
+            let host = if r.source.merged() {
+                format!("{}  ", esc(&r.header.hostname))
+            } else {
+                String::new()
+            };
             let _ = writeln!(
                 out,
-                "  +{:>7.1} s  pid {} ({}): {}",
+                "  +{:>7.1} s  {host}pid {} ({}): {}",
                 r.since_start_s(d.ts_ns),
                 d.pid,
                 esc(&d.comm),

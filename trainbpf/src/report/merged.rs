@@ -1,0 +1,134 @@
+//! `report A.rec B.rec ...` and `report DIR`: the recordings of one job
+//! (one per node, `record -o DIR/{host}.rec`), each built as one file is,
+//! then merged on the wall clock (model/merge.rs).
+
+use std::{
+    io::BufReader,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use anyhow::{Context as _, Result, bail};
+
+use super::{Files, Part, Scope, build_scoped, open_input, text_options};
+use crate::{model, render, safe_file};
+
+/// The recordings `report` was given: files as they are, and for a
+/// directory every regular `*.rec` file in it, by name. A directory is
+/// listed with the invoking user's rights, as files are opened.
+pub fn inputs(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let owner = safe_file::Owner::from(&crate::job::Invoker::detect()?);
+    let mut out = Vec::new();
+    for p in paths {
+        if !p.is_dir() {
+            out.push(p.clone());
+            continue;
+        }
+        let dir = p.clone();
+        let mut found = safe_file::as_owner(owner, move || {
+            let io = |err| safe_file::FileError::Io {
+                what: format!("listing {}", dir.display()),
+                err,
+            };
+            let mut found = Vec::new();
+            for e in std::fs::read_dir(&dir).map_err(io)? {
+                let e = e.map_err(io)?;
+                // Not through a link: a directory of recordings holds files.
+                let regular = e.file_type().map_err(io)?.is_file();
+                if regular && e.file_name().as_encoded_bytes().ends_with(b".rec") {
+                    found.push(e.path());
+                }
+            }
+            Ok(found)
+        })?;
+        if found.is_empty() {
+            bail!("{}: no recording (*.rec) in this directory", p.display());
+        }
+        found.sort();
+        out.extend(found);
+    }
+    Ok(out)
+}
+
+/// The merged report of `paths` (more than one): text, or JSON; the HTML
+/// page and the Perfetto trace with one group per host.
+pub fn run_merged(
+    paths: &[PathBuf],
+    json: bool,
+    window: Duration,
+    no_color: bool,
+    files: &Files<'_>,
+    scope: &Scope,
+    part: Part,
+) -> Result<String> {
+    if files.pprof.is_some() {
+        // One profile per recording: a pid means nothing across hosts.
+        bail!("--pprof takes one recording at a time: run `report --pprof` on each file");
+    }
+    let mut parts = Vec::with_capacity(paths.len());
+    for p in paths {
+        let f = open_input(p)?;
+        let r = build_scoped(BufReader::with_capacity(1 << 16, f), window, scope)
+            .with_context(|| format!("reading {}", p.display()))?;
+        parts.push((p.display().to_string(), r));
+    }
+    let m = model::merge::merge(parts);
+    write_files(&m, files)?;
+    if json {
+        let mut s = serde_json::to_string_pretty(&render::json::render_merged(&m))?;
+        s.push('\n');
+        return Ok(s);
+    }
+    let o = text_options(no_color);
+    Ok(match part {
+        Part::All => render::text::merged(&m, &o),
+        Part::Leaks => render::text::each(&m, &o, render::text::leaks_report),
+        Part::Stacks => render::text::each(&m, &o, render::text::stacks_report),
+        Part::Explain => render::text::each(&m, &o, render::text::explain),
+    })
+}
+
+fn write_files(m: &model::Merged, files: &Files<'_>) -> Result<()> {
+    let owner = safe_file::Owner::from(&crate::job::Invoker::detect()?);
+    let write = |path: &Path, bytes: &[u8]| -> Result<()> {
+        safe_file::write_output(path, bytes, owner)?;
+        eprintln!("trainbpf: wrote {}", path.display());
+        Ok(())
+    };
+    if let Some(p) = files.html {
+        write(p, render::html::render_merged(m).as_bytes())?;
+    }
+    if let Some(p) = files.perfetto {
+        write(p, &serde_json::to_vec(&render::perfetto::render_merged(m))?)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_directory_gives_its_recordings_by_name_and_no_link() {
+        let dir = std::env::temp_dir().join(format!("trainbpf-inputs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("sub.rec")).unwrap();
+        for f in ["node2.rec", "node1.rec", "node1.rec.old", "notes.txt"] {
+            std::fs::write(dir.join(f), b"x").unwrap();
+        }
+        std::os::unix::fs::symlink("/etc/passwd", dir.join("planted.rec")).unwrap();
+        let got = inputs(std::slice::from_ref(&dir)).unwrap();
+        let names: Vec<String> = got
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, vec!["node1.rec", "node2.rec"]);
+        // A file stays as given, beside a directory's.
+        let file = dir.join("notes.txt");
+        assert_eq!(inputs(std::slice::from_ref(&file)).unwrap(), vec![file]);
+        let empty = dir.join("sub.rec");
+        let e = inputs(&[empty]).unwrap_err().to_string();
+        assert!(e.contains("no recording (*.rec)"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
