@@ -180,7 +180,16 @@ fn capabilities_are_few_and_each_explained() {
     let sc = &container(&ds)["securityContext"];
     assert_eq!(strs(&sc["capabilities"]["drop"]), ["ALL"]);
     let add = strs(&sc["capabilities"]["add"]);
-    assert_eq!(add, ["BPF", "PERFMON", "SYS_RESOURCE", "SYS_PTRACE"]);
+    assert_eq!(
+        add,
+        [
+            "BPF",
+            "PERFMON",
+            "SYS_RESOURCE",
+            "SYS_PTRACE",
+            "DAC_READ_SEARCH"
+        ]
+    );
     assert_ne!(sc["privileged"], true);
     let raw = text(&dir().join("daemonset.yaml"));
     for cap in &add {
