@@ -6,6 +6,7 @@ mod bench;
 mod deps;
 mod fuzz;
 mod gpu_check;
+mod manifests;
 mod privilege;
 mod report_bench;
 mod setup;
@@ -48,6 +49,10 @@ enum Task {
         #[arg(last = true)]
         cargo_test_args: Vec<OsString>,
     },
+    /// Validate deploy/kubernetes/ against Kubernetes' schemas, offline
+    /// (kubernetes-validate, installed once into a venv under target/);
+    /// `test` runs it.
+    Manifests,
     /// Fail on a dependency the workspace declares and no code uses
     /// (cargo-shear, installed once); `test` runs it with the lints.
     Deps,
@@ -229,6 +234,7 @@ fn run(task: Task) -> anyhow::Result<()> {
         } => tasks::test(!no_lint, &cargo_test_args),
         Task::Demo => tasks::demo(),
         Task::Deps => deps::check(),
+        Task::Manifests => manifests::validate(),
         Task::Bench {
             smoke,
             runs,

@@ -37,6 +37,8 @@ pub fn test_build(lint: bool, cargo_args: &[OsString]) -> Result<PathBuf> {
         run(cargo().args(["fmt", "--all", "--", "--check"]))?;
         crate::deps::check()?;
     }
+    // deploy/kubernetes/ against the schemas: a few seconds, no build.
+    crate::manifests::validate()?;
     let bin = build()?;
     if lint {
         // trainbpf-ebpf cannot be checked for the host: it is no_std with its
