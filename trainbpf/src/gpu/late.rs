@@ -333,8 +333,7 @@ impl GpuProbes {
         pid: u32,
         now: u64,
     ) {
-        let note = file
-            .map(|_| format!("found by the maps scan of pid {pid}: the mapping's record was lost"));
+        let note = file.map(|_| format!("probed when the maps scan found it in pid {pid}"));
         let hint = note.map(|n| (0, 0, String::new(), Some(n)));
         self.close_windows_hinted(out, file, hint, now);
     }
