@@ -294,6 +294,7 @@ impl GpuReport {
         self.processes.is_empty()
             && self.xid.is_empty()
             && self.attach.is_empty()
+            && self.late.is_empty()
             && self.nvml_samples == 0
     }
 }

@@ -57,3 +57,56 @@ pub fn part(out: &mut String, r: &Report, width: usize, p: &Paint) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decode::gpu::GpuLate;
+    use crate::render::fixture::sample_report;
+
+    #[test]
+    fn holds_are_summed_and_each_window_says_what_it_missed() {
+        let mut r = sample_report();
+        let t0 = r.first_ns.unwrap();
+        let late = |pid, held, attached: Option<u64>, calls| GpuLate {
+            pid,
+            tid: pid,
+            path: "/opt/env\x1b[2J/libcuda.so.1".into(),
+            mapped_ns: t0,
+            attached_ns: attached.map(|ms| t0 + ms * 1_000_000),
+            held,
+            note: None,
+            calls,
+        };
+        r.gpu.late = vec![
+            late(10, true, Some(12), 0),
+            late(11, true, Some(30), 0),
+            late(12, false, Some(300), 4),
+        ];
+        r.gpu.lost.held = 2;
+        r.gpu.lost.held_ns = 42_000_000;
+        let mut out = String::new();
+        part(&mut out, &r, 400, &Paint(false));
+        assert!(
+            out.contains(
+                "2 process(es) held until probed, no call missed (42.0 ms in all, longest 30.0 ms)"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains("Uncovered: pid 12 mapped /opt/env\\x1b[2J/libcuda.so.1 and was not held; probes attached 300.0 ms later: 4 call(s) into the NVIDIA driver"),
+            "{out}"
+        );
+        assert_eq!(out.matches("Uncovered").count(), 1, "{out}");
+        // Never probed: the window runs to the recording's end.
+        r.gpu.late = vec![late(13, false, None, 7)];
+        let mut out = String::new();
+        part(&mut out, &r, 400, &Paint(false));
+        assert!(out.contains("never probed ("), "{out}");
+        assert!(out.contains("7 call(s)"), "{out}");
+        // The driver calls of a window are lost events.
+        r.gpu.lost.window_calls = 7;
+        assert_eq!(crate::model::gpu::lost_events(&r), 7);
+        assert!(r.lost_events() >= 7);
+    }
+}
