@@ -6,14 +6,18 @@
  * (cuMemAllocManaged, 4 MiB) and VMM (cuMemCreate on the device, 32 MiB).
  * It prints how long after dlopen's return its first call returned.
  *
- * usage: late_job LIBCUDA_PATH [fork | window MS]
+ * usage: late_job LIBCUDA_PATH [fork | stop | window MS]
  *   fork:      the calls are made by a child forked before the dlopen;
+ *   stop:      as fork, and once the child is seen stopped (held at its
+ *              mapping), the parent stops it too (SIGSTOP), waits 1.5 s,
+ *              prints whether it stayed stopped, then continues it;
  *   window MS: after the four calls, sleep MS milliseconds, then one more
  *              cuMemAlloc_v2 of 2 MiB (what a recorder that attached late
  *              sees).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,11 +94,53 @@ static int run(const char *path, long window_ms) {
     return 0;
 }
 
+/* The state letter of /proc/PID/stat: 'T' when stopped. */
+static char state(pid_t pid) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return '?';
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');
+    return p && p[1] == ' ' ? p[2] : '?';
+}
+
+static int stop_the_held_child(const char *lib) {
+    pid_t c = fork();
+    if (c == 0)
+        _exit(run(lib, 0));
+    /* Held at its mapping: stopped by the recorder, for the hold. */
+    for (int i = 0; i < 5000 && state(c) != 'T'; i++)
+        usleep(1000);
+    if (state(c) != 'T') {
+        fprintf(stderr, "late_job: the child was never seen stopped\n");
+        kill(c, SIGKILL);
+        return 5;
+    }
+    kill(c, SIGSTOP);
+    usleep(1500 * 1000);
+    printf("late_job: child %s after the hold\n",
+           state(c) == 'T' ? "stayed stopped" : "was continued");
+    fflush(stdout);
+    kill(c, SIGCONT);
+    int st;
+    if (waitpid(c, &st, 0) != c || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        fprintf(stderr, "late_job: the worker failed\n");
+        return 4;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: late_job LIBCUDA_PATH [fork | window MS]\n");
         return 1;
     }
+    if (argc >= 3 && strcmp(argv[2], "stop") == 0)
+        return stop_the_held_child(argv[1]);
     if (argc >= 3 && strcmp(argv[2], "fork") == 0) {
         pid_t c = fork();
         if (c == 0)

@@ -300,3 +300,40 @@ fn a_forced_window_is_reported_with_its_calls_counted() {
         "{t}"
     );
 }
+
+/// Only what the hold stopped is continued: a job process stopped by its
+/// own job while held (its parent sends SIGSTOP once it sees it stopped;
+/// the test switch keeps the hold on for 500 ms so that it can) stays
+/// stopped when the probes are on, until the job continues it itself.
+#[test]
+fn a_process_the_job_stopped_while_held_is_left_stopped() {
+    require_root();
+    let _g = serial();
+    let dir = TempDir::new("gpu-late-stop");
+    let (libs, job) = build(&dir, 1);
+    let rec = dir.path("stop.rec");
+    let out = record_env(
+        &rec,
+        &[("TRAINBPF_TEST_GPU_HOLD_MS", "500")],
+        &[job.to_str().unwrap(), libs[0].to_str().unwrap(), "stop"],
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("late_job: child stayed stopped after the hold"),
+        "{stdout}"
+    );
+    let r = report_json(&rec);
+    let late = r["gpu"]["late"].as_array().expect("gpu.late");
+    assert_eq!(late.len(), 1, "{late:#?}");
+    let l = &late[0];
+    assert_eq!(l["held"], true, "{l}");
+    assert_eq!(
+        l["note"], "another stop signal reached it while held: left stopped",
+        "{l}"
+    );
+    assert!(l["ms"].as_f64().unwrap() >= 500.0, "{l}");
+    // Held, so nothing missed: the child's four calls.
+    assert_four_calls(gpu_proc(&r, u(&l["pid"])));
+    assert_eq!(u(&r["gpu"]["lost_events"]), 0);
+}

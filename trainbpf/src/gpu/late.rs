@@ -29,13 +29,22 @@ use crate::decode::gpu::{GpuAttach, GpuLate, GpuUserBody};
 /// an uncovered window reported. Never set it for a real recording.
 pub const ENV_FORCE_WINDOW_MS: &str = "TRAINBPF_TEST_FORCE_GPU_WINDOW_MS";
 
-/// The forced window's length, when the test switch is set.
-pub fn forced_window() -> Option<Duration> {
-    std::env::var(ENV_FORCE_WINDOW_MS)
+/// Test only: keep a held process stopped this many milliseconds before
+/// probing and continuing it, so that a test can stop it meanwhile and see
+/// that the recorder leaves it stopped. Never set it for a real recording.
+pub const ENV_HOLD_MS: &str = "TRAINBPF_TEST_GPU_HOLD_MS";
+
+fn env_ms(name: &str) -> Option<Duration> {
+    std::env::var(name)
         .ok()?
         .parse()
         .ok()
         .map(Duration::from_millis)
+}
+
+/// The forced window's length, when the test switch is set.
+pub fn forced_window() -> Option<Duration> {
+    env_ms(ENV_FORCE_WINDOW_MS)
 }
 
 /// The kernel's dev_t (`major << 20 | minor`) as `stat` gives it.
@@ -54,7 +63,9 @@ pub(super) struct Late {
     held: Option<BpfHashMap<MapData, u32, Held>>,
     windows: Option<BpfHashMap<MapData, u32, LateWindow>>,
     pub forced: Option<Duration>,
-    /// Mappings whose forced window has not run its length yet.
+    /// [`ENV_HOLD_MS`].
+    pub hold: Option<Duration>,
+    /// Mappings whose forced window or hold has not run its length yet.
     pub deferred: Vec<CudaMapEvent>,
 }
 
@@ -73,6 +84,7 @@ impl Late {
                 .take_map("WINDOWS")
                 .and_then(|m| BpfHashMap::try_from(m).ok()),
             forced: forced_window(),
+            hold: env_ms(ENV_HOLD_MS),
             deferred: Vec::new(),
         };
         let r = (|| -> Result<(), String> {
@@ -108,6 +120,15 @@ impl Late {
             }),
         };
         (l, r)
+    }
+
+    /// How long a test switch puts off this mapping's attach.
+    fn delay(&self, ev: &CudaMapEvent) -> Option<Duration> {
+        if ev.held == MAP_HELD {
+            self.hold
+        } else {
+            self.forced
+        }
     }
 
     /// A file tried (probed or not): its mappings hold no one from now on.
@@ -205,8 +226,7 @@ impl GpuProbes {
     pub fn on_mapped(&mut self, ebpf: &mut Ebpf, evs: Vec<CudaMapEvent>, now: u64) -> Records {
         let mut out = Vec::new();
         for ev in evs {
-            let forced = self.late.as_ref().and_then(|l| l.forced);
-            if let (Some(d), false) = (forced, ev.held == MAP_HELD)
+            if let Some(d) = self.late.as_ref().and_then(|l| l.delay(&ev))
                 && now < ev.hdr.ts_ns.saturating_add(d.as_nanos() as u64)
             {
                 if let Some(l) = &mut self.late {
@@ -225,11 +245,11 @@ impl GpuProbes {
         let Some(l) = &mut self.late else {
             return Vec::new();
         };
-        let d = l.forced.unwrap_or_default().as_nanos() as u64;
-        let (due, wait): (Vec<_>, Vec<_>) = l
-            .deferred
-            .drain(..)
-            .partition(|e| now >= e.hdr.ts_ns.saturating_add(d));
+        let deferred = std::mem::take(&mut l.deferred);
+        let (due, wait): (Vec<_>, Vec<_>) = deferred.into_iter().partition(|e| {
+            let d = l.delay(e).unwrap_or_default().as_nanos() as u64;
+            now >= e.hdr.ts_ns.saturating_add(d)
+        });
         l.deferred = wait;
         let mut out = Vec::new();
         for ev in due {
