@@ -38,8 +38,8 @@ use aya_ebpf::{
 use trainbpf_common::*;
 
 use crate::{
-    count_lost, header, in_job, leader_start_ns,
-    maps::{HELD, LIBCUDA_SEEN, PRECIOUS, WINDOWS},
+    count_lost, header, leader_start_ns,
+    maps::{HELD, JOB, LIBCUDA_SEEN, PRECIOUS, WINDOWS},
     rd,
 };
 
@@ -132,7 +132,10 @@ fn try_late_mmap(ctx: &TracePointContext) -> Result<u32, u32> {
     }
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
-    if !in_job(tgid) {
+    // The job's tree only, never `record --all`'s every process: a process
+    // outside it is never stopped.
+    // SAFETY: tested for presence only.
+    if unsafe { JOB.get(&tgid) }.is_none() {
         return Ok(0);
     }
     let file = fd_file(fd);

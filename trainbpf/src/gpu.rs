@@ -457,6 +457,9 @@ impl GpuProbes {
     /// never had their probes.
     pub fn finish(&mut self, ebpf: &mut Ebpf, now: u64) -> Records {
         let mut out = self.due(ebpf, u64::MAX);
+        if let Some(l) = &mut self.late {
+            l.release_all();
+        }
         self.close_windows(&mut out, None, 0, now);
         self.poll_counters(&mut out, now);
         out

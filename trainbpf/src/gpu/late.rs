@@ -174,6 +174,22 @@ impl Late {
         note
     }
 
+    /// The recording ends: every process still held (its record not
+    /// handled) is continued, unless someone else stopped it too.
+    pub fn release_all(&mut self) {
+        let Some(m) = &mut self.held else { return };
+        let held: Vec<(u32, Held)> = m.iter().filter_map(Result::ok).collect();
+        for (tgid, h) in held {
+            let _ = m.remove(&tgid);
+            if h.other_stop == 0 {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(tgid as i32),
+                    nix::sys::signal::Signal::SIGCONT,
+                );
+            }
+        }
+    }
+
     /// Closes the uncovered windows on file (`dev`, `ino`) (kernel dev_t),
     /// or every one left when `file` is `None` (the recording ends).
     pub fn close_windows(&mut self, file: Option<(u64, u64)>, now: u64) -> Vec<GpuLate> {
