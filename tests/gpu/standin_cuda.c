@@ -12,6 +12,10 @@
  *     hundreds of MiB of host memory; here 16 and 64 MiB);
  *   - a request of 1 TiB or more fails with CUDA_ERROR_OUT_OF_MEMORY, a free
  *     of an unknown pointer with CUDA_ERROR_INVALID_VALUE.
+ * When STANDIN_NVIDIACTL names a file, every call that would reach the
+ * device (allocations, frees, contexts) makes one ioctl on it, as the real
+ * driver calls its kernel module through /dev/nvidiactl: what trainbpf counts
+ * in a window where a late-mapped library could not be held.
  * When STANDIN_GPU_DIR is set, each process writes there what "the device"
  * holds for it (its device memory plus 300 MiB per context, the overhead a
  * real GPU shows in NVML and not in cuMemAlloc), for the stand-in NVML.
@@ -21,7 +25,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <fcntl.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -109,6 +115,21 @@ static void publish(void) {
     rename(tmp, path);
 }
 
+/* One call into "the driver's kernel module": an ioctl on STANDIN_NVIDIACTL
+ * (a plain file named like the device node; the ioctl fails with ENOTTY,
+ * which does not matter: the call is what is counted). */
+static int nvctl = -2;
+static void driver_call(void) {
+    if (nvctl == -2) {
+        const char *path = getenv("STANDIN_NVIDIACTL");
+        nvctl = path ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+    }
+    if (nvctl >= 0) {
+        int arg = 0;
+        (void)ioctl(nvctl, 0xc020462aUL, &arg);
+    }
+}
+
 static unsigned long long fake(unsigned long long size) {
     unsigned long long p = next_va;
     next_va += (size + (2ULL << 20) - 1) & ~((2ULL << 20) - 1);
@@ -128,6 +149,7 @@ static void touch(size_t bytes) {
 }
 
 static CUresult alloc(unsigned long long *out, size_t size, int kind) {
+    driver_call();
     if (!out || size == 0)
         return CUDA_ERROR_INVALID_VALUE;
     if (size >= TOO_BIG)
@@ -146,6 +168,7 @@ static CUresult alloc(unsigned long long *out, size_t size, int kind) {
 
 static CUresult release(unsigned long long p, int kind) {
     unsigned long long size;
+    driver_call();
     pthread_mutex_lock(&lock);
     int ok = take(p, kind, &size);
     if (ok && kind == DEVICE) {
@@ -157,6 +180,7 @@ static CUresult release(unsigned long long p, int kind) {
 }
 
 static CUresult new_context(CUcontext *pctx) {
+    driver_call();
     if (!pctx)
         return CUDA_ERROR_INVALID_VALUE;
     touch(64 << 20);
@@ -205,6 +229,9 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
     pthread_mutex_unlock(&lock);
     return r;
 }
+
+/* The context is only remembered: every call acts on "the" device. */
+CUresult cuCtxSetCurrent(CUcontext ctx) { return ctx ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
 
 CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev) {
     (void)flags;
@@ -256,6 +283,7 @@ CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned int flags) {
 }
 
 static CUresult host_alloc(void **pp, size_t size) {
+    driver_call();
     if (!pp || size == 0)
         return CUDA_ERROR_INVALID_VALUE;
     if (size >= TOO_BIG)
@@ -295,6 +323,7 @@ CUresult cuMemHostUnregister(void *p) { return p ? CUDA_SUCCESS : CUDA_ERROR_INV
 CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
                      const CUmemAllocationProp *prop, unsigned long long flags) {
     (void)flags;
+    driver_call();
     if (!handle || !prop || size == 0)
         return CUDA_ERROR_INVALID_VALUE;
     if (size >= TOO_BIG)

@@ -84,6 +84,7 @@ fn record_env(rec: &Path, env: &[(&str, &str)], cmd: &[&str]) -> Output {
     // The machine's own settings must not leak into what is asserted.
     c.env_remove("TRAINBPF_LIBCUDA")
         .env_remove("TRAINBPF_LIBNVML")
+        .env_remove("TRAINBPF_TEST_FORCE_GPU_WINDOW_MS")
         .env_remove("LD_LIBRARY_PATH");
     for (k, v) in env {
         c.env(k, v);
@@ -314,12 +315,15 @@ fn a_library_loaded_later_is_found_in_the_job_maps() {
     let rec = dir.path("maps.rec");
     let libcuda = s.libcuda.to_str().unwrap();
     // No TRAINBPF_LIBCUDA: the recorder only learns of the library when the
-    // job maps it; the job waits before its first call so a scan (every
-    // second) has run.
+    // job maps it. The hold at the mapping is turned off and the attach put
+    // off past the scan (every second), which the job waits for before its
+    // first call: the scan, the safety net for a mapping whose record was
+    // lost, finds it (tests/gpu_late.rs has the hold).
     let out = record_env(
         &rec,
         &[
             ("CUDA_JOB_WAIT_MS", "2500"),
+            ("TRAINBPF_TEST_FORCE_GPU_WINDOW_MS", "5000"),
             ("STANDIN_GPU_DIR", s.gpu_dir.to_str().unwrap()),
         ],
         &[s.job.to_str().unwrap(), libcuda],
@@ -341,6 +345,17 @@ fn a_library_loaded_later_is_found_in_the_job_maps() {
         "{attach}"
     );
     assert_ledger(&r);
+    // The window, closed by the scan, with no call in it.
+    let late = r["gpu"]["late"].as_array().unwrap();
+    assert_eq!(late.len(), 1, "{late:#?}");
+    assert_eq!(late[0]["held"], false);
+    assert_eq!(u(&late[0]["calls"]), 0);
+    assert!(
+        late[0]["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("maps scan")),
+        "{late:#?}"
+    );
 }
 
 #[test]

@@ -10,6 +10,24 @@ pub const KIND_XID: u16 = 21;
 /// The NVIDIA driver allocated or freed host pages for a job process
 /// (`nv_alloc_pages`/`nv_free_pages` kprobes). [`NvPagesEvent`].
 pub const KIND_NV_PAGES: u16 = 22;
+/// A job thread mapped a `libcuda.so*` file whose inode is not probed yet
+/// (`syscalls:sys_enter_mmap`): held with SIGSTOP until the collector has
+/// attached the uprobes, or, where it could not be held, the start of a
+/// window in which its calls go unrecorded. Precious ring. [`CudaMapEvent`].
+pub const KIND_CUDA_MAP: u16 = 23;
+
+/// `CudaMapEvent::held`: the thread was sent SIGSTOP and waits for the
+/// collector's SIGCONT.
+pub const MAP_HELD: u32 = 1;
+/// Not held: the loader turned holding off (the test switch).
+pub const MAP_NOT_HELD_OFF: u32 = 2;
+/// Not held: `bpf_send_signal_thread` failed.
+pub const MAP_NOT_HELD_SIGNAL: u32 = 3;
+/// Not held: the held-process map was full.
+pub const MAP_NOT_HELD_FULL: u32 = 4;
+
+/// Bytes of a mapped file's name kept.
+pub const MAP_NAME_LEN: usize = 64;
 
 /// `CudaEvent::op`: which CUDA driver call returned. Explicit and never
 /// reused, like the record kinds; `_ptsz` variants share their base op.
@@ -105,6 +123,67 @@ pub struct NvPagesEvent {
     pub _pad: u32,
 }
 
+/// A job thread's `mmap` of a `libcuda.so*` file not yet probed.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CudaMapEvent {
+    /// `ts_ns`: the mmap's entry.
+    pub hdr: Header,
+    pub tid: u32,
+    /// The descriptor mapped: the collector opens the file through it
+    /// (`/proc/TID/fd/FD`) while the thread is held.
+    pub fd: i32,
+    /// `MAP_HELD` or why not (`MAP_NOT_HELD_*`).
+    pub held: u32,
+    pub _pad: u32,
+    /// The file's `super_block.s_dev` (the kernel's dev_t: major << 20 |
+    /// minor) and inode number.
+    pub dev: u64,
+    pub ino: u64,
+    /// The dentry's name, NUL-padded.
+    pub name: [u8; MAP_NAME_LEN],
+}
+
+/// A library file already probed or tried, as the kernel names it
+/// (`LIBCUDA_SEEN`'s key): its mmap holds no one.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FileKey {
+    /// `super_block.s_dev`, the kernel's encoding.
+    pub dev: u64,
+    pub ino: u64,
+}
+
+/// A job process mapped a driver library it could not be held at: the
+/// window lasts until the collector has attached, and the process's calls
+/// into the NVIDIA driver (ioctls on `/dev/nvidia*`, the path every device
+/// allocation takes) are counted meanwhile. `WINDOWS`' value.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LateWindow {
+    pub start_ns: u64,
+    pub dev: u64,
+    pub ino: u64,
+    /// Driver ioctls in the window.
+    pub calls: u64,
+}
+
+/// A process held at its mapping of a driver library (`HELD`'s value):
+/// what the collector must know before it sends SIGCONT.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Held {
+    /// Set while the hold's own SIGSTOP is being sent: `signal_generate`
+    /// clears it instead of counting that stop as someone else's.
+    pub sending: u32,
+    /// Someone else stopped the process while it was held: it stays
+    /// stopped (the collector does not continue it).
+    pub other_stop: u32,
+    /// Someone else continued it before the probes were on.
+    pub other_cont: u32,
+    pub _pad: u32,
+}
+
 /// Per-CPU counters of the GPU probes, besides the ring-buffer losses kept
 /// in [`Counters::lost`]: nothing is dropped silently.
 #[repr(C)]
@@ -119,7 +198,10 @@ pub struct GpuCounters {
 }
 
 /// Offsets of the `nvidia:nvidia_dev_xid` record, from its tracefs format
-/// file when the driver has the tracepoint; -1 otherwise.
+/// file when the driver has the tracepoint; -1 otherwise. Then what the
+/// late-library probe reads: the `syscalls:sys_enter_mmap` and
+/// `sys_enter_ioctl` fields (tracefs); the path from a descriptor to its
+/// file's name and inode is in [`crate::Config`] (BTF).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GpuConfig {
@@ -129,6 +211,12 @@ pub struct GpuConfig {
     pub xid_code: i64,
     /// `__data_loc char[] msg`.
     pub xid_msg: i64,
+    pub mmap_flags: i64,
+    pub mmap_fd: i64,
+    pub ioctl_fd: i64,
+    /// 1: hold a thread that maps an unprobed driver library; 0: don't
+    /// (the test switch that forces a window).
+    pub late_hold: i64,
 }
 
 impl GpuConfig {
@@ -136,6 +224,10 @@ impl GpuConfig {
         xid_dev: -1,
         xid_code: -1,
         xid_msg: -1,
+        mmap_flags: -1,
+        mmap_fd: -1,
+        ioctl_fd: -1,
+        late_hold: 1,
     };
 }
 
@@ -143,8 +235,9 @@ const _: () = assert!(core::mem::size_of::<CudaEvent>() == 96);
 const _: () = assert!(core::mem::size_of::<XidEvent>() == 256);
 const _: () = assert!(core::mem::size_of::<NvPagesEvent>() == 40);
 const _: () = assert!(core::mem::size_of::<GpuCounters>() == 16);
-const _: () = assert!(core::mem::size_of::<GpuConfig>() == 24);
-const _: () = assert!(KIND_NV_PAGES < KIND_MAX);
+const _: () = assert!(core::mem::size_of::<GpuConfig>() == 7 * 8);
+const _: () = assert!(core::mem::size_of::<CudaMapEvent>() == 24 + 16 + 16 + MAP_NAME_LEN);
+const _: () = assert!(KIND_CUDA_MAP < KIND_MAX);
 
 #[cfg(feature = "user")]
 mod gpu_pod {
@@ -153,4 +246,10 @@ mod gpu_pod {
     unsafe impl aya::Pod for GpuConfig {}
     // SAFETY: as above.
     unsafe impl aya::Pod for GpuCounters {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for FileKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for LateWindow {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for Held {}
 }

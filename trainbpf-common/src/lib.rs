@@ -59,7 +59,13 @@ pub const FLAG_KTHREAD: u16 = 1 << 4;
 pub const fn is_precious(kind: u16) -> bool {
     matches!(
         kind,
-        KIND_EXIT | KIND_OOM_VICTIM | KIND_OOM_KILL | KIND_PRINTK | KIND_SIGNAL | KIND_DEATH_STACK
+        KIND_EXIT
+            | KIND_OOM_VICTIM
+            | KIND_OOM_KILL
+            | KIND_PRINTK
+            | KIND_SIGNAL
+            | KIND_DEATH_STACK
+            | KIND_CUDA_MAP
     )
 }
 /// Size of the precious ring: about 18,000 exit records.
@@ -377,6 +383,21 @@ pub struct Config {
     /// 0, the default, leaves every log call dead code that the verifier
     /// drops, since this struct is read-only.
     pub ebpf_log: i64,
+    /// From a descriptor to its file's name and inode (the late driver
+    /// library probe): `task_struct.files`, `files_struct.fdt`,
+    /// `fdtable.max_fds`, `fdtable.fd`, `file.f_path.dentry`,
+    /// `dentry.d_name.name`, `file.f_inode`, `inode.i_ino`, `inode.i_sb`,
+    /// `super_block.s_dev`.
+    pub task_files: i64,
+    pub files_fdt: i64,
+    pub fdt_max_fds: i64,
+    pub fdt_fd: i64,
+    pub file_dentry: i64,
+    pub dentry_name: i64,
+    pub file_inode: i64,
+    pub inode_ino: i64,
+    pub inode_sb: i64,
+    pub sb_dev: i64,
 }
 
 impl Config {
@@ -446,6 +467,16 @@ impl Config {
         page_size: 4096,
         stack_every_pages: 0,
         ebpf_log: 0,
+        task_files: -1,
+        files_fdt: -1,
+        fdt_max_fds: -1,
+        fdt_fd: -1,
+        file_dentry: -1,
+        dentry_name: -1,
+        file_inode: -1,
+        inode_ino: -1,
+        inode_sb: -1,
+        sb_dev: -1,
     };
 }
 

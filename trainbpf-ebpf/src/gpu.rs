@@ -33,7 +33,7 @@ use crate::{
 
 /// Offsets of `nvidia:nvidia_dev_xid`, set by the loader from tracefs.
 #[unsafe(no_mangle)]
-static GPU_CONFIG: GpuConfig = GpuConfig::UNSET;
+pub(crate) static GPU_CONFIG: GpuConfig = GpuConfig::UNSET;
 
 /// Volatile so the build-time placeholder isn't folded in (see `conf!`).
 #[inline(always)]

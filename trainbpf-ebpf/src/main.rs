@@ -63,6 +63,8 @@ mod klog;
 mod death;
 /// The GPU probes: CUDA driver uprobes, Xid, the driver's page allocator.
 mod gpu;
+/// A driver library mapped late: the mapping thread held until probed.
+mod gpu_late;
 /// Fork, exec and exit of the recorded job.
 mod lifecycle;
 /// The maps shared by the modules, and those userspace opens.

@@ -235,3 +235,20 @@ pub(crate) static PY_STACKS: HashMap<u64, PyStack> = HashMap::with_max_entries(4
 /// Where a walk gathers its frames (too big for the program's stack).
 #[map]
 pub(crate) static PY_SCRATCH: PerCpuArray<PyStack> = PerCpuArray::with_max_entries(1, 0);
+
+// ------------------------------------------- late driver libraries (gpu_late.rs)
+
+/// Driver library files already probed or tried (userspace fills it): an
+/// mmap of one of these holds no one.
+#[map]
+pub(crate) static LIBCUDA_SEEN: HashMap<FileKey, u32> = HashMap::with_max_entries(1024, 0);
+
+/// Job processes held at the mapping of an unprobed driver library, until
+/// the collector has attached and continued them: tgid → [`Held`].
+#[map]
+pub(crate) static HELD: HashMap<u32, Held> = HashMap::with_max_entries(1024, 0);
+
+/// Job processes in an uncovered window (mapped a driver library and could
+/// not be held): tgid → [`LateWindow`], until the collector has attached.
+#[map]
+pub(crate) static WINDOWS: HashMap<u32, LateWindow> = HashMap::with_max_entries(1024, 0);

@@ -33,6 +33,17 @@ const HARMLESS_SIGNALS: u64 = (1 << 17) | (1 << 18) | (1 << 23) | (1 << 28);
 
 fn try_signal_generate(ctx: &BtfTracePointContext) -> Result<u32, u32> {
     let sig: i32 = ctx.arg(0);
+    // SIGCONT, SIGSTOP, SIGTSTP, SIGTTIN, SIGTTOU: a held process's hold
+    // must know of them (gpu_late.rs).
+    if (18..=22).contains(&sig) {
+        let task: u64 = ctx.arg(2);
+        // The hold's own stop is not the job's story: not recorded.
+        if let Ok(tgid) = rd::<u32>(task, conf!(task_tgid))
+            && crate::gpu_late::on_signal(sig, tgid)
+        {
+            return Ok(0);
+        }
+    }
     if !(1..64).contains(&sig) || HARMLESS_SIGNALS & (1u64 << sig) != 0 {
         return Ok(0);
     }

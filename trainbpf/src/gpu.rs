@@ -8,10 +8,10 @@
 //! the usual directories, `TRAINBPF_LIBCUDA`), once per distinct file
 //! (device + inode); then, once a second, the job's processes' maps are
 //! scanned for a `libcuda.so*` not yet probed (a container's, a conda
-//! environment's), which is probed through `/proc/PID/root`. A process that
-//! loads such a library and calls it within that second is seen only from
-//! the scan on: the report lists what was attached when, and the kernel side
-//! never pairs a return without its entry.
+//! environment's). Before any scan, the kernel sees the job's mmap of such a
+//! file and holds the process until its probes are on ([`late`]): no call is
+//! missed; where it cannot hold it, the window is reported with its calls
+//! counted. The scan is the safety net for a mapping whose record was lost.
 //!
 //! Everything tried and not used is recorded with the reason
 //! ([`GpuSource`], [`GpuAttach`]), once.
@@ -50,8 +50,11 @@ use crate::{
 };
 
 mod attach;
+mod late;
 mod maps;
 mod pinned;
+
+pub use late::ENV_FORCE_WINDOW_MS;
 
 /// Extra `libcuda.so` paths, `:`-separated: a driver outside the usual
 /// places, or a stand-in library in tests.
@@ -113,6 +116,16 @@ pub fn config() -> GpuConfig {
         c.xid_code = kernel::field(&f, "error_code");
         c.xid_msg = kernel::field(&f, "msg");
     }
+    if let Some(f) = kernel::tp_format("syscalls", "sys_enter_mmap") {
+        c.mmap_flags = kernel::field(&f, "flags");
+        c.mmap_fd = kernel::field(&f, "fd");
+    }
+    if let Some(f) = kernel::tp_format("syscalls", "sys_enter_ioctl") {
+        c.ioctl_fd = kernel::field(&f, "fd");
+    }
+    if late::forced_window().is_some() {
+        c.late_hold = 0;
+    }
     c
 }
 
@@ -128,6 +141,10 @@ pub struct GpuProbes {
     nvml_failed: bool,
     scan_from: usize,
     attached_files: usize,
+    /// The late-library probe; `None` where the uprobes did not load.
+    late: Option<late::Late>,
+    /// Its windows and holds, for [`GpuLost`].
+    late_lost: GpuLost,
 }
 
 /// Encoded GPU collector records, for the recording.
@@ -180,6 +197,8 @@ impl GpuProbes {
             nvml_failed: false,
             scan_from: 0,
             attached_files: 0,
+            late: None,
+            late_lost: GpuLost::default(),
         };
         match load_uprobes(ebpf) {
             Ok(()) => g.loaded = true,
@@ -192,6 +211,22 @@ impl GpuProbes {
             ),
         }
         if g.loaded {
+            // Before the first attach, so that every file tried is marked
+            // in the kernel's map as it is.
+            let (l, r) = late::Late::start(ebpf);
+            match r {
+                Ok(detail) => source(&mut out, now, "late-mmap", true, detail),
+                Err(e) => source(
+                    &mut out,
+                    now,
+                    "late-mmap",
+                    false,
+                    format!(
+                        "{e}; a library mapped later is found by the maps scan, about a second late"
+                    ),
+                ),
+            }
+            g.late = Some(l);
             for (path, found_by) in candidates() {
                 // Links followed once, here: the descriptor holds the file.
                 let Ok(file) = Pinned::open(&path) else {
@@ -308,6 +343,9 @@ impl GpuProbes {
         if !self.tried.insert((file.dev, file.ino)) {
             return None;
         }
+        if let Some(l) = &mut self.late {
+            l.seen(file.dev, file.ino);
+        }
         let mut a = GpuAttach {
             path: path.display().to_string(),
             dev: file.dev,
@@ -378,6 +416,7 @@ impl GpuProbes {
                         continue;
                     };
                     if let Some(a) = self.attach_library(ebpf, &file, &m.name, "maps", Some(pid)) {
+                        self.close_windows(&mut out, Some((m.dev, m.ino)), pid, now);
                         // The path is the job's to choose, escapes and all.
                         eprintln!(
                             "trainbpf: GPU: probed {} (mapped by pid {pid}): {} calls{}",
@@ -414,9 +453,14 @@ impl GpuProbes {
         out
     }
 
-    /// The last counters, when the job has ended.
-    pub fn finish(&mut self, now: u64) -> Records {
-        let mut out = Vec::new();
+    /// The last counters, when the job has ended; windows still open
+    /// never had their probes.
+    pub fn finish(&mut self, ebpf: &mut Ebpf, now: u64) -> Records {
+        let mut out = self.due(ebpf, u64::MAX);
+        if let Some(l) = &mut self.late {
+            l.release_all();
+        }
+        self.close_windows(&mut out, None, 0, now);
         self.poll_counters(&mut out, now);
         out
     }
@@ -424,7 +468,7 @@ impl GpuProbes {
     fn poll_counters(&mut self, out: &mut Records, now: u64) {
         let mut lost = GpuLost {
             attach_failed: self.lost.attach_failed,
-            ..GpuLost::default()
+            ..self.late_lost.clone()
         };
         if let Some(c) = &self.counters
             && let Ok(per_cpu) = c.get(&0, 0)

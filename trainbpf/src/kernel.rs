@@ -317,6 +317,18 @@ impl KernelBtf {
         } else {
             numbers + nr
         };
+        // A descriptor's file, name and inode: optional, only the late
+        // driver library probe reads them.
+        c.task_files = self.offset("task_struct", &["files"]);
+        c.files_fdt = self.offset("files_struct", &["fdt"]);
+        c.fdt_max_fds = self.offset("fdtable", &["max_fds"]);
+        c.fdt_fd = self.offset("fdtable", &["fd"]);
+        c.file_dentry = self.offset("file", &["f_path", "dentry"]);
+        c.dentry_name = self.offset("dentry", &["d_name", "name"]);
+        c.file_inode = self.offset("file", &["f_inode"]);
+        c.inode_ino = self.offset("inode", &["i_ino"]);
+        c.inode_sb = self.offset("inode", &["i_sb"]);
+        c.sb_dev = self.offset("super_block", &["s_dev"]);
         Ok(())
     }
 

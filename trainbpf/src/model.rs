@@ -234,9 +234,12 @@ impl Report {
     }
 
     /// Ring-buffer records lost plus records that did not decode, on either
-    /// side of the file.
+    /// side of the file, plus the driver calls of uncovered GPU windows.
     pub fn lost_events(&self) -> u64 {
-        self.lost.total().saturating_add(self.undecodable)
+        self.lost
+            .total()
+            .saturating_add(self.undecodable)
+            .saturating_add(self.gpu.lost.window_calls)
     }
 
     /// A kill's grower's stacks: those recorded up to the kill (and the

@@ -239,6 +239,18 @@ fn trim(s: String) -> String {
     }
 }
 
+/// A short pause, as a hold or a window lasts: `0.84 ms`, `12.3 ms`, `2.5 s`.
+pub fn human_ms(ns: u64) -> String {
+    let ms = ns as f64 / 1e6;
+    if ms < 10.0 {
+        format!("{ms:.2} ms")
+    } else if ms < 1000.0 {
+        format!("{ms:.1} ms")
+    } else {
+        format!("{:.1} s", ms / 1000.0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -285,6 +297,13 @@ mod tests {
         assert_eq!(eta(720.0), "~12 min");
         assert_eq!(eta(3.5 * 3600.0), "~3.5 h");
         assert_eq!(eta(3.0 * 86_400.0), "~3.0 days");
+    }
+
+    #[test]
+    fn pauses() {
+        assert_eq!(human_ms(840_000), "0.84 ms");
+        assert_eq!(human_ms(12_345_678), "12.3 ms");
+        assert_eq!(human_ms(2_500_000_000), "2.5 s");
     }
 
     #[test]

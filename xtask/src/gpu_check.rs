@@ -573,6 +573,16 @@ struct ModeResult {
     outcome: Result<Comparison, String>,
 }
 
+/// Device memory the ledger sees allocated outside torch's allocator, which
+/// the async check (the ledger against `memory_allocated()`) must allow:
+/// right after the context is made, `cuMemAlloc` calls of 64 MiB, 128 KiB
+/// and 1 KiB (a library's own workspace), 67,240,960 bytes, the same in all
+/// three modes of the one GPU run in docs/gpu.md. One run on one GPU and
+/// driver: the async check's detail prints the ledger's excess over
+/// `memory_allocated()`, the figure that confirms or corrects this on the
+/// next run on a GPU.
+const OUTSIDE_ALLOCATOR: u64 = 67_240_960;
+
 /// Slack for figures that round differently on each side (the async pool's
 /// granularity, NVML's sample instant): 8 MiB or 1%.
 fn slack(x: u64) -> u64 {
@@ -746,10 +756,13 @@ fn compare(mode: Mode, torch: &Value, report: &Value) -> Result<Comparison> {
         },
     );
     let (end_ok, peak_ok, rule) = match mode {
+        // Below by the rounding slack at most; above by that and what the
+        // runtime allocated outside the pool.
         Mode::Async => (
-            main.device_end.abs_diff(ref_end) <= slack(ref_end),
+            main.device_end + slack(ref_end) >= ref_end
+                && main.device_end <= ref_end + slack(ref_end) + OUTSIDE_ALLOCATOR,
             main.device_peak + slack(ref_peak) >= ref_peak,
-            "≈ memory_allocated() (the pool's used memory)",
+            "≈ memory_allocated() (the pool's used memory), plus the 64.1 MiB allocated outside it",
         ),
         _ => (
             main.device_end >= ref_end,
@@ -761,11 +774,17 @@ fn compare(mode: Mode, torch: &Value, report: &Value) -> Result<Comparison> {
         format!("ledger device memory at the end {rule}"),
         Some(end_ok),
         format!(
-            "ledger {} vs {} {} ({})",
+            "ledger {} vs {} {} ({}{})",
             bytes(main.device_end),
             mode.reference(),
             bytes(ref_end),
-            signed(main.device_end as i64 - ref_end as i64)
+            signed(main.device_end as i64 - ref_end as i64),
+            if mode == Mode::Async {
+                // The measurement OUTSIDE_ALLOCATOR awaits.
+                ": the excess is what was allocated outside the pool"
+            } else {
+                ""
+            }
         ),
     );
     check(
@@ -1212,7 +1231,7 @@ mod tests {
         let k = check(&c, "at the end");
         assert_eq!(
             k.what,
-            "ledger device memory at the end ≈ memory_allocated() (the pool's used memory)"
+            "ledger device memory at the end ≈ memory_allocated() (the pool's used memory), plus the 64.1 MiB allocated outside it"
         );
         assert_eq!(k.ok, Some(true), "{k:?}");
         assert_eq!(check(&c, "peak").ok, Some(true));
@@ -1220,6 +1239,15 @@ mod tests {
         let mut r2 = r.clone();
         r2["gpu"]["processes"][0]["device_bytes_end"] = json!(1020 * MIB);
         let c = compare(Mode::Async, &t, &r2).unwrap();
+        assert_eq!(check(&c, "at the end").ok, Some(false));
+        // 64 MiB allocated outside the pool (right after the context, as
+        // seen on a GPU) passes; more than that and the slack fails.
+        let mut r3 = r.clone();
+        r3["gpu"]["processes"][0]["device_bytes_end"] = json!(1036 * MIB + 67_240_960);
+        let c = compare(Mode::Async, &t, &r3).unwrap();
+        assert_eq!(check(&c, "at the end").ok, Some(true));
+        r3["gpu"]["processes"][0]["device_bytes_end"] = json!((1036 + 64 + 20) * MIB);
+        let c = compare(Mode::Async, &t, &r3).unwrap();
         assert_eq!(check(&c, "at the end").ok, Some(false));
         // The same ledger in a caching-allocator mode is below reserved.
         let c = compare(Mode::Expandable, &torch_line(Mode::Expandable), &r).unwrap();

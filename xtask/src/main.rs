@@ -76,7 +76,9 @@ enum Task {
         #[arg(long)]
         w4_secs: Option<u64>,
         /// Only these workloads, by id: W1-1, W1-N, W3, W4, W5 (steady
-        /// growth), W6 (Python-heavy) (comma-separated).
+        /// growth), W6 (Python-heavy), G1 (CUDA allocation loop on the
+        /// stand-in driver), G2 (the same on the machine's driver, with a
+        /// GPU) (comma-separated).
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
     },

@@ -12,6 +12,7 @@ pub const KIND_GPU_ATTACH: u16 = 110;
 pub const KIND_GPU_SOURCE: u16 = 111;
 pub const KIND_GPU_LOST: u16 = 112;
 pub const KIND_NVML: u16 = 113;
+pub const KIND_GPU_LATE: u16 = 114;
 /// The highest kind of the GPU's collector range.
 pub const KIND_GPU_USER_MAX: u16 = 119;
 
@@ -185,6 +186,46 @@ pub struct GpuLost {
     pub read_failed: u64,
     /// Library files that could not be probed.
     pub attach_failed: u64,
+    /// Driver libraries mapped where the process could not be held
+    /// ([`GpuLate`]): windows in which its calls went unrecorded.
+    #[serde(default)]
+    pub windows: u64,
+    /// Calls into the NVIDIA driver (ioctls on `/dev/nvidia*`) counted in
+    /// those windows: CUDA work the ledger did not see.
+    #[serde(default)]
+    pub window_calls: u64,
+    /// The windows' total length, mapping to attach.
+    #[serde(default)]
+    pub window_ns: u64,
+    /// Processes held at a late mapping until probed, and for how long in
+    /// all: no call lost, a pause the job paid.
+    #[serde(default)]
+    pub held: u64,
+    #[serde(default)]
+    pub held_ns: u64,
+}
+
+/// A job process mapped a driver library that was not probed yet: held
+/// until it was, or, where it could not be, a window in which its calls
+/// went unrecorded.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuLate {
+    pub pid: u32,
+    pub tid: u32,
+    /// The file's name as the kernel had it, or the path it was found at.
+    pub path: String,
+    /// The mmap (CLOCK_MONOTONIC ns).
+    pub mapped_ns: u64,
+    /// When the probes were on; `None`: never, the window stayed open.
+    #[serde(default)]
+    pub attached_ns: Option<u64>,
+    /// Held (SIGSTOP) from the mapping to the attach: nothing missed.
+    pub held: bool,
+    /// Why it was not held, or what else happened to the hold.
+    #[serde(default)]
+    pub note: Option<String>,
+    /// Calls into the NVIDIA driver counted in the window (0 when held).
+    pub calls: u64,
 }
 
 /// One NVML sample.
@@ -225,6 +266,7 @@ pub enum GpuEvent {
     Source(GpuSource),
     Lost(GpuLost),
     Nvml(NvmlSample),
+    Late(GpuLate),
 }
 
 /// The JSON body of a GPU collector record: `{"ts_ns", "body": {"<kind>": …}}`
@@ -242,6 +284,7 @@ pub enum GpuUserBody {
     GpuSource(GpuSource),
     GpuLost(GpuLost),
     Nvml(NvmlSample),
+    GpuLate(GpuLate),
 }
 
 impl GpuUserBody {
@@ -251,6 +294,7 @@ impl GpuUserBody {
             GpuUserBody::GpuSource(_) => KIND_GPU_SOURCE,
             GpuUserBody::GpuLost(_) => KIND_GPU_LOST,
             GpuUserBody::Nvml(_) => KIND_NVML,
+            GpuUserBody::GpuLate(_) => KIND_GPU_LATE,
         }
     }
 }
@@ -318,6 +362,7 @@ pub(super) fn decode_user(kind: u16, bytes: &[u8]) -> Result<(u64, Event), Decod
         (KIND_GPU_SOURCE, GpuUserBody::GpuSource(s)) => GpuEvent::Source(s),
         (KIND_GPU_LOST, GpuUserBody::GpuLost(l)) => GpuEvent::Lost(l),
         (KIND_NVML, GpuUserBody::Nvml(n)) => GpuEvent::Nvml(n),
+        (KIND_GPU_LATE, GpuUserBody::GpuLate(l)) => GpuEvent::Late(l),
         (KIND_GPU_ATTACH..=KIND_GPU_USER_MAX, _) => {
             return Err(DecodeError::Json {
                 kind,

@@ -56,6 +56,21 @@ impl Pinned {
         Ok(pinned)
     }
 
+    /// The file open as descriptor `fd` of thread `tid` (a job thread the
+    /// kernel holds inside its mmap of it), which the kernel said is
+    /// `dev`/`ino`.
+    pub fn descriptor(tid: u32, fd: i32, dev: u64, ino: u64) -> Result<Pinned, String> {
+        let p = PathBuf::from(format!("/proc/{tid}/fd/{fd}"));
+        let pinned = Self::open_path(&p)?;
+        if (pinned.dev, pinned.ino) != (dev, ino) {
+            return Err(format!(
+                "descriptor {fd} now holds another file (device {} inode {}, the kernel said {dev} {ino})",
+                pinned.dev, pinned.ino
+            ));
+        }
+        Ok(pinned)
+    }
+
     fn open_path(path: &Path) -> Result<Pinned, String> {
         let c = std::ffi::CString::new(path.as_os_str().as_bytes())
             .map_err(|_| "the path holds a NUL byte".to_string())?;

@@ -36,7 +36,7 @@ mod xid;
 pub use ledger::Ledger;
 pub use xid::parse_xid_line;
 
-use crate::decode::gpu::{CudaOp, GpuAttach, GpuLost, GpuSource};
+use crate::decode::gpu::{CudaOp, GpuAttach, GpuLate, GpuLost, GpuSource};
 
 const SEC: u64 = 1_000_000_000;
 /// How long events wait to be replayed in time order.
@@ -279,6 +279,9 @@ pub struct GpuReport {
     pub at_kills: Vec<GpuAtKill>,
     pub series: Vec<GpuSeries>,
     pub attach: Vec<GpuAttach>,
+    /// Driver libraries mapped after recording started: each held until
+    /// probed, or an uncovered window.
+    pub late: Vec<GpuLate>,
     pub sources: Vec<GpuSource>,
     pub nvml_samples: u64,
     pub nvml_devices: Vec<NvmlDeviceSummary>,
@@ -291,15 +294,17 @@ impl GpuReport {
         self.processes.is_empty()
             && self.xid.is_empty()
             && self.attach.is_empty()
+            && self.late.is_empty()
             && self.nvml_samples == 0
     }
 }
 
-/// GPU records lost in the ring buffer (kernel kinds 20-29) plus calls the
-/// entry/return map had no room for.
+/// GPU records lost in the ring buffer (kernel kinds 20-29), calls the
+/// entry/return map had no room for, and the driver calls counted in
+/// windows where a late library's process could not be held.
 pub fn lost_events(r: &super::Report) -> u64 {
     let ring: u64 = r.lost.by_kind.iter().skip(20).take(10).sum();
-    ring + r.gpu.lost.pending_full
+    ring + r.gpu.lost.pending_full + r.gpu.lost.window_calls
 }
 
 #[cfg(test)]

@@ -278,6 +278,7 @@ impl Session {
                 r = rings.readable() => {
                     r.map_err(io_err("ring buffer"))?;
                     c.drain(rings);
+                    gpu_late(c, gpu, ebpf);
                     if c.writer.pending() > FLUSH_BYTES {
                         c.flush()?;
                         last_flush = Instant::now();
@@ -285,6 +286,7 @@ impl Session {
                 }
                 _ = tick.tick() => {
                     c.drain(rings);
+                    gpu_late(c, gpu, ebpf);
                     c.poll_lost(counters);
                     c.kernel_log(kernel_log.as_mut());
                     reap_orphans(Some(pid));
@@ -371,6 +373,7 @@ impl Session {
         let until = Instant::now() + Duration::from_millis(300);
         while Instant::now() < until {
             c.drain(rings);
+            gpu_late(c, gpu, ebpf);
             reap_orphans(None);
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -395,6 +398,7 @@ impl Session {
                 tokio::select! {
                     _ = tick.tick() => {
                         c.drain(rings);
+                        gpu_late(c, gpu, ebpf);
                         c.poll_lost(counters);
                         c.kernel_log(kernel_log.as_mut());
                         reap_orphans(None);
@@ -439,16 +443,18 @@ impl Session {
             mut rings,
             counters,
             mut gpu,
+            mut ebpf,
             pid,
             mut kernel_log,
             ..
         } = self;
         c.drain(&mut rings);
+        gpu_late(&mut c, &mut gpu, &mut ebpf);
         c.finish_shm();
         c.poll_stacks();
         c.poll_lost(&counters);
         c.kernel_log(kernel_log.as_mut());
-        for (kind, bytes) in gpu.finish(mono_ns()) {
+        for (kind, bytes) in gpu.finish(&mut ebpf, mono_ns()) {
             c.writer.record(kind, &bytes);
         }
         match status {
@@ -458,6 +464,19 @@ impl Session {
         c.finish()?;
         let _ = c.writer.get_ref().sync_all();
         Ok((status, c.writer.into_inner()))
+    }
+}
+
+/// Job processes that mapped a driver library not yet probed: probed and
+/// continued at once (they are held until then), and the forced windows of
+/// the test switch that have run their length.
+fn gpu_late(c: &mut Collector, gpu: &mut crate::gpu::GpuProbes, ebpf: &mut aya::Ebpf) {
+    let now = mono_ns();
+    let evs = std::mem::take(&mut c.gpu_maps);
+    let mut recs = gpu.on_mapped(ebpf, evs, now);
+    recs.extend(gpu.due(ebpf, now));
+    for (kind, bytes) in recs {
+        c.writer.record(kind, &bytes);
     }
 }
 

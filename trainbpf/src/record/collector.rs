@@ -58,6 +58,10 @@ pub(super) struct Collector {
     /// A kill or an exit was seen: drain the stacks now, while the
     /// processes' maps are still there to resolve them by.
     stacks_due: bool,
+    /// Job processes that mapped a driver library not yet probed, most of
+    /// them held until it is (`GpuProbes::on_mapped`): taken after each
+    /// drain.
+    pub(super) gpu_maps: Vec<common::CudaMapEvent>,
 }
 
 impl Collector {
@@ -93,6 +97,7 @@ impl Collector {
             last_stacks: Instant::now(),
             stacks_every: STACKS_EVERY,
             stacks_due: false,
+            gpu_maps: Vec::new(),
         }
     }
 
@@ -138,6 +143,17 @@ impl Collector {
         let kind = u16::from_le_bytes([bytes[0], bytes[1]]);
         if kind == common::KIND_DEATH_STACK {
             self.on_death_stack(bytes);
+            return;
+        }
+        if kind == common::KIND_CUDA_MAP {
+            if bytes.len() >= size_of::<common::CudaMapEvent>() {
+                // SAFETY: the length is checked; plain old data.
+                self.gpu_maps.push(unsafe {
+                    std::ptr::read_unaligned(bytes.as_ptr().cast::<common::CudaMapEvent>())
+                });
+            } else {
+                self.last_lost.undecodable += 1;
+            }
             return;
         }
         self.writer.record(kind, bytes);

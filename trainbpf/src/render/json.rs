@@ -29,6 +29,8 @@ mod diagnoses;
 mod ebpf_log;
 /// The `gpu` object.
 mod gpu;
+/// `gpu.late`: driver libraries mapped after recording started.
+mod gpu_late;
 /// `kills[]`, with the victim, growers, ranking and pressure.
 mod kills;
 /// The `leaks` array, `leak_projection` and `leak_warnings`.

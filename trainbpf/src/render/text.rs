@@ -17,6 +17,8 @@ mod diagnoses;
 mod ebpf_log;
 /// GPU and pinned memory, CUDA OOMs, Xid.
 mod gpu;
+/// Late driver libraries: holds and uncovered windows.
+mod gpu_late;
 /// One OOM kill's section.
 mod kill;
 /// Suspected leaks and the time to the limit.

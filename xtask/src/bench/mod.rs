@@ -9,6 +9,12 @@
 //! spans a round disturbs less). While a tool runs, its process is sampled
 //! from /proc for CPU and RSS.
 //!
+//! G1 is an allocation-heavy CUDA job (xtask/bench/cuda_loop.c: cuMemAlloc
+//! and cuMemFree between a step's work, as PyTorch without its caching
+//! allocator) on the stand-in driver (tests/gpu/standin_cuda.c), which runs
+//! everywhere; G2 is the same loop on the machine's own driver, run only
+//! where an NVIDIA GPU is present.
+//!
 //! Tools: `trainbpf record`, and with `--stacks` (issue 15: stacks go on by
 //! default only if they cost W1 one thread and steady growth at most 5%),
 //! a bpftrace script doing the nearest equivalent work (a fault count per
@@ -47,7 +53,8 @@ pub struct Options {
     pub runs: Option<usize>,
     /// Length of one W4 run, seconds; default 180 (2 with `smoke`).
     pub w4_secs: Option<u64>,
-    /// Workload ids to run (`W1-1`, `W1-N`, `W3`, `W4`, `W5`, `W6`); empty: all.
+    /// Workload ids to run (`W1-1`, `W1-N`, `W3`, `W4`, `W5`, `W6`, `G1`,
+    /// `G2`); empty: all.
     pub only: Vec<String>,
 }
 
@@ -125,9 +132,11 @@ struct Workload {
     /// W1-1, W1-N, W3, W4, W5, W6: the key the targets refer to.
     id: &'static str,
     title: String,
-    /// The C workload's mode and arguments, or the Python script's.
+    /// The C workload's mode and arguments, or the Python script's, or the
+    /// CUDA loop's (where `STANDIN` stands for the stand-in driver's path).
     args: Vec<String>,
     python: bool,
+    cuda: bool,
     metric: Metric,
     tools: Vec<Tool>,
 }
@@ -206,6 +215,7 @@ pub fn bench(opts: Options) -> Result<()> {
     fs::copy(&bin, &pinned).with_context(|| format!("copying {}", bin.display()))?;
     let source = source_state();
     let workload = build_workload(&scratch.0)?;
+    let (cuda_loop, standin) = build_cuda(&scratch.0)?;
     let python_script = workspace_root().join("xtask/bench/pyheavy.py");
 
     let mut tools = vec![Tool::Untraced, Tool::Trainbpf, Tool::TrainbpfStacks];
@@ -226,11 +236,17 @@ pub fn bench(opts: Options) -> Result<()> {
         bin: pinned,
         workload,
         python_script,
+        cuda_loop,
+        standin,
         scratch: scratch.0.clone(),
         clk_tck: clock_ticks(),
     };
     let nproc = thread::available_parallelism().map_or(1, |n| n.get());
     let mut plan = plan(opts.smoke, nproc, w4_secs, &tools);
+    if !has_gpu() {
+        plan.retain(|w| w.id != "G2");
+        notes.push("G2 skipped: no NVIDIA GPU (/dev/nvidiactl) on this machine".into());
+    }
     if !opts.only.is_empty() {
         let known: Vec<&str> = plan.iter().map(|w| w.id).collect();
         for id in &opts.only {
@@ -310,6 +326,9 @@ fn plan(smoke: bool, nproc: usize, w4_secs: u64, tools: &[Tool]) -> Vec<Workload
     const GROW_WORK: &str = "35000";
     // W6: about 5 s of Python here.
     let py_iters = if smoke { 100 } else { 8000 };
+    // G1/G2: steps of about 50 ms here (W4's), each with 100 allocations
+    // and frees: 4,000 driver calls a second.
+    let (gpu_steps, gpu_pairs, gpu_work) = if smoke { (3, 10, 50) } else { (60, 100, 1800) };
     let s = |v: &[&str]| v.iter().map(|a| a.to_string()).collect::<Vec<_>>();
     // Stacks on and off side by side where issue 15's rule judges them (W1
     // one thread, steady growth) and for Python; elsewhere, off.
@@ -331,6 +350,7 @@ fn plan(smoke: bool, nproc: usize, w4_secs: u64, tools: &[Tool]) -> Vec<Workload
             title: "W1 fault storm, 1 thread".into(),
             args: s(&["faults", "1", &passes.to_string(), "64"]),
             python: false,
+            cuda: false,
             metric: Metric::Elapsed,
             tools: tools.to_vec(),
         },
@@ -339,6 +359,7 @@ fn plan(smoke: bool, nproc: usize, w4_secs: u64, tools: &[Tool]) -> Vec<Workload
             title: format!("W1 fault storm, {nproc} threads"),
             args: s(&["faults", &nproc.to_string(), &passes.to_string(), "64"]),
             python: false,
+            cuda: false,
             metric: Metric::Elapsed,
             tools: no_stacks.clone(),
         },
@@ -347,6 +368,7 @@ fn plan(smoke: bool, nproc: usize, w4_secs: u64, tools: &[Tool]) -> Vec<Workload
             title: format!("W3 fork storm, {forks} workers x 16 MiB"),
             args: s(&["forks", &forks.to_string(), "16", &nproc.to_string()]),
             python: false,
+            cuda: false,
             metric: Metric::Elapsed,
             tools: no_stacks.clone(),
         },
@@ -355,6 +377,7 @@ fn plan(smoke: bool, nproc: usize, w4_secs: u64, tools: &[Tool]) -> Vec<Workload
             title: format!("W4 steady job, {w4_secs} s (step time)"),
             args: s(&["steady", &w4_secs.to_string()]),
             python: false,
+            cuda: false,
             metric: Metric::StepMedian,
             tools: ours
                 .iter()
@@ -374,6 +397,7 @@ fn plan(smoke: bool, nproc: usize, w4_secs: u64, tools: &[Tool]) -> Vec<Workload
                 GROW_WORK,
             ]),
             python: false,
+            cuda: false,
             metric: Metric::Elapsed,
             tools: ours.clone(),
         },
@@ -382,10 +406,71 @@ fn plan(smoke: bool, nproc: usize, w4_secs: u64, tools: &[Tool]) -> Vec<Workload
             title: format!("W6 Python-heavy, {py_iters} iterations"),
             args: s(&[&py_iters.to_string()]),
             python: true,
+            cuda: false,
             metric: Metric::Elapsed,
+            tools: ours.clone(),
+        },
+        Workload {
+            id: "G1",
+            title: format!(
+                "G1 CUDA allocation loop, stand-in driver, {gpu_pairs} cuMemAlloc/cuMemFree pairs a step (step time)"
+            ),
+            args: s(&[
+                "STANDIN",
+                &gpu_steps.to_string(),
+                &gpu_pairs.to_string(),
+                &gpu_work.to_string(),
+            ]),
+            python: false,
+            cuda: true,
+            metric: Metric::StepMedian,
+            tools: ours.clone(),
+        },
+        Workload {
+            id: "G2",
+            title: format!(
+                "G2 CUDA allocation loop, the machine's driver, {gpu_pairs} cuMemAlloc/cuMemFree pairs a step (step time)"
+            ),
+            args: s(&[
+                "libcuda.so.1",
+                &gpu_steps.to_string(),
+                &gpu_pairs.to_string(),
+                &gpu_work.to_string(),
+            ]),
+            python: false,
+            cuda: true,
+            metric: Metric::StepMedian,
             tools: ours,
         },
     ]
+}
+
+/// The CUDA loop and the stand-in driver it loads (G1), built with gcc.
+fn build_cuda(out_dir: &Path) -> Result<(PathBuf, PathBuf)> {
+    let exe = out_dir.join("cuda_loop");
+    run(Command::new("gcc")
+        .args(["-O2", "-Wall", "-Wextra", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(workspace_root().join("xtask/bench/cuda_loop.c"))
+        .arg("-ldl"))
+    .context("building the CUDA loop needs gcc")?;
+    // Under its driver's name, in a directory of its own: the recorder
+    // meets it only when the loop maps it, as a runtime's dlopen.
+    let lib_dir = out_dir.join("standin");
+    fs::create_dir_all(&lib_dir)?;
+    let lib = lib_dir.join("libcuda.so.1");
+    run(Command::new("gcc")
+        .args(["-O2", "-shared", "-fPIC", "-o"])
+        .arg(&lib)
+        .arg(workspace_root().join("tests/gpu/standin_cuda.c"))
+        .arg("-lpthread"))
+    .context("building the stand-in driver needs gcc")?;
+    Ok((exe, lib))
+}
+
+/// An NVIDIA driver's control node: the real-driver arm can run.
+fn has_gpu() -> bool {
+    Path::new("/dev/nvidiactl").exists()
 }
 
 fn build_workload(out_dir: &Path) -> Result<PathBuf> {
@@ -481,6 +566,8 @@ struct Ctx {
     bin: PathBuf,
     workload: PathBuf,
     python_script: PathBuf,
+    cuda_loop: PathBuf,
+    standin: PathBuf,
     scratch: PathBuf,
     clk_tck: f64,
 }
@@ -490,10 +577,18 @@ impl Ctx {
     fn job_argv(&self, w: &Workload) -> Vec<std::ffi::OsString> {
         let mut argv: Vec<std::ffi::OsString> = if w.python {
             vec![PYTHON.into(), self.python_script.clone().into()]
+        } else if w.cuda {
+            vec![self.cuda_loop.clone().into()]
         } else {
             vec![self.workload.clone().into()]
         };
-        argv.extend(w.args.iter().map(Into::into));
+        argv.extend(w.args.iter().map(|a| {
+            if w.cuda && a == "STANDIN" {
+                self.standin.clone().into()
+            } else {
+                a.into()
+            }
+        }));
         argv
     }
 

@@ -4,7 +4,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
 
-use crate::decode::gpu::{CudaCall, GpuAttach, GpuEvent, GpuLost, GpuSource, NvmlSample};
+use crate::decode::gpu::{CudaCall, GpuAttach, GpuEvent, GpuLate, GpuLost, GpuSource, NvmlSample};
 use crate::decode::{Event, ProcKey, Rss, Timed};
 
 use super::state::{KINDS, ProcState, idx, thin};
@@ -46,6 +46,7 @@ pub struct Ledger {
     pub(super) ooms: Vec<CudaOom>,
     pub(super) xid: Vec<Xid>,
     attach: Vec<GpuAttach>,
+    late: Vec<GpuLate>,
     sources: Vec<GpuSource>,
     lost: GpuLost,
     nvml_samples: u64,
@@ -81,6 +82,12 @@ impl Ledger {
                 }
                 GpuEvent::Lost(l) => {
                     self.lost = l.clone();
+                    None
+                }
+                GpuEvent::Late(l) => {
+                    if self.late.len() < MAX_LIST {
+                        self.late.push(l.clone());
+                    }
                     None
                 }
             },
@@ -329,6 +336,7 @@ impl Ledger {
             at_kills,
             series,
             attach: self.attach,
+            late: self.late,
             sources: self.sources,
             nvml_samples: self.nvml_samples,
             nvml_devices: self.nvml_devices,

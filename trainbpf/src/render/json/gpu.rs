@@ -22,9 +22,13 @@ pub struct Gpu {
     pub attach: Vec<GpuAttach>,
     /// Every allocation that failed with `CUDA_ERROR_OUT_OF_MEMORY`.
     pub cuda_ooms: Vec<CudaOom>,
+    /// Driver libraries a job process mapped after recording started: each
+    /// held until its probes were on, or an uncovered window.
+    pub late: Vec<super::gpu_late::GpuLate>,
     pub lost: GpuLost,
-    /// GPU records dropped: ring-buffer losses of the GPU kinds plus calls
-    /// not recorded because the entry/return map was full. 0 means the
+    /// GPU records dropped: ring-buffer losses of the GPU kinds, calls not
+    /// recorded because the entry/return map was full, and the driver calls
+    /// counted in uncovered windows (`lost.window_calls`). 0 means the
     /// ledger saw every call of every probed library.
     pub lost_events: u64,
     pub nvml: Nvml,
@@ -61,9 +65,16 @@ impl Gpu {
                 })
                 .collect(),
             cuda_ooms: g.cuda_ooms.iter().map(|o| CudaOom::new(r, o)).collect(),
+            late: super::gpu_late::GpuLate::list(r),
             lost: GpuLost {
                 attach_failed: g.lost.attach_failed,
                 cuda: ring_lost(r, trainbpf_common::KIND_CUDA),
+                cuda_map: ring_lost(r, trainbpf_common::KIND_CUDA_MAP),
+                held: g.lost.held,
+                held_ms: super::gpu_late::ms(g.lost.held_ns),
+                window_calls: g.lost.window_calls,
+                window_ms: super::gpu_late::ms(g.lost.window_ns),
+                windows: g.lost.windows,
                 nv_pages: ring_lost(r, trainbpf_common::KIND_NV_PAGES),
                 pending_full: g.lost.pending_full,
                 read_failed: g.lost.read_failed,
@@ -370,12 +381,26 @@ pub struct GpuLost {
     pub attach_failed: u64,
     /// Ring-buffer losses of CUDA records.
     pub cuda: u64,
+    /// Ring-buffer losses of late driver mappings (each leaves a window
+    /// the maps scan closes).
+    pub cuda_map: u64,
+    /// Processes held at a late driver mapping until probed (not lost: a
+    /// pause), and for how long in all.
+    pub held: u64,
+    pub held_ms: f64,
     /// Ring-buffer losses of `nv_alloc_pages` records.
     pub nv_pages: u64,
     /// Calls not recorded because the entry/return map was full.
     pub pending_full: u64,
     /// Successful calls whose returned pointer could not be read.
     pub read_failed: u64,
+    /// NVIDIA driver calls counted in the uncovered windows: in
+    /// `lost_events`.
+    pub window_calls: u64,
+    /// The uncovered windows' total length.
+    pub window_ms: f64,
+    /// Late driver mappings whose process could not be held.
+    pub windows: u64,
     /// Ring-buffer losses of Xid records.
     pub xid: u64,
 }

@@ -225,7 +225,8 @@ pub struct Tier {
 pub struct Lost {
     /// Ring-buffer records the kernel could not reserve, by record kind:
     /// `fork`, `exec`, `exit`, `mem`, `oom_victim`, `oom_kill`, `printk`,
-    /// `signal`, `oom_adj`, `cuda`, `xid`, `nv_pages`, `stack_at_death`
+    /// `signal`, `oom_adj`, `cuda`, `xid`, `nv_pages`, `cuda_map`,
+    /// `stack_at_death`
     /// (`kind_N` for a kind this version doesn't name).
     pub by_kind: BTreeMap<String, u64>,
     /// The same losses by ring buffer.
@@ -233,6 +234,10 @@ pub struct Lost {
     /// Memory, pressure and NVML samples the recorder dropped because the
     /// disk was full and the events it held in memory reached their bound.
     pub dropped_disk_full: u64,
+    /// Calls into the NVIDIA driver in windows where a late driver
+    /// library's process could not be held (`gpu.lost.window_calls`).
+    /// Counted in `lost_events`.
+    pub gpu_window_calls: u64,
     /// Times the job membership map was full. Counted in `lost_events`.
     pub job_map_full: u64,
     /// Times the per-process map had no room for a process outside the
@@ -264,6 +269,7 @@ impl Lost {
                 .collect(),
             by_ring: ByRing { main, precious },
             dropped_disk_full: l.dropped_disk_full,
+            gpu_window_calls: r.gpu.lost.window_calls,
             job_map_full: l.job_map_full,
             other_map_full: l.other_map_full,
             proc_map_full: l.proc_map_full,
@@ -300,6 +306,7 @@ fn kind_name(i: usize) -> String {
         c::KIND_CUDA => "cuda",
         c::KIND_XID => "xid",
         c::KIND_NV_PAGES => "nv_pages",
+        c::KIND_CUDA_MAP => "cuda_map",
         c::KIND_DEATH_STACK => "stack_at_death",
         _ => return format!("kind_{i}"),
     };

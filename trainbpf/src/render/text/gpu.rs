@@ -370,9 +370,10 @@ fn sources_part(out: &mut String, r: &Report, width: usize, p: &Paint) {
             ))
         );
     }
+    super::gpu_late::part(out, r, width, p);
     let lost = crate::model::gpu::lost_events(r);
     let line = format!(
-        "GPU lost events: {lost} (ring buffer, and calls the entry/return map had no room for){}",
+        "GPU lost events: {lost} (ring buffer, calls the entry/return map had no room for, and driver calls in uncovered windows){}",
         if g.lost.read_failed > 0 {
             format!("; {} returned pointers unreadable", g.lost.read_failed)
         } else {

@@ -215,6 +215,7 @@ pub(super) fn kind_label(i: usize) -> String {
         c::KIND_CUDA => "cuda".into(),
         c::KIND_XID => "xid".into(),
         c::KIND_NV_PAGES => "nv pages".into(),
+        c::KIND_CUDA_MAP => "cuda map".into(),
         c::KIND_DEATH_STACK => "stack at death".into(),
         _ => format!("kind {i}"),
     }

@@ -1,0 +1,339 @@
+//! A CUDA driver library loaded late: a job `dlopen`s the stand-in
+//! `libcuda.so.1` (tests/gpu/standin_cuda.c) from a path the recorder
+//! cannot know at start (no `TRAINBPF_LIBCUDA`, not in the linker's cache),
+//! and allocates at once (tests/gpu/late_job.c). The kernel holds the
+//! mapping process until its probes are on, so the ledger is exact; where
+//! the hold is turned off (the test switch), the window is reported with its
+//! calls counted.
+
+mod common;
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Output, Stdio},
+};
+
+use common::*;
+use serde_json::Value;
+
+const MIB: u64 = 1 << 20;
+
+fn src(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("gpu").join(name)
+}
+
+fn cc(args: &[&str]) {
+    let out = Command::new("/usr/bin/cc")
+        .args(["-Wall", "-Wextra", "-Werror", "-O1"])
+        .args(args)
+        .output()
+        .expect("running /usr/bin/cc");
+    assert!(
+        out.status.success(),
+        "cc {args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The stand-in, built once, copied to `n` directories of its own: each
+/// copy is a file (inode) the recorder has not probed, as each new
+/// environment's driver would be. Returns the copies and the job.
+fn build(dir: &TempDir, n: usize) -> (Vec<PathBuf>, PathBuf) {
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    let built = dir.path("libcuda-built.so");
+    cc(&[
+        "-shared",
+        "-fPIC",
+        "-o",
+        &s(&built),
+        &s(&src("standin_cuda.c")),
+        "-lpthread",
+    ]);
+    let libs = (0..n)
+        .map(|i| {
+            let d = dir.path(&format!("env{i}/lib"));
+            std::fs::create_dir_all(&d).unwrap();
+            let lib = d.join("libcuda.so.1");
+            std::fs::copy(&built, &lib).unwrap();
+            lib
+        })
+        .collect();
+    let job = dir.path("late_job");
+    cc(&["-o", &s(&job), &s(&src("late_job.c")), "-ldl"]);
+    (libs, job)
+}
+
+/// `trainbpf record` with the machine's GPU settings removed and `env`
+/// added (the job inherits them).
+fn record_env(rec: &Path, env: &[(&str, &str)], cmd: &[&str]) -> Output {
+    let mut c = Command::new(bin());
+    c.args(["record", "-o"]).arg(rec).arg("--").args(cmd);
+    c.env_remove("TRAINBPF_LIBCUDA")
+        .env_remove("TRAINBPF_LIBNVML")
+        .env_remove("TRAINBPF_TEST_FORCE_GPU_WINDOW_MS")
+        .env_remove("LD_LIBRARY_PATH");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.stdin(Stdio::null());
+    let out = c.output().expect("running trainbpf record");
+    eprintln!(
+        "--- trainbpf record {env:?} -- {cmd:?}: {}\n--- stdout:\n{}--- stderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn report_text(rec: &Path) -> String {
+    let out = Command::new(bin())
+        .args(["report", "--no-color"])
+        .arg(rec)
+        .env("COLUMNS", "200")
+        .output()
+        .expect("running trainbpf report");
+    assert!(out.status.success(), "report failed");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn gpu_proc(r: &Value, pid: u64) -> &Value {
+    r["gpu"]["processes"]
+        .as_array()
+        .expect("gpu.processes")
+        .iter()
+        .find(|p| u(&p["pid"]) == pid)
+        .unwrap_or_else(|| panic!("no GPU ledger for pid {pid}: {:#}", r["gpu"]))
+}
+
+/// Pids and first-call delays (µs) the jobs printed.
+fn printed(out: &Output) -> Vec<(u64, u64)> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("late_job: pid ")?;
+            let (pid, rest) = rest.split_once(": first call returned ")?;
+            let us = rest.strip_suffix(" us after dlopen")?;
+            Some((pid.parse().ok()?, us.parse().ok()?))
+        })
+        .collect()
+}
+
+/// The four calls of late_job.c, exactly: device 16 MiB (cuMemAlloc_v2) and
+/// 32 MiB (cuMemCreate on the device), pinned 1 MiB (cuMemHostAlloc),
+/// managed 4 MiB; nothing freed.
+fn assert_four_calls(p: &Value) {
+    let k = |kind: &str, f: &str| u(&p[kind][f]) / MIB;
+    assert_eq!(u(&p["calls"]), 4, "{p:#}");
+    assert_eq!(u(&p["failed_calls"]), 0, "{p:#}");
+    assert_eq!(
+        (k("device", "allocated_bytes"), u(&p["device"]["allocs"])),
+        (48, 2),
+        "{p:#}"
+    );
+    assert_eq!(u(&p["device_bytes_peak"]) / MIB, 48, "{p:#}");
+    assert_eq!(k("pinned", "allocated_bytes"), 1, "{p:#}");
+    assert_eq!(u(&p["pinned_bytes_peak"]) / MIB, 1, "{p:#}");
+    assert_eq!(k("managed", "allocated_bytes"), 4, "{p:#}");
+    assert_eq!(u(&p["managed_bytes_peak"]) / MIB, 4, "{p:#}");
+}
+
+/// Every late mapping was held, probed, and cost nothing lost.
+fn assert_all_held(r: &Value, n: usize) {
+    let g = &r["gpu"];
+    let late = g["late"].as_array().expect("gpu.late");
+    assert_eq!(late.len(), n, "{late:#?}");
+    for l in late {
+        assert_eq!(l["held"], true, "{l}");
+        assert_eq!(l["probed"], true, "{l}");
+        assert_eq!(u(&l["calls"]), 0, "{l}");
+        assert!(l["note"].is_null(), "{l}");
+    }
+    assert_eq!(u(&g["lost"]["held"]), n as u64, "{:#}", g["lost"]);
+    assert_eq!(u(&g["lost"]["windows"]), 0);
+    assert_eq!(u(&g["lost"]["window_calls"]), 0);
+    assert_eq!(u(&g["lost"]["attach_failed"]), 0);
+    assert_eq!(u(&g["lost_events"]), 0);
+    let holds: Vec<f64> = late.iter().map(|l| l["ms"].as_f64().unwrap()).collect();
+    eprintln!("hold times, ms: {holds:?}");
+}
+
+/// Twenty jobs, each loading its own copy of the driver from an uncached
+/// path and allocating within a millisecond of `dlopen`'s return: every
+/// call of each is in the ledger, and nothing is lost.
+#[test]
+fn calls_right_after_a_late_dlopen_are_all_recorded_twenty_times() {
+    require_root();
+    let _g = serial();
+    let dir = TempDir::new("gpu-late");
+    let (libs, job) = build(&dir, 20);
+    let script: String = libs
+        .iter()
+        .map(|l| format!("{} {} || exit 9\n", job.display(), l.display()))
+        .collect();
+    let rec = dir.path("late.rec");
+    let out = record_env(&rec, &[], &["/bin/sh", "-c", &script]);
+    assert_eq!(out.status.code(), Some(0), "every job checks every return");
+    let jobs = printed(&out);
+    assert_eq!(jobs.len(), 20, "{jobs:?}");
+    let r = report_json(&rec);
+    for &(pid, us) in &jobs {
+        assert!(us < 1000, "pid {pid}: first call {us} µs after dlopen");
+        assert_four_calls(gpu_proc(&r, pid));
+    }
+    assert_eq!(r["gpu"]["processes"].as_array().unwrap().len(), 20);
+    assert_all_held(&r, 20);
+    // Each copy was found at its mapping, by the process that mapped it.
+    let attach = r["gpu"]["attach"].as_array().unwrap();
+    assert_eq!(attach.len(), 20, "{attach:#?}");
+    for (a, lib) in attach.iter().zip(&libs) {
+        assert_eq!(a["found_by"], "mmap", "{a}");
+        assert_eq!(a["path"], lib.to_str().unwrap(), "{a}");
+        assert_eq!(u(&a["attached"]), 22, "{a}");
+    }
+    let t = report_text(&rec);
+    assert!(
+        t.contains("20 process(es) held until probed, no call missed"),
+        "{t}"
+    );
+    assert!(!t.contains("Uncovered"), "{t}");
+}
+
+/// A worker forked before the library is loaded maps it on its own: held
+/// and covered the same way; its parent never touches the driver.
+#[test]
+fn a_worker_that_maps_the_library_after_the_fork_is_covered() {
+    require_root();
+    let _g = serial();
+    let dir = TempDir::new("gpu-late-fork");
+    let (libs, job) = build(&dir, 1);
+    let rec = dir.path("fork.rec");
+    let out = record_env(
+        &rec,
+        &[],
+        &[job.to_str().unwrap(), libs[0].to_str().unwrap(), "fork"],
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let jobs = printed(&out);
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    let (worker, us) = jobs[0];
+    assert!(us < 1000, "first call {us} µs after dlopen");
+    let r = report_json(&rec);
+    let root = u(&r["job"]["pid"]);
+    assert_ne!(worker, root, "the calls come from the forked worker");
+    let p = gpu_proc(&r, worker);
+    assert_four_calls(p);
+    assert_eq!(u(&p["parent"]), root);
+    assert_eq!(r["gpu"]["processes"].as_array().unwrap().len(), 1);
+    assert_all_held(&r, 1);
+    assert_eq!(u(&r["gpu"]["late"][0]["pid"]), worker);
+}
+
+/// With the hold turned off by the test switch, the probes go on 300 ms
+/// after the mapping: the four calls made at once are not in the ledger,
+/// and the window says so, with the four driver calls the stand-in made
+/// (one ioctl on its `nvidiactl` each) counted as lost. The call made
+/// after the window is recorded.
+#[test]
+fn a_forced_window_is_reported_with_its_calls_counted() {
+    require_root();
+    let _g = serial();
+    let dir = TempDir::new("gpu-late-window");
+    let (libs, job) = build(&dir, 1);
+    // A plain file named like the driver's device node.
+    let nvctl = dir.path("nvidiactl");
+    std::fs::write(&nvctl, b"").unwrap();
+    let rec = dir.path("window.rec");
+    let out = record_env(
+        &rec,
+        &[
+            ("TRAINBPF_TEST_FORCE_GPU_WINDOW_MS", "300"),
+            ("STANDIN_NVIDIACTL", nvctl.to_str().unwrap()),
+        ],
+        &[
+            job.to_str().unwrap(),
+            libs[0].to_str().unwrap(),
+            "window",
+            "1200",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let r = report_json(&rec);
+    let g = &r["gpu"];
+    let root = u(&r["job"]["pid"]);
+    // Only the call after the window: 2 MiB.
+    let p = gpu_proc(&r, root);
+    assert_eq!(u(&p["calls"]), 1, "{p:#}");
+    assert_eq!(u(&p["device"]["allocated_bytes"]) / MIB, 2, "{p:#}");
+    let late = g["late"].as_array().expect("gpu.late");
+    assert_eq!(late.len(), 1, "{late:#?}");
+    let w = &late[0];
+    eprintln!("{w:#}");
+    assert_eq!(w["held"], false);
+    assert_eq!(w["probed"], true);
+    assert_eq!(u(&w["pid"]), root);
+    assert_eq!(u(&w["calls"]), 4, "{w}");
+    let ms = w["ms"].as_f64().unwrap();
+    assert!((300.0..1200.0).contains(&ms), "window {ms} ms");
+    assert!(
+        w["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("TRAINBPF_TEST_FORCE_GPU_WINDOW_MS")),
+        "{w}"
+    );
+    assert_eq!(u(&g["lost"]["windows"]), 1, "{:#}", g["lost"]);
+    assert_eq!(u(&g["lost"]["window_calls"]), 4);
+    assert_eq!(u(&g["lost"]["held"]), 0);
+    assert_eq!(u(&g["lost_events"]), 4);
+    assert!(u(&r["lost_events"]) >= 4, "{}", r["lost_events"]);
+    assert_eq!(u(&r["lost"]["gpu_window_calls"]), 4);
+    let t = report_text(&rec);
+    eprintln!("{t}");
+    // Wrapped to the terminal: read as one line.
+    let t = t.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        t.contains(&format!("Uncovered: pid {root} mapped")),
+        "the text says so: {t}"
+    );
+    assert!(
+        t.contains("4 call(s) into the NVIDIA driver in that window went unrecorded"),
+        "{t}"
+    );
+}
+
+/// Only what the hold stopped is continued: a job process stopped by its
+/// own job while held (its parent sends SIGSTOP once it sees it stopped;
+/// the test switch keeps the hold on for 500 ms so that it can) stays
+/// stopped when the probes are on, until the job continues it itself.
+#[test]
+fn a_process_the_job_stopped_while_held_is_left_stopped() {
+    require_root();
+    let _g = serial();
+    let dir = TempDir::new("gpu-late-stop");
+    let (libs, job) = build(&dir, 1);
+    let rec = dir.path("stop.rec");
+    let out = record_env(
+        &rec,
+        &[("TRAINBPF_TEST_GPU_HOLD_MS", "500")],
+        &[job.to_str().unwrap(), libs[0].to_str().unwrap(), "stop"],
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("late_job: child stayed stopped after the hold"),
+        "{stdout}"
+    );
+    let r = report_json(&rec);
+    let late = r["gpu"]["late"].as_array().expect("gpu.late");
+    assert_eq!(late.len(), 1, "{late:#?}");
+    let l = &late[0];
+    assert_eq!(l["held"], true, "{l}");
+    assert_eq!(
+        l["note"], "another stop signal reached it while held: left stopped",
+        "{l}"
+    );
+    assert!(l["ms"].as_f64().unwrap() >= 500.0, "{l}");
+    // Held, so nothing missed: the child's four calls.
+    assert_four_calls(gpu_proc(&r, u(&l["pid"])));
+    assert_eq!(u(&r["gpu"]["lost_events"]), 0);
+}

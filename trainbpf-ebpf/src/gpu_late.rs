@@ -1,0 +1,280 @@
+//! A CUDA driver library mapped after recording started: no call missed.
+//!
+//! The uprobes go on a library's inode, and a library found only when a job
+//! process maps it (a conda or container path, a `dlopen` at first use)
+//! would otherwise be probed a scan later, its first calls unseen. So the
+//! job's `mmap` of a file named `libcuda.so*` whose inode is not probed yet
+//! (`LIBCUDA_SEEN`) stops the mapping thread's process with SIGSTOP, sent
+//! here, in its own context: the stop takes effect on the way back from the
+//! syscall, before another user instruction runs, and every other thread
+//! of the process stops with it. The collector, woken by the record on the
+//! precious ring, attaches the probes to that file (uprobes registered
+//! after a mapping are installed into it) and continues the process, unless
+//! someone else stopped it meanwhile (`HELD`, kept by `signal_generate`).
+//!
+//! Where the process could not be held (the test switch, a full map, a
+//! refused signal, a full ring) the window until the attach is counted
+//! instead: its calls into the NVIDIA driver (ioctls on `/dev/nvidia*`),
+//! per process, in `WINDOWS`.
+//!
+//! Cost: a classic syscall tracepoint sets every task's syscall-trace flag,
+//! so each syscall takes the slow path; the programs themselves run only on
+//! `mmap` and `ioctl`, and end at their first test for anything else
+//! (anonymous mappings, other processes). BENCHMARKS.md has the figures.
+
+use core::{
+    intrinsics::{AtomicOrdering, atomic_xadd},
+    ptr::{addr_of, addr_of_mut},
+};
+
+use aya_ebpf::{
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns,
+        bpf_probe_read_kernel_str_bytes, bpf_send_signal_thread,
+    },
+    macros::tracepoint,
+    programs::TracePointContext,
+};
+use trainbpf_common::*;
+
+use crate::{
+    count_lost, header, leader_start_ns,
+    maps::{HELD, JOB, LIBCUDA_SEEN, PRECIOUS, WINDOWS},
+    rd,
+};
+
+const MAP_ANONYMOUS: u64 = 0x20;
+const SIGSTOP: u32 = 19;
+const BPF_NOEXIST: u64 = 1;
+const BPF_RB_FORCE_WAKEUP: u64 = 2;
+
+#[inline(always)]
+fn late_conf(p: *const i64) -> i64 {
+    // SAFETY: `p` points into GPU_CONFIG, which lives for the program's life.
+    unsafe { core::ptr::read_volatile(p) }
+}
+
+macro_rules! lc {
+    ($f:ident) => {
+        late_conf(addr_of!(crate::gpu::GPU_CONFIG.$f))
+    };
+}
+
+/// `current->files->fdt->fd[fd]`, or 0.
+#[inline(always)]
+fn fd_file(fd: u64) -> u64 {
+    // SAFETY: helper without preconditions.
+    let task = unsafe { bpf_get_current_task() };
+    let Ok(files) = rd::<u64>(task, conf!(task_files)) else {
+        return 0;
+    };
+    let Ok(fdt) = rd::<u64>(files, conf!(files_fdt)) else {
+        return 0;
+    };
+    let max: u32 = rd(fdt, conf!(fdt_max_fds)).unwrap_or(0);
+    if fd >= max as u64 {
+        return 0;
+    }
+    let Ok(arr) = rd::<u64>(fdt, conf!(fdt_fd)) else {
+        return 0;
+    };
+    rd::<u64>(arr, (fd & 0xffff_ffff) as i64 * 8).unwrap_or(0)
+}
+
+/// The first bytes of a file's name (its dentry's), NUL-padded.
+#[inline(always)]
+fn file_name(file: u64, buf: &mut [u8]) -> bool {
+    let Ok(dentry) = rd::<u64>(file, conf!(file_dentry)) else {
+        return false;
+    };
+    let Ok(name) = rd::<u64>(dentry, conf!(dentry_name)) else {
+        return false;
+    };
+    // SAFETY: the read is bounded by the buffer and fails cleanly.
+    unsafe { bpf_probe_read_kernel_str_bytes(name as *const u8, buf) }.is_ok()
+}
+
+#[inline(always)]
+fn starts_with(buf: &[u8], prefix: &[u8]) -> bool {
+    if buf.len() < prefix.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < prefix.len() {
+        if buf[i] != prefix[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// `syscalls:sys_enter_mmap`: a job thread maps a file.
+#[tracepoint]
+pub fn late_mmap(ctx: TracePointContext) -> u32 {
+    match try_late_mmap(&ctx) {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+fn try_late_mmap(ctx: &TracePointContext) -> Result<u32, u32> {
+    let flags_off = lc!(mmap_flags);
+    let fd_off = lc!(mmap_fd);
+    if flags_off < 0 || fd_off < 0 {
+        return Ok(0);
+    }
+    // SAFETY: offsets from this kernel's format file.
+    let flags: u64 = unsafe { ctx.read_at(flags_off as usize) }.map_err(|_| 0u32)?;
+    // SAFETY: as above.
+    let fd: u64 = unsafe { ctx.read_at(fd_off as usize) }.map_err(|_| 0u32)?;
+    if flags & MAP_ANONYMOUS != 0 || (fd as i64) < 0 {
+        return Ok(0);
+    }
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    // The job's tree only, never `record --all`'s every process: a process
+    // outside it is never stopped.
+    // SAFETY: tested for presence only.
+    if unsafe { JOB.get(&tgid) }.is_none() {
+        return Ok(0);
+    }
+    let file = fd_file(fd);
+    if file == 0 {
+        return Ok(0);
+    }
+    let mut head = [0u8; 16];
+    if !file_name(file, &mut head) || !starts_with(&head, b"libcuda.so") {
+        return Ok(0);
+    }
+    let inode: u64 = rd(file, conf!(file_inode))?;
+    let ino: u64 = rd(inode, conf!(inode_ino))?;
+    let sb: u64 = rd(inode, conf!(inode_sb))?;
+    let dev: u32 = rd(sb, conf!(sb_dev))?;
+    let key = FileKey {
+        dev: dev as u64,
+        ino,
+    };
+    // SAFETY: tested for presence only.
+    if unsafe { LIBCUDA_SEEN.get(&key) }.is_some() {
+        return Ok(0);
+    }
+    // SAFETY: helper without preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let window = LateWindow {
+        start_ns: now,
+        dev: dev as u64,
+        ino,
+        calls: 0,
+    };
+    // The record first: a process held with no record would wait forever.
+    let Some(mut entry) = PRECIOUS.reserve::<CudaMapEvent>(0) else {
+        count_lost(KIND_CUDA_MAP, "late_mmap");
+        let _ = WINDOWS.insert(&tgid, &window, BPF_NOEXIST);
+        return Ok(0);
+    };
+    let held = if lc!(late_hold) == 0 {
+        MAP_NOT_HELD_OFF
+    } else if HELD
+        .insert(
+            &tgid,
+            &Held {
+                sending: 1,
+                ..Held::default()
+            },
+            0,
+        )
+        .is_err()
+    {
+        MAP_NOT_HELD_FULL
+        // SAFETY: the signal goes to the current thread, a job thread.
+    } else if unsafe { bpf_send_signal_thread(SIGSTOP) } == 0 {
+        if let Some(h) = HELD.get_ptr_mut(&tgid) {
+            // SAFETY: the entry is this process's; signal_generate may
+            // have cleared it already.
+            unsafe { (*h).sending = 0 };
+        }
+        MAP_HELD
+    } else {
+        let _ = HELD.remove(&tgid);
+        MAP_NOT_HELD_SIGNAL
+    };
+    if held != MAP_HELD {
+        let _ = WINDOWS.insert(&tgid, &window, BPF_NOEXIST);
+    }
+    let ev = entry.as_mut_ptr();
+    // SAFETY: helper without preconditions.
+    let task = unsafe { bpf_get_current_task() };
+    // SAFETY: `ev` points at a reserved slot of the right size.
+    unsafe {
+        (*ev).hdr = header(KIND_CUDA_MAP, FLAG_IN_JOB, tgid, leader_start_ns(task));
+        (*ev).hdr.ts_ns = now;
+        (*ev).tid = pid_tgid as u32;
+        (*ev).fd = fd as i32;
+        (*ev).held = held;
+        (*ev)._pad = 0;
+        (*ev).dev = dev as u64;
+        (*ev).ino = ino;
+        let name = &mut *core::ptr::addr_of_mut!((*ev).name);
+        *name = [0; MAP_NAME_LEN];
+        file_name(file, name);
+    }
+    entry.submit(BPF_RB_FORCE_WAKEUP);
+    Ok(0)
+}
+
+/// `syscalls:sys_enter_ioctl`: in an uncovered window, a call into the
+/// NVIDIA driver (`/dev/nvidiactl`, `/dev/nvidia0`, `/dev/nvidia-uvm`) is
+/// counted: what the window's CUDA calls asked of the device.
+#[tracepoint]
+pub fn late_ioctl(ctx: TracePointContext) -> u32 {
+    match try_late_ioctl(&ctx) {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+fn try_late_ioctl(ctx: &TracePointContext) -> Result<u32, u32> {
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    let Some(w) = WINDOWS.get_ptr_mut(&tgid) else {
+        return Ok(0);
+    };
+    let fd_off = lc!(ioctl_fd);
+    if fd_off < 0 {
+        return Ok(0);
+    }
+    // SAFETY: offset from this kernel's format file.
+    let fd: u64 = unsafe { ctx.read_at(fd_off as usize) }.map_err(|_| 0u32)?;
+    let file = fd_file(fd & 0xffff_ffff);
+    if file == 0 {
+        return Ok(0);
+    }
+    let mut head = [0u8; 8];
+    if !file_name(file, &mut head) || !starts_with(&head, b"nvidia") {
+        return Ok(0);
+    }
+    // SAFETY: `w` points at the map's value; the add is atomic.
+    unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(addr_of_mut!((*w).calls), 1) };
+    Ok(0)
+}
+
+/// From `signal_generate`: a stop or continue sent to a held process.
+/// The hold's own SIGSTOP clears `sending`; any other stop is someone
+/// else's (the collector then leaves the process stopped), and a SIGCONT
+/// before the collector's ends the hold early. True for the hold's own.
+#[inline(always)]
+pub(crate) fn on_signal(sig: i32, tgid: u32) -> bool {
+    let Some(h) = HELD.get_ptr_mut(&tgid) else {
+        return false;
+    };
+    // SAFETY: the map's value; racing writers only set flags.
+    unsafe {
+        if sig == 18 {
+            (*h).other_cont = 1;
+        } else if (*h).sending != 0 {
+            (*h).sending = 0;
+            return true;
+        } else {
+            (*h).other_stop = 1;
+        }
+    }
+    false
+}
