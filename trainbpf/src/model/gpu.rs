@@ -302,5 +302,20 @@ pub fn lost_events(r: &super::Report) -> u64 {
     ring + r.gpu.lost.pending_full
 }
 
+impl Ledger {
+    /// What the processes hold now, summed: `record --metrics` reads it
+    /// while the job runs.
+    pub fn held_now(&self) -> Held {
+        self.procs.values().fold(Held::default(), |a, st| {
+            let h = st.held();
+            Held {
+                device: a.device + h.device,
+                pinned: a.pinned + h.pinned,
+                managed: a.managed + h.managed,
+            }
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests;
