@@ -196,11 +196,11 @@ impl Live {
                     }
                 }
             }
-            Event::Signal(s) => {
-                if self.signals.len() < MAX_PROCS || self.signals.contains_key(&s.target.tgid) {
-                    self.signals
-                        .insert(s.target.tgid, (s.sig, s.sender.tgid, s.sender.comm.clone()));
-                }
+            Event::Signal(s)
+                if self.signals.len() < MAX_PROCS || self.signals.contains_key(&s.target.tgid) =>
+            {
+                self.signals
+                    .insert(s.target.tgid, (s.sig, s.sender.tgid, s.sender.comm.clone()));
             }
             Event::Exit {
                 proc,
@@ -295,8 +295,8 @@ impl Live {
     fn on_exit(&mut self, ts: u64, proc: ProcKey, comm: &str, exit_code: u32) {
         let pid = proc.tgid;
         if let Some(was) = self.procs.remove(&proc) {
-            for i in 0..3 {
-                self.sums[i] -= was[i];
+            for (sum, w) in self.sums.iter_mut().zip(was) {
+                *sum -= w;
             }
         }
         let rank = self.ranks.remove(&pid);
