@@ -320,3 +320,103 @@ fn events_jsonl_has_each_kill_and_death() {
     assert!(!out.status.success(), "a link at the path is refused");
     assert!(!dir.path("target").exists());
 }
+
+/// A v1 or v2 memory cgroup made by the test, removed on drop.
+struct Cg(std::path::PathBuf);
+
+impl Cg {
+    fn new(tag: &str, limit: &str) -> Cg {
+        let v2 = std::fs::read_to_string("/sys/fs/cgroup/cgroup.controllers")
+            .is_ok_and(|s| s.contains("memory"));
+        let (root, file) = if v2 {
+            ("/sys/fs/cgroup", "memory.max")
+        } else {
+            ("/sys/fs/cgroup/memory", "memory.limit_in_bytes")
+        };
+        let dir = Path::new(root).join(format!("trainbpf-test-{tag}-{}", std::process::id()));
+        let _ = std::fs::create_dir(&dir);
+        std::fs::write(dir.join(file), limit).expect("set the limit");
+        Cg(dir)
+    }
+}
+
+impl Drop for Cg {
+    fn drop(&mut self) {
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.0).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// Attached with `--cgroup`, the recorder serves the same: the cgroup's
+/// limit, then the kill of a process in it.
+#[test]
+fn an_attached_recorder_serves_the_kill_and_the_cgroups_limit() {
+    require_root();
+    let _g = serial();
+    let dir = TempDir::new("metrics-cgroup");
+    let cg = Cg::new("metrics", "120M");
+    let script = format!(
+        "echo $$ > {procs}; while [ ! -e {go} ]; do sleep 0.1; done; \
+         head -c 300M /dev/zero | tail; while [ ! -e {done} ]; do sleep 0.1; done",
+        procs = cg.0.join("cgroup.procs").display(),
+        go = dir.path("go").display(),
+        done = dir.path("done").display()
+    );
+    let mut job = Reaped(
+        Command::new("sh")
+            .args(["-c", &script])
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    poll("the job in its cgroup", Duration::from_secs(10), || {
+        let procs = std::fs::read_to_string(cg.0.join("cgroup.procs")).ok()?;
+        (!procs.trim().is_empty()).then_some(())
+    });
+    let port = free_port();
+    let mut rec = Reaped(
+        Command::new(bin())
+            .args(["record", "-q", "-o"])
+            .arg(dir.path("c.rec"))
+            .arg("--cgroup")
+            .arg(&cg.0)
+            .arg("--metrics")
+            .arg(format!("127.0.0.1:{port}"))
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let scrape = || {
+        get(port, "/metrics")
+            .filter(|(c, _)| *c == 200)
+            .map(|r| r.1)
+    };
+    let first = poll("the endpoint", Duration::from_secs(60), || {
+        scrape().filter(|t| t.contains("trainbpf_cgroup_memory_limit_bytes "))
+    });
+    assert!(
+        first.contains("\ntrainbpf_cgroup_memory_limit_bytes 125829120"),
+        "{first}"
+    );
+    assert!(!first.contains("trainbpf_oom_kills_total{"), "{first}");
+    std::fs::write(dir.path("go"), "").unwrap();
+    let want = "\ntrainbpf_oom_kills_total{constraint=\"memcg\",comm=\"tail\",rank=\"\",container=\"\"} 1\n";
+    let text = poll("the kill at /metrics", Duration::from_secs(60), || {
+        scrape().filter(|t| t.contains(want))
+    });
+    assert!(
+        text.contains("\ntrainbpf_deaths_total{cause=\"oom_memcg\"} 1\n"),
+        "{text}"
+    );
+    std::fs::write(dir.path("done"), "").unwrap();
+    poll("the job's end", Duration::from_secs(30), || {
+        job.0.try_wait().unwrap()
+    });
+    // SAFETY: kill(2) on our own child: SIGINT detaches it.
+    assert_eq!(unsafe { libc::kill(rec.0.id() as i32, libc::SIGINT) }, 0);
+    wait_exit(&mut rec);
+}

@@ -263,21 +263,19 @@ impl Setup {
         self.listener.is_none() && self.log.is_none()
     }
 
-    /// Starts serving; `cgroup`: the job has a memory cgroup.
+    /// What the collector needs to serve and write; `cgroup`: the job has
+    /// a memory cgroup.
     pub fn start(self, cgroup: bool, page_kb: u64) -> std::io::Result<Option<Outputs>> {
         if self.is_empty() {
             return Ok(None);
         }
-        let metrics = Arc::new(Metrics::new(cgroup));
-        if let Some(l) = self.listener {
-            serve(l, metrics.clone())?;
-        }
         Ok(Some(Outputs {
             live: Live::new(page_kb),
-            metrics,
+            metrics: Arc::new(Metrics::new(cgroup)),
             log: self.log,
             kill_series: HashSet::new(),
             last_lost: 0,
+            listener: self.listener,
         }))
     }
 }
@@ -290,6 +288,10 @@ pub struct Outputs {
     log: Option<EventsLog>,
     kill_series: HashSet<KillLabels>,
     last_lost: u64,
+    /// Served from the first tick on, once the gauges hold a first
+    /// sample: a scrape before waits in the listen backlog, and never
+    /// reads a limit of 0.
+    listener: Option<std::net::TcpListener>,
 }
 
 impl Outputs {
@@ -318,6 +320,11 @@ impl Outputs {
         if lost > self.last_lost {
             m.lost.inc_by(lost - self.last_lost);
             self.last_lost = lost;
+        }
+        if let Some(l) = self.listener.take()
+            && let Err(e) = serve(l, self.metrics.clone())
+        {
+            eprintln!("trainbpf: warning: --metrics: {e}; not serving");
         }
     }
 

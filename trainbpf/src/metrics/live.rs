@@ -208,7 +208,13 @@ impl Live {
                 exit_code,
                 kthread: false,
                 ..
-            } => self.on_exit(ts, *proc, comm, *exit_code),
+            } => {
+                // The driver frees what a process held when it ends.
+                if let Some(g) = &mut self.gpu {
+                    g.observe(t);
+                }
+                self.on_exit(ts, *proc, comm, *exit_code);
+            }
             Event::Gpu(_) => {
                 self.gpu.get_or_insert_with(Ledger::default).observe(t);
             }
@@ -219,6 +225,11 @@ impl Live {
     /// A record the collector wrote: names, ranks, pressure, losses.
     pub fn on_user(&mut self, body: &UserBody) {
         match body {
+            // TODO(issue 17, identity): the identity helper is adding
+            // rank, local_rank, world_size, run_id and container{...} per
+            // process; take `rank` (and the container, see
+            // `container_of`) from its fields once they land. This reads
+            // the torchrun rank `ProcInfo` has today.
             UserBody::ProcInfo(ProcInfo {
                 tgid,
                 rank: Some(r),
@@ -388,6 +399,9 @@ impl Live {
                 self.oom_death(&mut d);
                 self.out.push(Finished::Death(d));
             }
+        }
+        if let Some(g) = &mut self.gpu {
+            g.forget_exited();
         }
         std::mem::take(&mut self.out)
     }

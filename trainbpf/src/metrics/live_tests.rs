@@ -223,3 +223,39 @@ fn the_jobs_memory_is_the_sum_of_its_live_processes() {
     l.observe(&exit(2 * S, 1, "p", 0));
     assert_eq!(l.job_memory().added, 10 << 10);
 }
+
+/// Device and pinned memory held through CUDA, until the process ends
+/// (the ledger's reorder window: a second on, the exit is applied).
+#[test]
+fn gpu_memory_held_until_the_process_ends() {
+    use crate::decode::gpu::{CudaCall, CudaOp, GpuEvent};
+    let mut l = Live::new(4);
+    let call = |ts: u64, op: CudaOp, size: u64, ptr: u64| Timed {
+        ts_ns: ts,
+        event: Event::Gpu(Box::new(GpuEvent::Cuda(CudaCall {
+            proc: ProcKey {
+                tgid: 5,
+                start_ns: 7,
+            },
+            tid: 5,
+            comm: "python3".into(),
+            op,
+            result: 0,
+            device: None,
+            size,
+            ptr,
+            handle: 0,
+            aux: 0,
+            entry_ns: ts,
+        }))),
+    };
+    l.observe(&call(S, CudaOp::MemAlloc, 1 << 30, 0x1000));
+    l.observe(&call(S + 1, CudaOp::MemHostAlloc, 1 << 20, 0x2000));
+    l.observe(&exit(5 * S, 99, "other", 0));
+    assert_eq!(l.gpu_held(), (1 << 30, 1 << 20));
+    l.observe(&exit(6 * S, 5, "python3", 9));
+    l.observe(&exit(8 * S, 98, "other", 0));
+    l.settle(8 * S);
+    assert_eq!(l.gpu_held(), (0, 0));
+    assert!(l.gpu.as_ref().unwrap().held_now() == Default::default());
+}

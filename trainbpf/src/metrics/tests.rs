@@ -26,6 +26,7 @@ fn outputs(cgroup: bool) -> Outputs {
         log: None,
         kill_series: HashSet::new(),
         last_lost: 0,
+        listener: None,
     }
 }
 

@@ -315,6 +315,13 @@ impl Ledger {
             }
         })
     }
+
+    /// Drops the processes that exited, and what is kept for them: a
+    /// recorder that runs for weeks (`--all --metrics`) keeps only the
+    /// live ones. Not for a ledger whose report is wanted.
+    pub fn forget_exited(&mut self) {
+        self.procs.retain(|_, st| st.p.exited_ns.is_none());
+    }
 }
 
 #[cfg(test)]
