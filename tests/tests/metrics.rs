@@ -167,7 +167,10 @@ fn prometheus_scrapes_an_oom_kill_with_the_victims_labels() {
     require_root();
     let _g = serial();
     let dir = TempDir::new("metrics");
-    let (rec_port, prom_port) = (free_port(), free_port());
+    let rec_port = free_port();
+    let prom_port = poll("a second free port", Duration::from_secs(5), || {
+        Some(free_port()).filter(|&p| p != rec_port)
+    });
     let _prom = start_prometheus(&dir, rec_port, prom_port);
     let mut rec = start_recorder(&dir, rec_port);
 
