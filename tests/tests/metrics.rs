@@ -210,8 +210,15 @@ fn prometheus_scrapes_an_oom_kill_with_the_victims_labels() {
         ["__name__", "comm", "constraint", "instance", "job"],
         "{answer}"
     );
-    let deaths = query(prom_port, "trainbpf_deaths_total{cause=\"oom_memcg\"}");
-    assert_eq!(deaths["data"]["result"][0]["value"][1], "1", "{deaths}");
+    // The victim's death follows its kill once it has exited.
+    poll(
+        "the victim's death in Prometheus",
+        Duration::from_secs(30),
+        || {
+            let v = query(prom_port, "trainbpf_deaths_total{cause=\"oom_memcg\"}");
+            (v["data"]["result"][0]["value"][1] == "1").then_some(())
+        },
+    );
 
     std::fs::write(dir.path("done"), "").unwrap();
     wait_exit(&mut rec);
@@ -408,12 +415,15 @@ fn an_attached_recorder_serves_the_kill_and_the_cgroups_limit() {
     assert!(!first.contains("trainbpf_oom_kills_total{"), "{first}");
     std::fs::write(dir.path("go"), "").unwrap();
     let want = "\ntrainbpf_oom_kills_total{constraint=\"memcg\",comm=\"tail\",rank=\"\",container=\"\"} 1\n";
-    let text = poll("the kill at /metrics", Duration::from_secs(60), || {
+    poll("the kill at /metrics", Duration::from_secs(60), || {
         scrape().filter(|t| t.contains(want))
     });
-    assert!(
-        text.contains("\ntrainbpf_deaths_total{cause=\"oom_memcg\"} 1\n"),
-        "{text}"
+    // The victim's death follows its kill, as soon as it has exited.
+    let death = "\ntrainbpf_deaths_total{cause=\"oom_memcg\"} 1\n";
+    poll(
+        "the victim's death at /metrics",
+        Duration::from_secs(30),
+        || scrape().filter(|t| t.contains(death)),
     );
     std::fs::write(dir.path("done"), "").unwrap();
     poll("the job's end", Duration::from_secs(30), || {
