@@ -113,6 +113,15 @@ pub enum Command {
         /// 512K, 4M).
         #[arg(long, default_value = "512K", value_parser = parse_size, requires = "stacks")]
         stack_every: u64,
+        /// Serve Prometheus metrics at http://ADDR/metrics while recording
+        /// (e.g. 127.0.0.1:9464; :9464 listens on every interface): kills,
+        /// deaths, the job's memory, lost events (docs/metrics.md).
+        #[arg(long, value_name = "ADDR")]
+        metrics: Option<String>,
+        /// Append each OOM kill and death as one JSON line to PATH, for a
+        /// log shipper (docs/metrics.md).
+        #[arg(long, value_name = "PATH")]
+        events_jsonl: Option<PathBuf>,
         /// The job's command line (not with --pid, --cgroup or --all).
         #[arg(
             trailing_var_arg = true,
@@ -212,6 +221,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             all,
             stacks,
             stack_every,
+            metrics,
+            events_jsonl,
             cmd,
         } => {
             let target = match (pid, cgroup, all) {
@@ -249,6 +260,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                     max_size,
                     full_span_ns: full_span.as_nanos().min(u64::MAX as u128) as u64,
                 }),
+                metrics,
+                events_jsonl,
             })?;
             // The verdict comes from the recording itself, through the same
             // reader and model as `report`.

@@ -15,6 +15,7 @@ pub mod gpu;
 pub mod job;
 pub mod kernel;
 pub mod loader;
+pub mod metrics;
 pub mod model;
 pub mod mounts;
 pub mod pressure;

@@ -73,6 +73,7 @@ pub(crate) mod series;
 /// vocabulary, so that the renderers read them from the model alone.
 pub use crate::decode::{Compaction, EbpfLog, ExitStatus, LeakWarning, OomRecordKind};
 pub use growers::Grower;
+pub use kernel_log::kill_constraint;
 pub use kills::{Constraint, Kill, KillSource, TreeNode, Trigger, Victim};
 pub use processes::{Job, MemoryUser, Process, wait_status};
 pub use series::{

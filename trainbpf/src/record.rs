@@ -48,6 +48,10 @@ pub struct RecordOptions {
     pub leaks: crate::model::LeakOptions,
     /// Keep the recording under a size (`--max-size`); `None`: unbounded.
     pub flight: Option<crate::compact::FlightOptions>,
+    /// `--metrics ADDR`: serve Prometheus metrics there (docs/metrics.md).
+    pub metrics: Option<String>,
+    /// `--events-jsonl PATH`: each kill and death as a JSON line.
+    pub events_jsonl: Option<PathBuf>,
 }
 
 /// What to record.
@@ -130,6 +134,10 @@ pub(crate) fn mono_ns() -> u64 {
     now(nix::time::ClockId::CLOCK_MONOTONIC)
 }
 
+pub(crate) fn realtime_ns() -> u64 {
+    now(nix::time::ClockId::CLOCK_REALTIME)
+}
+
 /// The recording: created new as the invoking user, locked, never through
 /// a link or over someone's file (src/safe_file.rs).
 fn open_output(path: &Path, invoker: &Invoker) -> Result<(File, Place), RecordError> {
@@ -187,6 +195,17 @@ pub fn run(mut opts: RecordOptions) -> Result<Outcome, RecordError> {
     let sigfd = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
         .map_err(|e| io_err("signalfd")(e.into()))?;
 
+    // Bound before anything loads: a port in use fails the recorder here.
+    let mut outputs = crate::metrics::Setup {
+        listener: match &opts.metrics {
+            Some(addr) => Some(
+                crate::metrics::bind(addr)
+                    .map_err(io_err(format!("--metrics {addr}: listening")))?,
+            ),
+            None => None,
+        },
+        log: None,
+    };
     let (job_adj, unprotected) = protect_from_oom_killer();
     // Orphaned workers re-parent to us rather than to init, so they stay
     // visible as the job's until they exit.
@@ -204,6 +223,13 @@ pub fn run(mut opts: RecordOptions) -> Result<Outcome, RecordError> {
     let loaded = loader::load(&opts.tunables, page_size)?;
     let header = recording_header(&loaded, &opts.tunables, page_size, unprotected);
     let (file, place) = open_output(&opts.output, &invoker)?;
+    if let Some(path) = &opts.events_jsonl {
+        outputs.log = Some(crate::metrics::EventsLog::open(
+            path,
+            (&invoker).into(),
+            header.hostname.clone(),
+        )?);
+    }
     let writer = Writer::new(file, &header).map_err(|e| RecordError::Io {
         what: format!("writing {}", opts.output.display()),
         source: io::Error::other(e.to_string()),
@@ -239,6 +265,7 @@ pub fn run(mut opts: RecordOptions) -> Result<Outcome, RecordError> {
         crate::status::Status::new(opts.quiet, opts.leaks.clone()),
         opts.flight
             .map(|f| crate::compact::Flight::new(place.clone(), f)),
+        outputs,
     ))?;
     if !place.still_names(&recording) {
         eprintln!(

@@ -38,7 +38,10 @@ use sys::{
     rename_noreplace, try_lock, unlink_at,
 };
 
+mod append;
 mod sys;
+
+pub use append::open_append;
 
 /// Whose credentials create the files: the user who ran `sudo`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -50,6 +50,8 @@ pub struct Status {
     /// Memory running out, warned of: the steepest climber's key, and the
     /// time to the limit said then. Said again only once that halves.
     running_out: std::collections::HashMap<(Option<u32>, u64), f64>,
+    /// Seconds to the limit at the last look (`record --metrics`).
+    projection_s: Option<f64>,
 }
 
 struct Draw {
@@ -74,6 +76,7 @@ impl Status {
             last_cost: Duration::ZERO,
             warned: Default::default(),
             running_out: Default::default(),
+            projection_s: None,
         }
     }
 
@@ -138,6 +141,7 @@ impl Status {
             .map_or((Vec::new(), None), |l| l.snapshot(TOP.max(8)));
         let soon = self.live.as_ref().and_then(|l| l.running_out(&trends));
         self.last_cost = t0.elapsed();
+        self.projection_s = projection.as_ref().and_then(|p| p.seconds);
         let mut out = Vec::new();
         for t in trends.iter().filter(|t| t.is_leak() && t.alive) {
             if self.warned.insert((t.pid, t.start_ns, t.group.clone())) {
@@ -163,6 +167,12 @@ impl Status {
             d.drawn = true;
         }
         out
+    }
+
+    /// Seconds until memory reaches its limit at the rate of the steady
+    /// climbs, at the last look; `None` when nothing climbs.
+    pub fn projection_seconds(&self) -> Option<f64> {
+        self.projection_s
     }
 
     /// Erases the line, so that what follows starts clean.

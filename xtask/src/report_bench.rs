@@ -248,8 +248,28 @@ pub fn ensure_go() -> Result<()> {
     )
 }
 
+/// Debian's Prometheus server for `record --metrics`' test, which scrapes
+/// the recorder and queries the kill through its HTTP API
+/// (tests/tests/metrics.rs). Its recommends (exporters) are not needed;
+/// the package's service is started by nothing here: the test runs its
+/// own server.
+pub fn ensure_prometheus() -> Result<()> {
+    ensure_debian_package_with(
+        "prometheus",
+        "/usr/bin/prometheus",
+        "the metrics test scrapes the recorder with a real Prometheus",
+        &["--no-install-recommends"],
+    )
+}
+
 /// Installs a Debian package unless `path`, which it provides, is there.
 fn ensure_debian_package(package: &str, path: &str, why: &str) -> Result<()> {
+    ensure_debian_package_with(package, path, why, &[])
+}
+
+/// The same, with more arguments to `apt-get install`. The packages come
+/// from wherever the machine's apt sources point.
+fn ensure_debian_package_with(package: &str, path: &str, why: &str, extra: &[&str]) -> Result<()> {
     if Path::new(path).exists() {
         eprintln!("setup: {package}: already present");
         return Ok(());
@@ -265,9 +285,14 @@ fn ensure_debian_package(package: &str, path: &str, why: &str) -> Result<()> {
     };
     // An image's package lists can be missing or stale: update once, on
     // the first failure.
-    if run(&mut apt(&["install", "-y", "-q", package])).is_err() {
+    let install = || {
+        let mut c = apt(&["install", "-y", "-q"]);
+        c.args(extra).arg(package);
+        c
+    };
+    if run(&mut install()).is_err() {
         run(&mut apt(&["update", "-q"]))?;
-        run(&mut apt(&["install", "-y", "-q", package]))?;
+        run(&mut install())?;
     }
     ensure!(
         Path::new(path).exists(),

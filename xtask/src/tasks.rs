@@ -90,6 +90,8 @@ pub fn test(lint: bool, cargo_test_args: &[OsString]) -> Result<()> {
     crate::report_bench::ensure_chromium()?;
     // `report --pprof`'s test reads the profile with `go tool pprof`.
     crate::report_bench::ensure_go()?;
+    // `record --metrics`' test scrapes the recorder with Prometheus.
+    crate::report_bench::ensure_prometheus()?;
     run(cargo()
         // Every test binary runs even after one fails: a CI log should show
         // all that is broken, not the first.

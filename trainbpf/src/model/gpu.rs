@@ -307,5 +307,27 @@ pub fn lost_events(r: &super::Report) -> u64 {
     ring + r.gpu.lost.pending_full + r.gpu.lost.window_calls
 }
 
+impl Ledger {
+    /// What the processes hold now, summed: `record --metrics` reads it
+    /// while the job runs.
+    pub fn held_now(&self) -> Held {
+        self.procs.values().fold(Held::default(), |a, st| {
+            let h = st.held();
+            Held {
+                device: a.device + h.device,
+                pinned: a.pinned + h.pinned,
+                managed: a.managed + h.managed,
+            }
+        })
+    }
+
+    /// Drops the processes that exited, and what is kept for them: a
+    /// recorder that runs for weeks (`--all --metrics`) keeps only the
+    /// live ones. Not for a ledger whose report is wanted.
+    pub fn forget_exited(&mut self) {
+        self.procs.retain(|_, st| st.p.exited_ns.is_none());
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -99,6 +99,23 @@ pub(super) fn parse_kernel_line(msg: &str) -> KernelLine {
     KernelLine::Other
 }
 
+/// The pid and the constraint a kill's log line names, if it is one:
+/// `record --metrics` settles a kill's constraint with it while the job
+/// runs, as the report does afterwards.
+pub fn kill_constraint(msg: &str) -> Option<(u32, Constraint)> {
+    match parse_kernel_line(msg) {
+        KernelLine::OomKill {
+            constraint: Some(c),
+            pid: Some(p),
+            ..
+        } => Some((p, c)),
+        KernelLine::Killed {
+            constraint, pid, ..
+        } if constraint != Constraint::Unknown => Some((pid, constraint)),
+        _ => None,
+    }
+}
+
 /// `a=1,b=/x,y,c=2` → (a,1) (b,/x,y) (c,2): a piece without `=` belongs to
 /// the value before it, since cgroup paths may hold commas.
 pub(super) fn key_values(s: &str) -> Vec<(&str, String)> {

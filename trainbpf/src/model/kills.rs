@@ -44,7 +44,7 @@ impl Constraint {
     }
 
     /// The kernel's enum value (include/linux/oom.h).
-    pub(super) fn from_kernel(v: u32) -> Constraint {
+    pub fn from_kernel(v: u32) -> Constraint {
         match v {
             0 => Constraint::None,
             1 => Constraint::Cpuset,

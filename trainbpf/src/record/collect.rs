@@ -45,6 +45,7 @@ pub(super) async fn collect(
     sigfd: SignalFd,
     status: crate::status::Status,
     flight: Option<crate::compact::Flight>,
+    outputs: crate::metrics::Setup,
 ) -> Result<(Option<ExitStatus>, File), RecordError> {
     let Loaded {
         mut ebpf,
@@ -63,7 +64,11 @@ pub(super) async fn collect(
         (Target::Cgroup(dir), None) => job::memcg_of_dir(dir),
         _ => None,
     };
+    let has_memcg = job_memcg.is_some();
     let mut c = Collector::new(writer, job_memcg, flight, status);
+    c.live = outputs
+        .start(has_memcg, c.page_kb())
+        .map_err(io_err("starting the --metrics server"))?;
     c.stacks = stacks.map(crate::stacks::Collector::new);
     let rings =
         crate::rings::Rings::new(events, precious).map_err(io_err("polling the ring buffers"))?;
@@ -289,6 +294,7 @@ impl Session {
                     gpu_late(c, gpu, ebpf);
                     c.poll_lost(counters);
                     c.kernel_log(kernel_log.as_mut());
+                    c.live_tick(false);
                     reap_orphans(Some(pid));
                     if attached_done(target, &c.job) {
                         break c.root_exit;
@@ -374,6 +380,7 @@ impl Session {
         while Instant::now() < until {
             c.drain(rings);
             gpu_late(c, gpu, ebpf);
+            c.live_tick(false);
             reap_orphans(None);
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -401,6 +408,7 @@ impl Session {
                         gpu_late(c, gpu, ebpf);
                         c.poll_lost(counters);
                         c.kernel_log(kernel_log.as_mut());
+                        c.live_tick(false);
                         reap_orphans(None);
                         c.job.retain(|&t| crate::procfs::alive(t));
                         if c.job.is_empty() {
@@ -454,6 +462,7 @@ impl Session {
         c.poll_stacks();
         c.poll_lost(&counters);
         c.kernel_log(kernel_log.as_mut());
+        c.live_tick(true);
         for (kind, bytes) in gpu.finish(&mut ebpf, mono_ns()) {
             c.writer.record(kind, &bytes);
         }

@@ -62,6 +62,8 @@ pub(super) struct Collector {
     /// them held until it is (`GpuProbes::on_mapped`): taken after each
     /// drain.
     pub(super) gpu_maps: Vec<common::CudaMapEvent>,
+    /// `--metrics` and `--events-jsonl` (src/metrics.rs).
+    pub(super) live: Option<crate::metrics::Outputs>,
 }
 
 impl Collector {
@@ -98,10 +100,32 @@ impl Collector {
             stacks_every: STACKS_EVERY,
             stacks_due: false,
             gpu_maps: Vec::new(),
+            live: None,
+        }
+    }
+
+    pub(super) fn page_kb(&self) -> u64 {
+        nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+            .ok()
+            .flatten()
+            .unwrap_or(4096) as u64
+            / 1024
+    }
+
+    /// Publishes the kills and deaths settled since the last time and the
+    /// gauges (`--metrics`, `--events-jsonl`); `last`: the recording ends,
+    /// settle everything.
+    pub(super) fn live_tick(&mut self, last: bool) {
+        if let Some(o) = &mut self.live {
+            let now = if last { u64::MAX } else { mono_ns() };
+            o.tick(now, self.status.projection_seconds());
         }
     }
 
     pub(super) fn user(&mut self, body: UserBody) {
+        if let Some(o) = &mut self.live {
+            o.live.on_user(&body);
+        }
         let (kind, bytes) = decode::encode_user(mono_ns(), body);
         self.writer.record(kind, &bytes);
     }
@@ -158,6 +182,9 @@ impl Collector {
         }
         self.writer.record(kind, bytes);
         self.status.on_record(kind, bytes);
+        if let Some(o) = &mut self.live {
+            o.live.on_kernel(kind, bytes);
+        }
         match kind {
             common::KIND_FORK | common::KIND_EXEC => {
                 let tgid = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);

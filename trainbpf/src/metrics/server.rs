@@ -1,0 +1,124 @@
+//! The `/metrics` endpoint: hyper on its own thread and its own runtime,
+//! so that a scrape never waits on the rings, nor the rings on a scrape.
+//! Bounded against clients that misbehave: a few connections at once, a
+//! deadline on reading the request and on the whole exchange. It answers
+//! `GET /metrics` and nothing else.
+
+use std::{
+    convert::Infallible,
+    io,
+    net::{SocketAddr, TcpListener, ToSocketAddrs},
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Method, Request, Response, StatusCode, body::Incoming, header};
+
+use super::Metrics;
+
+/// Connections served at once; more are closed at accept.
+const MAX_CONNECTIONS: usize = 16;
+/// Time for a client to send its request's head.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time for a whole connection, keep-alive included.
+const CONNECTION_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Binds `--metrics ADDR`: `HOST:PORT`, `[V6]:PORT`, or `:PORT` for every
+/// IPv4 interface, as exporters spell it.
+pub fn bind(addr: &str) -> io::Result<TcpListener> {
+    let spelled = match addr.strip_prefix(':') {
+        Some(port) => format!("0.0.0.0:{port}"),
+        None => addr.to_string(),
+    };
+    let addrs: Vec<SocketAddr> = spelled.to_socket_addrs()?.collect();
+    if addrs.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{addr}: no address"),
+        ));
+    }
+    let l = TcpListener::bind(&addrs[..])?;
+    l.set_nonblocking(true)?;
+    Ok(l)
+}
+
+/// Serves `metrics` on `listener` from a thread of its own, for the
+/// recorder's lifetime.
+pub fn serve(listener: TcpListener, metrics: Arc<Metrics>) -> io::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    std::thread::Builder::new()
+        .name("trainbpf-metrics".into())
+        .spawn(move || rt.block_on(accept_loop(listener, metrics)))?;
+    Ok(())
+}
+
+async fn accept_loop(listener: TcpListener, metrics: Arc<Metrics>) {
+    let listener = match tokio::net::TcpListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("trainbpf: warning: --metrics: {e}; not serving");
+            return;
+        }
+    };
+    let open = Arc::new(AtomicUsize::new(0));
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            // Out of descriptors, say: try again shortly.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        if open.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
+            drop(stream);
+            continue;
+        }
+        open.fetch_add(1, Ordering::Relaxed);
+        let (open, metrics) = (open.clone(), metrics.clone());
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(move |req| {
+                let r = respond(&metrics, &req);
+                async move { Ok::<_, Infallible>(r) }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), svc);
+            let _ = tokio::time::timeout(CONNECTION_TIMEOUT, conn).await;
+            open.fetch_sub(1, Ordering::Relaxed);
+        });
+    }
+}
+
+fn respond(metrics: &Metrics, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+    let reply = |status, ctype: &str, body: String| {
+        let mut r = Response::new(Full::new(Bytes::from(body)));
+        *r.status_mut() = status;
+        if let Ok(v) = header::HeaderValue::from_str(ctype) {
+            r.headers_mut().insert(header::CONTENT_TYPE, v);
+        }
+        r
+    };
+    match (req.method(), req.uri().path()) {
+        (&Method::GET | &Method::HEAD, "/metrics") => reply(
+            StatusCode::OK,
+            prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
+            metrics.encode(),
+        ),
+        (&Method::GET | &Method::HEAD, _) => reply(
+            StatusCode::NOT_FOUND,
+            "text/plain; charset=utf-8",
+            "trainbpf record serves /metrics\n".into(),
+        ),
+        _ => reply(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain; charset=utf-8",
+            String::new(),
+        ),
+    }
+}
