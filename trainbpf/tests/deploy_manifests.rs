@@ -56,23 +56,6 @@ fn argv(c: &Value) -> Vec<String> {
     v
 }
 
-/// TODO(issue 17): `record --metrics` is being added on another branch.
-/// Until it is in this CLI, its flag and value are taken out before the
-/// parse; once it is, the whole command line is parsed as it stands.
-fn without_pending_flags(mut argv: Vec<String>) -> Vec<String> {
-    let cli = Cli::command();
-    let record = cli.find_subcommand("record").unwrap();
-    if record
-        .get_arguments()
-        .all(|a| a.get_long() != Some("metrics"))
-    {
-        let i = argv.iter().position(|a| a == "--metrics").unwrap();
-        eprintln!("record has no --metrics yet: parsing without it");
-        argv.drain(i..i + 2);
-    }
-    argv
-}
-
 fn metrics_port(argv: &[String]) -> u16 {
     let i = argv.iter().position(|a| a == "--metrics").unwrap();
     let addr = &argv[i + 1];
@@ -83,7 +66,7 @@ fn metrics_port(argv: &[String]) -> u16 {
 fn the_daemonsets_command_line_parses_with_record() {
     let ds = daemonset();
     let c = container(&ds);
-    let argv = without_pending_flags(argv(c));
+    let argv = argv(c);
     let cli = Cli::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}:\n{e}"));
     let Command::Record {
         all,
