@@ -11,7 +11,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use clap::{CommandFactory, Parser};
+use clap::Parser;
 use serde_json::Value;
 use trainbpf::cli::{Cli, Command};
 
