@@ -5,25 +5,36 @@
 
 use std::{collections::HashMap, fs};
 
+/// A process's rank, run, Slurm step and cgroups, read at its exec.
+pub mod identity;
+
 use procfs_core::{FromBufRead, process::MemoryMaps};
 
 /// Defined with the recording's events; re-exported for `sampler.rs`.
 use crate::decode::samples::{ProcInfo, ShmKind, ShmObject, Smaps};
 
-pub fn proc_info(tgid: u32) -> Option<ProcInfo> {
+/// The command line, and with `env` torchrun's rank from the environment
+/// (read capped: see `identity`). A fork's environment is its parent's,
+/// read at the parent's exec: `env` is for execs and processes found
+/// running.
+pub fn proc_info(tgid: u32, env: bool) -> Option<ProcInfo> {
     let raw = fs::read(format!("/proc/{tgid}/cmdline")).ok()?;
     let cmdline = raw
         .split(|&b| b == 0)
         .filter(|a| !a.is_empty())
         .map(|a| String::from_utf8_lossy(a).into_owned())
         .collect();
-    let env = fs::read(format!("/proc/{tgid}/environ")).unwrap_or_default();
-    let var = |name: &str| {
-        env.split(|&b| b == 0).find_map(|kv| {
-            let kv = std::str::from_utf8(kv).ok()?;
-            kv.strip_prefix(name)?.strip_prefix('=')?.parse().ok()
-        })
+    let vars = if env {
+        let mut buf = Vec::new();
+        let _ = fs::File::open(format!("/proc/{tgid}/environ")).and_then(|f| {
+            use std::io::Read;
+            f.take(identity::MAX_ENVIRON_BYTES).read_to_end(&mut buf)
+        });
+        identity::environ_vars(&buf)
+    } else {
+        Default::default()
     };
+    let var = |name: &str| vars.get(name).and_then(|v| v.parse().ok());
     Some(ProcInfo {
         tgid,
         cmdline,

@@ -148,11 +148,12 @@ fn start_job(
                 }
                 seed(job, t)?;
                 c.job.insert(t);
-                if let Some(info) = crate::procfs::proc_info(t) {
+                if let Some(info) = crate::procfs::proc_info(t, true) {
                     c.user(UserBody::ProcInfo(info));
                 }
+                c.identify_running(t);
             }
-            let argv = crate::procfs::proc_info(*p)
+            let argv = crate::procfs::proc_info(*p, false)
                 .map(|i| i.cmdline.into_iter().map(OsString::from).collect())
                 .unwrap_or_default();
             (*p, argv, None)
@@ -161,6 +162,7 @@ fn start_job(
             for t in attached.procs() {
                 seed(job, t)?;
                 c.job.insert(t);
+                c.identify_running(t);
             }
             (0, Vec::new(), None)
         }

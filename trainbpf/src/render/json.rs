@@ -29,6 +29,8 @@ mod diagnoses;
 mod ebpf_log;
 /// The `gpu` object.
 mod gpu;
+/// Ranks, runs, Slurm steps and containers per process.
+mod identity;
 /// `kills[]`, with the victim, growers, ranking and pressure.
 mod kills;
 /// The `leaks` array, `leak_projection` and `leak_warnings`.

@@ -345,6 +345,7 @@ pub(crate) mod fixture {
             diagnoses: Vec::new(),
             short_lived: Default::default(),
             left_out: Default::default(),
+            identities: Default::default(),
         }
     }
 }
