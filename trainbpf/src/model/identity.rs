@@ -364,4 +364,52 @@ mod tests {
         ids.on_fork(key(9), key(8));
         assert_eq!(ids.get(&key(9)), None);
     }
+
+    /// Through the whole model: a rank execs, forks a worker that never
+    /// execs; the recording's events in file order, as the collector
+    /// writes them (the identity right after its exec).
+    #[test]
+    fn the_report_carries_each_processs_identity() {
+        use crate::decode::{Event, Timed};
+        // (Not pid 2: kthreadd's children are kept apart.)
+        let (launcher, rank, worker) = (key(100), key(200), key(300));
+        let t = |ts_ns, event| Timed { ts_ns, event };
+        let fork = |child, parent| Event::Fork {
+            child,
+            parent,
+            comm: "python3".into(),
+            kthread: false,
+        };
+        let mut r = rec(&[("RANK", "1"), ("TORCHELASTIC_RUN_ID", "r")], &[]);
+        r.tgid = rank.tgid;
+        r.start_ns = 0; // the pid's current process
+        let events = vec![
+            t(1, fork(rank, launcher)),
+            t(
+                2,
+                Event::Exec {
+                    proc: rank,
+                    comm: "python3".into(),
+                    filename: "/usr/bin/python3".into(),
+                    truncated: false,
+                },
+            ),
+            t(2, Event::Identity(r)),
+            t(3, fork(worker, rank)),
+        ];
+        let report = crate::model::build(
+            &crate::recording::RecordingHeader::default(),
+            events.into_iter(),
+            &crate::model::ModelOptions::default(),
+        );
+        let of = |k: ProcKey| report.identity(k.tgid, k.start_ns);
+        assert_eq!(of(launcher), None);
+        let own = of(rank).expect("the rank's own");
+        assert_eq!(
+            (own.rank, own.inherited, own.run_id.as_deref()),
+            (Some(1), false, Some("r"))
+        );
+        let w = of(worker).expect("the worker's, from its parent");
+        assert_eq!((w.rank, w.inherited), (Some(1), true));
+    }
 }
