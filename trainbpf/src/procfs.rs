@@ -13,28 +13,20 @@ use procfs_core::{FromBufRead, process::MemoryMaps};
 /// Defined with the recording's events; re-exported for `sampler.rs`.
 use crate::decode::samples::{ProcInfo, ShmKind, ShmObject, Smaps};
 
-/// The command line, and with `env` torchrun's rank from the environment
-/// (read capped: see `identity`). A fork's environment is its parent's,
-/// read at the parent's exec: `env` is for execs and processes found
-/// running.
-pub fn proc_info(tgid: u32, env: bool) -> Option<ProcInfo> {
+/// The command line, and torchrun's rank from the identity variables read
+/// at an exec (`identity::read`; a fork's are its parent's, and none are
+/// read for it).
+pub fn proc_info(
+    tgid: u32,
+    vars: Option<&std::collections::BTreeMap<String, String>>,
+) -> Option<ProcInfo> {
     let raw = fs::read(format!("/proc/{tgid}/cmdline")).ok()?;
     let cmdline = raw
         .split(|&b| b == 0)
         .filter(|a| !a.is_empty())
         .map(|a| String::from_utf8_lossy(a).into_owned())
         .collect();
-    let vars = if env {
-        let mut buf = Vec::new();
-        let _ = fs::File::open(format!("/proc/{tgid}/environ")).and_then(|f| {
-            use std::io::Read;
-            f.take(identity::MAX_ENVIRON_BYTES).read_to_end(&mut buf)
-        });
-        identity::environ_vars(&buf)
-    } else {
-        Default::default()
-    };
-    let var = |name: &str| vars.get(name).and_then(|v| v.parse().ok());
+    let var = |name: &str| vars?.get(name).and_then(|v| v.parse().ok());
     Some(ProcInfo {
         tgid,
         cmdline,

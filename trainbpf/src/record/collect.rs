@@ -148,12 +148,12 @@ fn start_job(
                 }
                 seed(job, t)?;
                 c.job.insert(t);
-                if let Some(info) = crate::procfs::proc_info(t, true) {
+                let vars = c.identify_running(t);
+                if let Some(info) = crate::procfs::proc_info(t, vars.as_ref()) {
                     c.user(UserBody::ProcInfo(info));
                 }
-                c.identify_running(t);
             }
-            let argv = crate::procfs::proc_info(*p, false)
+            let argv = crate::procfs::proc_info(*p, None)
                 .map(|i| i.cmdline.into_iter().map(OsString::from).collect())
                 .unwrap_or_default();
             (*p, argv, None)

@@ -119,34 +119,37 @@ impl Collector {
     /// exec, and at the first record of one whose exec the recorder did
     /// not see. A fork is its parent until it execs: the model passes the
     /// parent's on, and nothing is read. Stamped with the kernel record's
-    /// time, so that it sorts with the exec it belongs to.
-    fn identify(&mut self, kind: u16, bytes: &[u8], tgid: u32) {
+    /// time, so that it sorts with the exec it belongs to. Returns the
+    /// variables read, for the command line's record.
+    fn identify(&mut self, kind: u16, bytes: &[u8], tgid: u32) -> Option<IdentityVars> {
         let exec = kind == common::KIND_EXEC;
         if !exec && self.identified.contains(&tgid) {
-            return;
+            return None;
         }
         if self.identified.len() < MAX_JOB_PROCS {
             self.identified.insert(tgid);
         }
         if kind == common::KIND_FORK || bytes.len() < size_of::<common::Header>() {
-            return;
+            return None;
         }
         let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap_or_default());
-        self.write_identity(tgid, word(8), word(16));
+        self.write_identity(tgid, word(8), word(16))
     }
 
     /// A process found running when an attach began.
-    pub(super) fn identify_running(&mut self, tgid: u32) {
+    pub(super) fn identify_running(&mut self, tgid: u32) -> Option<IdentityVars> {
         if self.identified.len() < MAX_JOB_PROCS && self.identified.insert(tgid) {
-            self.write_identity(tgid, mono_ns(), 0);
+            return self.write_identity(tgid, mono_ns(), 0);
         }
+        None
     }
 
-    fn write_identity(&mut self, tgid: u32, ts: u64, start_ns: u64) {
-        if let Some(id) = crate::procfs::identity::read(tgid, start_ns) {
-            let (kind, out) = decode::encode_user(ts, UserBody::Identity(id));
-            self.writer.record(kind, &out);
-        }
+    fn write_identity(&mut self, tgid: u32, ts: u64, start_ns: u64) -> Option<IdentityVars> {
+        let id = crate::procfs::identity::read(tgid, start_ns)?;
+        let vars = id.vars.clone();
+        let (kind, out) = decode::encode_user(ts, UserBody::Identity(id));
+        self.writer.record(kind, &out);
+        Some(vars)
     }
 
     /// Names a signal sender's executable now: it may be gone by report
@@ -208,14 +211,13 @@ impl Collector {
                 if self.job.len() < MAX_JOB_PROCS {
                     self.job.insert(tgid);
                 }
-                // Command line (and at an exec torchrun's rank), for
-                // grouping; read now, while the process exists (a worker
-                // may live a second).
-                let exec = kind == common::KIND_EXEC;
-                if let Some(info) = crate::procfs::proc_info(tgid, exec) {
+                // Command line (and at an exec torchrun's rank, from the
+                // identity's read), for grouping; read now, while the
+                // process exists (a worker may live a second).
+                let vars = self.identify(kind, bytes, tgid);
+                if let Some(info) = crate::procfs::proc_info(tgid, vars.as_ref()) {
                     self.user(UserBody::ProcInfo(info));
                 }
-                self.identify(kind, bytes, tgid);
             }
             common::KIND_EXIT => {
                 let tgid = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
@@ -562,6 +564,9 @@ impl Collector {
         Ok(())
     }
 }
+
+/// The identity variables of a process's environment, as read.
+type IdentityVars = std::collections::BTreeMap<String, String>;
 
 /// Memory cgroups named from memory records (OOM records always are):
 /// each new one walks the hierarchy once.
