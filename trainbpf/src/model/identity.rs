@@ -29,7 +29,13 @@ pub struct Identity {
     /// (a DataLoader worker, a compiler the rank ran): of that rank, not
     /// the rank's own process.
     pub inherited: bool,
+    /// The variable the rank came from: under `srun`, torchrun's agent
+    /// has a `SLURM_PROCID` and its workers a `RANK` of the same number,
+    /// and the workers are still ranks of their own.
+    pub rank_from: Option<&'static str>,
 }
+
+const RANK_VARS: [&str; 4] = ["RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"];
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Container {
@@ -64,8 +70,14 @@ impl Identity {
                 .find_map(|n| rec.vars.get(*n).map(|v| v.trim()).filter(|v| !v.is_empty()))
         };
         let num = |names: &[&str]| var(names).and_then(|v| v.parse::<u32>().ok());
+        let rank = num(&RANK_VARS);
+        let rank_from = RANK_VARS
+            .into_iter()
+            .find(|n| var(&[n]).is_some())
+            .filter(|_| rank.is_some());
         let mut id = Identity {
-            rank: num(&["RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"]),
+            rank,
+            rank_from,
             local_rank: num(&["LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"]),
             world_size: num(&[
                 "WORLD_SIZE",
@@ -183,10 +195,9 @@ impl Identities {
     /// rank's own process from what runs under it.
     pub(super) fn on_record(&mut self, key: ProcKey, parent: Option<ProcKey>, rec: &ProcIdentity) {
         let mut id = Identity::from_record(rec);
-        let parent_rank = parent
-            .and_then(|p| self.by_proc.get(&p))
-            .and_then(|p| p.rank);
-        id.inherited = id.rank.is_some() && parent_rank == id.rank;
+        let parent = parent.and_then(|p| self.by_proc.get(&p));
+        id.inherited = id.rank.is_some()
+            && parent.is_some_and(|p| (p.rank, p.rank_from) == (id.rank, id.rank_from));
         if id.is_empty() {
             self.by_proc.remove(&key);
         } else {
@@ -360,6 +371,21 @@ mod tests {
         assert!(ids.get(&helper).unwrap().inherited);
         ids.on_record(helper, Some(rank1), &rec(&[], &[]));
         assert_eq!(ids.get(&helper), None);
+        // Under srun, torchrun's agent is task 0 and its first worker
+        // rank 0: the worker is a rank of its own.
+        let (agent, worker0) = (key(5), key(6));
+        ids.on_record(agent, None, &rec(&[("SLURM_PROCID", "0")], &[]));
+        ids.on_fork(worker0, agent);
+        ids.on_record(
+            worker0,
+            Some(agent),
+            &rec(&[("RANK", "0"), ("SLURM_PROCID", "0")], &[]),
+        );
+        let w0 = ids.get(&worker0).unwrap();
+        assert_eq!(
+            (w0.rank, w0.rank_from, w0.inherited),
+            (Some(0), Some("RANK"), false)
+        );
         // An unknown parent passes nothing on.
         ids.on_fork(key(9), key(8));
         assert_eq!(ids.get(&key(9)), None);
