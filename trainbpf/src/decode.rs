@@ -16,6 +16,8 @@ use trainbpf_common as common;
 mod events;
 /// GPU records: kernel kinds 20-29, collector kinds 110-119.
 pub mod gpu;
+/// A process's rank, run, Slurm step and cgroups, a collector record.
+pub mod identity;
 /// Kernel records, kinds below 100.
 mod kernel;
 /// What the recorder samples from /proc and the cgroup files.
@@ -29,6 +31,7 @@ pub use events::{
     Lost, OomControl, OomRecord, OomRecordKind, ProcKey, Rss, SignalReceived, SignalRecord,
     SmapsSample, Task, Terminal, Timed, tty_path,
 };
+pub use identity::ProcIdentity;
 pub use samples::{
     CgroupPressure, Pressure, ProcInfo, Psi, ShmFs, ShmKind, ShmLook, ShmObject, ShmTrigger, Smaps,
 };
@@ -59,6 +62,9 @@ pub const KIND_STACKS: u16 = 125;
 pub const KIND_STACK_AT_DEATH: u16 = 126;
 /// A message a kernel program logged (`record --ebpf-log`, [`EbpfLog`]).
 pub const KIND_EBPF_LOG: u16 = 130;
+/// A process's distributed identity: rank, run, Slurm ids, cgroups
+/// ([`identity::ProcIdentity`]).
+pub const KIND_IDENTITY: u16 = 131;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum DecodeError {
@@ -137,7 +143,7 @@ pub fn decode(kind: u16, bytes: &[u8], page_kb: u64) -> Result<Timed, DecodeErro
         KIND_JOB_START | KIND_JOB_EXIT | KIND_LOST | KIND_CGROUP | KIND_NOTE | KIND_EXE
         | KIND_PRESSURE | KIND_SMAPS | KIND_PROC_INFO | KIND_SHM | KIND_COMPACTED
         | KIND_LEAK_WARNING | KIND_SIGNAL_RECEIVED | KIND_STACKS | KIND_STACK_AT_DEATH
-        | KIND_EBPF_LOG => user::decode(kind, bytes)?,
+        | KIND_EBPF_LOG | KIND_IDENTITY => user::decode(kind, bytes)?,
         other => return Err(DecodeError::UnknownKind(other)),
     };
     Ok(Timed {

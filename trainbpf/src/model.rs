@@ -48,6 +48,8 @@ pub mod diagnosis;
 mod ebpf_log;
 mod grid;
 mod growers;
+/// Ranks, runs, Slurm steps and containers per process.
+pub mod identity;
 mod kernel_log;
 mod kills;
 /// Several recordings of one job (one per node) on one timeline.
@@ -190,6 +192,9 @@ pub struct Report {
     /// kill, death and process here is on `header.hostname`, in recording
     /// `source.index`.
     pub source: Source,
+    /// Each process's rank, run, Slurm step and container, where its
+    /// environment or cgroups told ([`Report::identity`]).
+    pub identities: HashMap<ProcKey, identity::Identity>,
 }
 
 /// Processes seen but not the job's (`--all`, `--cgroup`): the recorder
@@ -203,6 +208,14 @@ pub struct LeftOut {
 }
 
 impl Report {
+    /// A process's rank, run, Slurm step and container, if any told.
+    pub fn identity(&self, pid: u32, start_ns: u64) -> Option<&identity::Identity> {
+        self.identities.get(&ProcKey {
+            tgid: pid,
+            start_ns,
+        })
+    }
+
     /// Wall-clock ns since the epoch for a monotonic timestamp; `None` when
     /// the header has no clock pair.
     pub fn realtime_ns(&self, mono_ns: u64) -> Option<u64> {
@@ -329,6 +342,7 @@ struct Builder {
     /// tgid → start_ns of the newest process seen with it: a new start_ns
     /// means the old process is gone (its pid was recycled).
     current: HashMap<u32, u64>,
+    identities: identity::Identities,
     job_procs: HashMap<ProcKey, JobProc>,
     /// Peak memory of processes whose tracks were dropped, best few only.
     retired: Vec<MemoryUser>,
@@ -375,6 +389,7 @@ impl Builder {
             next_sweep: 0,
             tracks: HashMap::new(),
             current: HashMap::new(),
+            identities: identity::Identities::default(),
             job_procs: HashMap::new(),
             retired: Vec::new(),
             cgroups: HashMap::new(),
@@ -447,7 +462,10 @@ impl Builder {
                 parent,
                 comm,
                 ..
-            } => self.on_fork(ts, child, parent, comm),
+            } => {
+                self.identities.on_fork(child, parent);
+                self.on_fork(ts, child, parent, comm)
+            }
             Event::Exec {
                 proc,
                 comm,
@@ -507,6 +525,7 @@ impl Builder {
             // The GPU ledger is kept elsewhere (model/gpu.rs, in progress).
             Event::Gpu(_) => {}
             Event::ProcInfo(i) => self.on_proc_info(i),
+            Event::Identity(rec) => self.on_identity(rec),
             Event::Shm(look) => self.attribution.on_shm(ts, look),
             Event::Stacks(s) => {
                 let (gpu, growth) = s.stacks.into_iter().partition(|d| d.gpu);
@@ -612,6 +631,7 @@ impl Builder {
                 of: 1,
                 path: String::new(),
             },
+            identities: std::mem::take(&mut self.identities).finish(),
         };
         let kill_windows: Vec<(u64, u64)> = report
             .kills

@@ -5,25 +5,28 @@
 
 use std::{collections::HashMap, fs};
 
+/// A process's rank, run, Slurm step and cgroups, read at its exec.
+pub mod identity;
+
 use procfs_core::{FromBufRead, process::MemoryMaps};
 
 /// Defined with the recording's events; re-exported for `sampler.rs`.
 use crate::decode::samples::{ProcInfo, ShmKind, ShmObject, Smaps};
 
-pub fn proc_info(tgid: u32) -> Option<ProcInfo> {
+/// The command line, and torchrun's rank from the identity variables read
+/// at an exec (`identity::read`; a fork's are its parent's, and none are
+/// read for it).
+pub fn proc_info(
+    tgid: u32,
+    vars: Option<&std::collections::BTreeMap<String, String>>,
+) -> Option<ProcInfo> {
     let raw = fs::read(format!("/proc/{tgid}/cmdline")).ok()?;
     let cmdline = raw
         .split(|&b| b == 0)
         .filter(|a| !a.is_empty())
         .map(|a| String::from_utf8_lossy(a).into_owned())
         .collect();
-    let env = fs::read(format!("/proc/{tgid}/environ")).unwrap_or_default();
-    let var = |name: &str| {
-        env.split(|&b| b == 0).find_map(|kv| {
-            let kv = std::str::from_utf8(kv).ok()?;
-            kv.strip_prefix(name)?.strip_prefix('=')?.parse().ok()
-        })
-    };
+    let var = |name: &str| vars?.get(name).and_then(|v| v.parse().ok());
     Some(ProcInfo {
         tgid,
         cmdline,

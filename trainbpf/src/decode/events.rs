@@ -321,6 +321,8 @@ pub enum Event {
     /// USS/PSS of the job's live processes.
     Smaps(SmapsSample),
     ProcInfo(ProcInfo),
+    /// A process's rank, run, Slurm ids and cgroups, read at its exec.
+    Identity(super::ProcIdentity),
     /// A look at shared memory: the objects, each once, and /dev/shm.
     Shm(ShmLook),
     /// A CUDA call, an Xid, an NVML sample, what the GPU probes attached.

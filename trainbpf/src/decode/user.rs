@@ -5,10 +5,10 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     CgroupName, Compaction, DecodeError, EbpfLog, Event, ExeName, JobExit, JobStart, KIND_CGROUP,
-    KIND_COMPACTED, KIND_EBPF_LOG, KIND_EXE, KIND_JOB_EXIT, KIND_JOB_START, KIND_LEAK_WARNING,
-    KIND_LOST, KIND_NOTE, KIND_PRESSURE, KIND_PROC_INFO, KIND_SHM, KIND_SIGNAL_RECEIVED,
-    KIND_SMAPS, KIND_STACK_AT_DEATH, KIND_STACKS, LeakWarning, Lost, Pressure, ProcInfo, ShmLook,
-    ShmObject, SignalReceived, SmapsSample, json,
+    KIND_COMPACTED, KIND_EBPF_LOG, KIND_EXE, KIND_IDENTITY, KIND_JOB_EXIT, KIND_JOB_START,
+    KIND_LEAK_WARNING, KIND_LOST, KIND_NOTE, KIND_PRESSURE, KIND_PROC_INFO, KIND_SHM,
+    KIND_SIGNAL_RECEIVED, KIND_SMAPS, KIND_STACK_AT_DEATH, KIND_STACKS, LeakWarning, Lost,
+    Pressure, ProcInfo, ShmLook, ShmObject, SignalReceived, SmapsSample, json,
 };
 
 /// The JSON body of a userspace record.
@@ -41,6 +41,7 @@ pub enum UserBody {
     Stacks(super::stacks::StackSample),
     StackAtDeath(super::stacks::StackAtDeath),
     EbpfLog(EbpfLog),
+    Identity(super::ProcIdentity),
 }
 
 impl UserBody {
@@ -62,6 +63,7 @@ impl UserBody {
             UserBody::Stacks(_) => KIND_STACKS,
             UserBody::StackAtDeath(_) => KIND_STACK_AT_DEATH,
             UserBody::EbpfLog(_) => KIND_EBPF_LOG,
+            UserBody::Identity(_) => KIND_IDENTITY,
         }
     }
 }
@@ -98,6 +100,7 @@ pub(super) fn decode(kind: u16, bytes: &[u8]) -> Result<(u64, Event), DecodeErro
         (KIND_STACKS, UserBody::Stacks(s)) => Event::Stacks(s),
         (KIND_STACK_AT_DEATH, UserBody::StackAtDeath(s)) => Event::StackAtDeath(s),
         (KIND_EBPF_LOG, UserBody::EbpfLog(l)) => Event::EbpfLog(l),
+        (KIND_IDENTITY, UserBody::Identity(i)) => Event::Identity(i),
         _ => {
             return Err(DecodeError::Json {
                 kind,

@@ -315,10 +315,22 @@ impl Builder {
     /// line when it has siblings (groups of one are dropped later).
     pub(super) fn role_of(&self, g: &Grower) -> Option<String> {
         let info = self.attribution.info_of(g.pid);
-        attribution::role(&g.comm, info).or_else(|| {
-            let cmd = info?.cmdline.join(" ");
-            (!cmd.is_empty()).then(|| format!("`{}`", truncate_chars(&cmd, 60)))
-        })
+        let key = ProcKey {
+            tgid: g.pid,
+            start_ns: g.start_ns,
+        };
+        // A rank's own process; its workers are DataLoader workers, its
+        // helpers are grouped by command line.
+        let rank = self
+            .identities
+            .get(&key)
+            .is_some_and(|i| i.rank.is_some() && !i.inherited);
+        attribution::role(&g.comm, info)
+            .or_else(|| rank.then(|| "torchrun ranks".to_string()))
+            .or_else(|| {
+                let cmd = info?.cmdline.join(" ");
+                (!cmd.is_empty()).then(|| format!("`{}`", truncate_chars(&cmd, 60)))
+            })
     }
 
     pub(super) fn comm_of(&self, key: ProcKey) -> String {
@@ -476,6 +488,21 @@ impl Builder {
             }
         }
         self.attribution.on_proc_info(i)
+    }
+
+    /// Who a process is: its exec's record, under the process it names
+    /// (by start time, or the pid's current process).
+    pub(super) fn on_identity(&mut self, rec: crate::decode::ProcIdentity) {
+        let start_ns = match rec.start_ns {
+            0 => self.current.get(&rec.tgid).copied().unwrap_or(0),
+            s => s,
+        };
+        let key = ProcKey {
+            tgid: rec.tgid,
+            start_ns,
+        };
+        let parent = self.job_procs.get(&key).and_then(|p| p.parent);
+        self.identities.on_record(key, parent, &rec);
     }
 
     /// The job's processes for the report; the caller orders them.

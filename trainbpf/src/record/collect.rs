@@ -153,11 +153,12 @@ fn start_job(
                 }
                 seed(job, t)?;
                 c.job.insert(t);
-                if let Some(info) = crate::procfs::proc_info(t) {
+                let vars = c.identify_running(t);
+                if let Some(info) = crate::procfs::proc_info(t, vars.as_ref()) {
                     c.user(UserBody::ProcInfo(info));
                 }
             }
-            let argv = crate::procfs::proc_info(*p)
+            let argv = crate::procfs::proc_info(*p, None)
                 .map(|i| i.cmdline.into_iter().map(OsString::from).collect())
                 .unwrap_or_default();
             (*p, argv, None)
@@ -166,6 +167,7 @@ fn start_job(
             for t in attached.procs() {
                 seed(job, t)?;
                 c.job.insert(t);
+                c.identify_running(t);
             }
             (0, Vec::new(), None)
         }

@@ -38,6 +38,9 @@ pub(super) struct Collector {
     reclaim_freed_kb: u64,
     /// The job's live processes, from the lifecycle records.
     pub(super) job: std::collections::HashSet<u32>,
+    /// Processes whose identity is recorded, or inherited from a parent
+    /// at a fork seen (`identify`).
+    pub(super) identified: std::collections::HashSet<u32>,
     /// The job's main process, and how it ended as the kernel saw it (for
     /// an attached job, which the recorder cannot wait for).
     pub(super) root: u32,
@@ -88,6 +91,7 @@ impl Collector {
             stall: ([0; 3], [0; 3]),
             reclaim_freed_kb: 0,
             job: Default::default(),
+            identified: Default::default(),
             root: 0,
             root_exit: None,
             sampler: crate::sampler::Sampler::start(),
@@ -138,6 +142,43 @@ impl Collector {
         if let Some(path) = job::cgroup_path_by_id(id) {
             self.user(UserBody::Cgroup(CgroupName { id, path }));
         }
+    }
+
+    /// Records who a process is (rank, run, Slurm step, container) at its
+    /// exec, and at the first record of one whose exec the recorder did
+    /// not see. A fork is its parent until it execs: the model passes the
+    /// parent's on, and nothing is read. Stamped with the kernel record's
+    /// time, so that it sorts with the exec it belongs to. Returns the
+    /// variables read, for the command line's record.
+    fn identify(&mut self, kind: u16, bytes: &[u8], tgid: u32) -> Option<IdentityVars> {
+        let exec = kind == common::KIND_EXEC;
+        if !exec && self.identified.contains(&tgid) {
+            return None;
+        }
+        if self.identified.len() < MAX_JOB_PROCS {
+            self.identified.insert(tgid);
+        }
+        if kind == common::KIND_FORK || bytes.len() < size_of::<common::Header>() {
+            return None;
+        }
+        let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap_or_default());
+        self.write_identity(tgid, word(8), word(16))
+    }
+
+    /// A process found running when an attach began.
+    pub(super) fn identify_running(&mut self, tgid: u32) -> Option<IdentityVars> {
+        if self.identified.len() < MAX_JOB_PROCS && self.identified.insert(tgid) {
+            return self.write_identity(tgid, mono_ns(), 0);
+        }
+        None
+    }
+
+    fn write_identity(&mut self, tgid: u32, ts: u64, start_ns: u64) -> Option<IdentityVars> {
+        let id = crate::procfs::identity::read(tgid, start_ns)?;
+        let vars = id.vars.clone();
+        let (kind, out) = decode::encode_user(ts, UserBody::Identity(id));
+        self.writer.record(kind, &out);
+        Some(vars)
     }
 
     /// Names a signal sender's executable now: it may be gone by report
@@ -213,15 +254,18 @@ impl Collector {
                 if self.job.len() < MAX_JOB_PROCS {
                     self.job.insert(tgid);
                 }
-                // Command line and torchrun rank, for grouping; read now,
-                // while the process exists (a worker may live a second).
-                if let Some(info) = crate::procfs::proc_info(tgid) {
+                // Command line (and at an exec torchrun's rank, from the
+                // identity's read), for grouping; read now, while the
+                // process exists (a worker may live a second).
+                let vars = self.identify(kind, bytes, tgid);
+                if let Some(info) = crate::procfs::proc_info(tgid, vars.as_ref()) {
                     self.user(UserBody::ProcInfo(info));
                 }
             }
             common::KIND_EXIT => {
                 let tgid = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
                 self.job.remove(&tgid);
+                self.identified.remove(&tgid);
                 if let Some(st) = &mut self.stacks {
                     let start_ns = u64::from_le_bytes(bytes[16..24].try_into().unwrap_or_default());
                     st.on_exit(decode::ProcKey { tgid, start_ns });
@@ -235,6 +279,12 @@ impl Collector {
                 {
                     self.root_exit = Some(crate::model::wait_status(exit_code));
                 }
+            }
+            // A process running before the recorder (`--all`, an attach):
+            // who it is, at its first memory record.
+            common::KIND_MEM => {
+                let tgid = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
+                self.identify(kind, bytes, tgid);
             }
             _ => {}
         }
@@ -557,6 +607,9 @@ impl Collector {
         Ok(())
     }
 }
+
+/// The identity variables of a process's environment, as read.
+type IdentityVars = std::collections::BTreeMap<String, String>;
 
 /// Memory cgroups named from memory records (OOM records always are):
 /// each new one walks the hierarchy once.

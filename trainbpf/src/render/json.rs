@@ -31,6 +31,8 @@ mod ebpf_log;
 mod gpu;
 /// `gpu.late`: driver libraries mapped after recording started.
 mod gpu_late;
+/// Ranks, runs, Slurm steps and containers per process.
+mod identity;
 /// `kills[]`, with the victim, growers, ranking and pressure.
 mod kills;
 /// The `leaks` array, `leak_projection` and `leak_warnings`.

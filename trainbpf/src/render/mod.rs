@@ -349,6 +349,7 @@ pub(crate) mod fixture {
             short_lived: Default::default(),
             left_out: Default::default(),
             source: Default::default(),
+            identities: Default::default(),
         }
     }
 }

@@ -33,6 +33,8 @@ mod stacks;
 pub(crate) mod style;
 /// The verdict `record` prints when the job ends.
 mod verdict;
+/// "rank 1 (pid 14450)": job processes by their rank.
+mod who;
 
 pub use diagnoses::explain;
 pub(crate) use kill::story;

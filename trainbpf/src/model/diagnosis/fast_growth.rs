@@ -90,7 +90,7 @@ fn of_kill(r: &Report, k: &Kill, i: usize) -> Option<Diagnosis> {
         .filter(|g| g.honest_kb.is_none_or(|h| h >= need as i64))
         .take(GROWERS)
         .find_map(|g| Some((g, rise(w, g, need).filter(|x| x.0 <= FAST_NS)?)))?;
-    let name = who(&g.comm, g.pid);
+    let name = who(r, &g.comm, g.pid, g.start_ns);
     let grew = to.saturating_sub(from);
     let secs = (span as f64 / SEC as f64).max(0.05);
     let title = format!(

@@ -75,7 +75,7 @@ fn of_kill(r: &Report, k: &Kill, i: usize) -> Option<Diagnosis> {
         (true, false) | (false, true) => Confidence::Medium,
         (false, false) => Confidence::Low,
     };
-    let name = who(&t.comm, pid);
+    let name = who(r, &t.comm, pid, t.start_ns);
     let climbed_ns = k.ts_ns - t.since_ns;
     let mut title = format!(
         "{name} leaked steadily: +{} for {} until the kill, {}",
@@ -144,7 +144,7 @@ fn of_kill(r: &Report, k: &Kill, i: usize) -> Option<Diagnosis> {
 
 fn of_run(r: &Report, t: &Trend) -> Diagnosis {
     let name = match t.pid {
-        Some(pid) => who(&t.comm, pid),
+        Some(pid) => who(r, &t.comm, pid, t.start_ns),
         None => format!(
             "{} ({} processes)",
             t.group.as_deref().unwrap_or(&t.comm),

@@ -44,7 +44,7 @@ pub(super) fn kill_section(
         esc(k.growers.first().map_or("", |g| g.comm.as_str())),
         esc(&head)
     );
-    let _ = writeln!(o, "<p class=\"story\">{}</p>", esc(&text::story(k)));
+    let _ = writeln!(o, "<p class=\"story\">{}</p>", esc(&text::story(r, k)));
     o.push_str("<dl>");
     let mut field = |name: &str, value: String| {
         let _ = write!(o, "<dt>{}</dt><dd>{}</dd>", esc(name), value);

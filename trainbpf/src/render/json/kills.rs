@@ -117,7 +117,11 @@ impl Kill {
                 pid: k.trigger.tgid,
                 tid: k.trigger.pid,
             },
-            victim: Victim::new(&k.victim, r.victim_stack_at_death(k)),
+            victim: Victim::new(
+                &k.victim,
+                r.victim_stack_at_death(k),
+                super::identity::Identity::of(r, k.victim.pid, k.victim.start_ns),
+            ),
             window_s: secs(k.window_ns),
         }
     }
@@ -155,10 +159,14 @@ pub struct Victim {
     pub anon_rss_kb: u64,
     /// Its command name (`task->comm`, at most 15 bytes).
     pub comm: String,
+    /// Its container, from its cgroup paths; null outside one.
+    pub container: Option<super::identity::Container>,
     /// File-backed resident memory when killed (kB).
     pub file_rss_kb: u64,
     /// Whether it belongs to the recorded job's process tree.
     pub in_job: bool,
+    /// `LOCAL_RANK` (or MPI's, Slurm's) read at its exec.
+    pub local_rank: Option<u32>,
     /// 1000 makes it the first choice, -1000 exempts it.
     #[schemars(range(min = -1000, max = 1000))]
     pub oom_score_adj: i32,
@@ -166,8 +174,17 @@ pub struct Victim {
     pub pgtables_kb: u64,
     /// Process id (tgid).
     pub pid: u32,
+    /// `RANK` (or MPI's, Slurm's `SLURM_PROCID`) read at its exec; a
+    /// process forked from a rank carries its rank too.
+    pub rank: Option<u32>,
+    /// torchrun's `TORCHELASTIC_RUN_ID`.
+    pub run_id: Option<String>,
     /// Shared-memory resident memory when killed (kB).
     pub shmem_rss_kb: u64,
+    /// `SLURM_JOB_ID`, else the job in its Slurm cgroup path.
+    pub slurm_job_id: Option<u64>,
+    /// `SLURM_STEP_ID`, else the step in its Slurm cgroup path.
+    pub slurm_step_id: Option<String>,
     /// Its stacks as its threads dequeued the fatal signal (`record
     /// --stacks`): the thread that was allocating, or else the one the
     /// kernel named, with the others in `threads`. Null without stacks,
@@ -185,12 +202,15 @@ pub struct Victim {
     pub tree: Vec<Task>,
     /// Its user id.
     pub uid: u32,
+    /// `WORLD_SIZE` (or MPI's, Slurm's `SLURM_NTASKS`).
+    pub world_size: Option<u32>,
 }
 
 impl Victim {
     fn new(
         v: &model::Victim,
         death: Result<Option<model::death_stacks::StackAtDeath>, String>,
+        id: super::identity::Identity,
     ) -> Victim {
         let (stack_at_death, stack_error) = match death {
             Ok(s) => (s.as_ref().map(super::stacks::at_death), None),
@@ -202,6 +222,13 @@ impl Victim {
             anon_rss_kb: v.rss.anon_kb,
             comm: v.comm.clone(),
             file_rss_kb: v.rss.file_kb,
+            container: id.container,
+            local_rank: id.local_rank,
+            rank: id.rank,
+            run_id: id.run_id,
+            slurm_job_id: id.slurm_job_id,
+            slurm_step_id: id.slurm_step_id,
+            world_size: id.world_size,
             in_job: v.in_job,
             oom_score_adj: v.oom_score_adj,
             pgtables_kb: v.pgtables_kb,
@@ -468,17 +495,30 @@ pub struct Grower {
     pub born_in_window: bool,
     /// Its latest command name.
     pub comm: String,
+    /// Its container, from its cgroup paths; null outside one.
+    pub container: Option<super::identity::Container>,
     /// RSS growth (kB).
     pub grew_kb: u64,
     /// Memory it allocated minus what it freed, in its own context, over
     /// the same span (kB); null without page-allocation probes.
     pub honest_kb: Option<i64>,
     pub in_job: bool,
+    /// `LOCAL_RANK` (or MPI's, Slurm's) read at its exec.
+    pub local_rank: Option<u32>,
     pub pid: u32,
+    /// `RANK` (or MPI's, Slurm's `SLURM_PROCID`) read at its exec; a
+    /// process forked from a rank carries its rank too.
+    pub rank: Option<u32>,
     /// `grew_kb / window_s`; null when `window_s` is under a second.
     pub rate_kb_per_s: Option<f64>,
     /// Resident memory at the kill (kB).
     pub rss_kb: u64,
+    /// torchrun's `TORCHELASTIC_RUN_ID`.
+    pub run_id: Option<String>,
+    /// `SLURM_JOB_ID`, else the job in its Slurm cgroup path.
+    pub slurm_job_id: Option<u64>,
+    /// `SLURM_STEP_ID`, else the step in its Slurm cgroup path.
+    pub slurm_step_id: Option<String>,
     /// Where its memory grew (`record --stacks`): its growth stacks
     /// recorded up to the kill, heaviest first; empty without.
     pub stacks: Vec<super::stacks::Stack>,
@@ -486,15 +526,25 @@ pub struct Grower {
     pub victim: bool,
     /// Seconds from the baseline to the last sample.
     pub window_s: f64,
+    /// `WORLD_SIZE` (or MPI's, Slurm's `SLURM_NTASKS`).
+    pub world_size: Option<u32>,
 }
 
 impl Grower {
     fn new(r: &Report, k: &model::Kill, g: &model::Grower) -> Grower {
+        let id = super::identity::Identity::of(r, g.pid, g.start_ns);
         Grower {
             born_in_window: g.born_in_window,
             comm: g.comm.clone(),
             grew_kb: g.grew_kb,
             honest_kb: g.honest_kb,
+            container: id.container,
+            local_rank: id.local_rank,
+            rank: id.rank,
+            run_id: id.run_id,
+            slurm_job_id: id.slurm_job_id,
+            slurm_step_id: id.slurm_step_id,
+            world_size: id.world_size,
             in_job: g.in_job,
             pid: g.pid,
             rate_kb_per_s: g.rate_kb_per_s.map(super::tenths),

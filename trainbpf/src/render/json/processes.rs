@@ -58,6 +58,8 @@ pub struct Process {
     pub born_s: Option<f64>,
     /// Latest command name.
     pub comm: String,
+    /// Its container, from its cgroup paths; null outside one.
+    pub container: Option<super::identity::Container>,
     /// Its exit, seconds since the recording start; null if still running
     /// at the end.
     pub died_s: Option<f64>,
@@ -72,6 +74,8 @@ pub struct Process {
     pub honest_peak_kb: Option<i64>,
     /// The host it ran on: the recording header's hostname.
     pub host: String,
+    /// `LOCAL_RANK` (or MPI's, Slurm's) read at its exec.
+    pub local_rank: Option<u32>,
     /// The OOM killer chose it.
     pub oom_killed: bool,
     /// The last `oom_score_adj` written while recording; null if it never
@@ -88,17 +92,29 @@ pub struct Process {
     pub pid: u32,
     /// Proportional set size from its last smaps_rollup sample (kB).
     pub pss_kb: Option<u64>,
+    /// `RANK` (or MPI's, Slurm's `SLURM_PROCID`) read at its exec; a
+    /// process forked from a rank carries its rank too.
+    pub rank: Option<u32>,
     /// Its recording's index in `recordings` (0 for one recording).
     pub recording: usize,
+    /// torchrun's `TORCHELASTIC_RUN_ID`.
+    pub run_id: Option<String>,
+    /// `SLURM_JOB_ID`, else the job in its Slurm cgroup path.
+    pub slurm_job_id: Option<u64>,
+    /// `SLURM_STEP_ID`, else the step in its Slurm cgroup path.
+    pub slurm_step_id: Option<String>,
     /// Where its memory grew over the whole run (`record --stacks`),
     /// heaviest first; empty without.
     pub stacks: Vec<super::stacks::Stack>,
     /// Unique set size from its last smaps_rollup sample (kB).
     pub uss_kb: Option<u64>,
+    /// `WORLD_SIZE` (or MPI's, Slurm's `SLURM_NTASKS`).
+    pub world_size: Option<u32>,
 }
 
 impl Process {
     pub fn new(r: &Report, p: &model::Process) -> Process {
+        let id = super::identity::Identity::of(r, p.pid, p.start_ns);
         Process {
             born_s: p.born_ns.map(|t| secs_since(r, t)),
             comm: p.comm.clone(),
@@ -108,6 +124,13 @@ impl Process {
             honest_kb: p.honest_kb,
             honest_peak_kb: p.honest_peak_kb,
             host: r.header.hostname.clone(),
+            container: id.container,
+            local_rank: id.local_rank,
+            rank: id.rank,
+            run_id: id.run_id,
+            slurm_job_id: id.slurm_job_id,
+            slurm_step_id: id.slurm_step_id,
+            world_size: id.world_size,
             oom_killed: p.oom_killed,
             oom_score_adj: p.oom_score_adj,
             page_cache_kb: p.page_cache_kb,

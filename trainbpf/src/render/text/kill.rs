@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use super::gpu;
 use super::run::sum_check_line;
 use super::style::{Paint, wrap, yes_no};
+use super::who::{name_cell, rank_label};
 use crate::model::{Constraint, Grower, Kill, Report};
 use crate::render::rfc3339_ms;
 use crate::term::escape as esc;
@@ -34,7 +35,7 @@ pub(super) fn kill_section(
     }
     let _ = writeln!(out, "{}", p.red(&head));
     super::diagnoses::kill_head(out, r, i, width, p);
-    for line in wrap(&story(k), width - 2) {
+    for line in wrap(&story(r, k), width - 2) {
         let _ = writeln!(out, "  {line}");
     }
     out.push('\n');
@@ -42,8 +43,8 @@ pub(super) fn kill_section(
         crate::render::chart::kill_chart(out, w, width, p.0);
     }
 
-    fields(out, k, p);
-    growers_part(out, k, p);
+    fields(out, r, k, p);
+    growers_part(out, r, k, p);
     super::stacks::kill_lines(out, r, k);
     if let Some(s) = &k.sum_check {
         let _ = writeln!(out, "  {}", sum_check_line(s));
@@ -60,8 +61,12 @@ pub(super) fn kill_section(
 
 /// The victim, its job tree, the constraint, the memcg, the trigger and
 /// the probes that saw the kill.
-fn fields(out: &mut String, k: &Kill, p: &Paint) {
+fn fields(out: &mut String, r: &Report, k: &Kill, p: &Paint) {
     let v = &k.victim;
+    let who = match rank_label(r, v.pid, v.start_ns, &v.comm) {
+        Some(rank) => format!("{rank} {}", p.bold(&esc(&v.comm))),
+        None => format!("pid {} {}", v.pid, p.bold(&esc(&v.comm))),
+    };
     let field = |out: &mut String, name: &str, value: String| {
         let _ = writeln!(out, "  {} {value}", p.dim(&format!("{name:<11}")));
     };
@@ -69,9 +74,7 @@ fn fields(out: &mut String, k: &Kill, p: &Paint) {
         out,
         "victim",
         format!(
-            "pid {} {}, anon {}, file {}, shmem {}, swap {}, oom_score_adj {}, uid {}",
-            v.pid,
-            p.bold(&esc(&v.comm)),
+            "{who}, anon {}, file {}, shmem {}, swap {}, oom_score_adj {}, uid {}",
             human_kb(v.rss.anon_kb),
             human_kb(v.rss.file_kb),
             human_kb(v.rss.shmem_kb),
@@ -157,7 +160,7 @@ fn fields(out: &mut String, k: &Kill, p: &Paint) {
 }
 
 /// Who grew in the window before the kill, and the role groups.
-fn growers_part(out: &mut String, k: &Kill, p: &Paint) {
+fn growers_part(out: &mut String, r: &Report, k: &Kill, p: &Paint) {
     if k.growers.is_empty() {
         let _ = writeln!(
             out,
@@ -179,7 +182,7 @@ fn growers_part(out: &mut String, k: &Kill, p: &Paint) {
             let mut row = format!(
                 "  {:>7}  {:<16}  {:>11}  {:>11}  {:>8}  {:>12}  {:>11}  {}",
                 g.pid,
-                esc(&g.comm),
+                name_cell(r, g.pid, g.start_ns, &g.comm),
                 g.honest_kb.map_or("-".into(), signed_kb),
                 format!("+{}", human_kb(g.grew_kb)),
                 human_secs(g.window_ns),
@@ -323,22 +326,19 @@ fn pressure_section(out: &mut String, pr: &crate::model::PressureBefore) {
 
 /// One or two sentences: who grew, and what the kernel did about it. The
 /// HTML report tells the same story.
-pub(crate) fn story(k: &Kill) -> String {
+pub(crate) fn story(r: &Report, k: &Kill) -> String {
     let v = &k.victim;
     let killer = killer(k);
-    let killed = format!(
-        "killed pid {} ({}), anon-rss {}",
-        v.pid,
-        esc(&v.comm),
-        human_kb(v.rss.anon_kb)
-    );
+    let who = rank_label(r, v.pid, v.start_ns, &v.comm)
+        .unwrap_or_else(|| format!("pid {} ({})", v.pid, esc(&v.comm)));
+    let killed = format!("killed {who}, anon-rss {}", human_kb(v.rss.anon_kb));
     let Some(top) = k.growers.first() else {
         return format!(
             "No process's memory grew in the {} before the kill; {killer} {killed}.",
             secs_whole(k.window_ns)
         );
     };
-    let mut s = format!("{}; {killer} then {killed}.", grew_clause(top));
+    let mut s = format!("{}; {killer} then {killed}.", grew_clause(r, top));
     if let Some(pr) = &k.pressure {
         let stall: u64 = pr.stall_ms.iter().sum();
         let fell = pr.available_start_kb > pr.available_at_kill_kb + pr.mem_total_kb / 10;
@@ -389,11 +389,14 @@ pub(crate) fn story(k: &Kill) -> String {
     s
 }
 
-fn grew_clause(g: &Grower) -> String {
+fn grew_clause(r: &Report, g: &Grower) -> String {
+    let who = match rank_label(r, g.pid, g.start_ns, &g.comm) {
+        // "rank 1 (pid 14450, in the job)"
+        Some(rank) => rank.trim_end_matches(')').to_string(),
+        None => format!("{} (pid {}", esc(&g.comm), g.pid),
+    };
     let mut s = format!(
-        "{} (pid {}, {}) grew {} in {}",
-        esc(&g.comm),
-        g.pid,
+        "{who}, {}) grew {} in {}",
         if g.in_job {
             "in the job"
         } else {

@@ -5,6 +5,7 @@
 use std::fmt::Write as _;
 
 use super::style::Paint;
+use super::who::{name_cell, rank_label};
 use crate::model::{Cause, Report};
 use crate::render::readable::short_lived_line;
 use crate::render::{death_phrase, exit_phrase};
@@ -46,7 +47,7 @@ pub(super) fn job_memory_section(out: &mut String, r: &Report, p: &Paint) {
             out,
             "  {:>7}  {:<16}  {:>11}  {:>11}  {:>10}  {:>10}  {:>11}",
             x.pid,
-            esc(&x.comm),
+            name_cell(r, x.pid, x.start_ns, &x.comm),
             x.honest_peak_kb.map_or_else(dash, signed_kb),
             human_kb(x.peak_rss_kb),
             x.uss_kb.map_or_else(dash, human_kb),
@@ -296,12 +297,12 @@ pub(super) fn deaths_section(out: &mut String, r: &Report, p: &Paint) {
             } else {
                 String::new()
             };
+            let who = rank_label(r, d.pid, d.start_ns, &d.comm)
+                .unwrap_or_else(|| format!("pid {} ({})", d.pid, esc(&d.comm)));
             let _ = writeln!(
                 out,
-                "  +{:>7.1} s  {host}pid {} ({}): {}",
+                "  +{:>7.1} s  {host}{who}: {}",
                 r.since_start_s(d.ts_ns),
-                d.pid,
-                esc(&d.comm),
                 death_phrase(d)
             );
         }

@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 
 use super::run::{job_outcome, lost_detail};
 use super::style::finish;
+use super::who::rank_label;
 use super::{gpu, leaks};
 use crate::model::{Cause, Constraint, Report};
 use crate::render::death_phrase;
@@ -33,11 +34,11 @@ pub fn verdict(r: &Report) -> String {
         if let Some(l) = k.memcg_limit_kb {
             let _ = write!(what, " (limit {})", human_kb(l));
         }
+        let who = rank_label(r, v.pid, v.start_ns, &v.comm)
+            .unwrap_or_else(|| format!("pid {} ({})", v.pid, esc(&v.comm)));
         let _ = writeln!(
             out,
-            "trainbpf: {what} killed pid {} ({}), RSS {}{}",
-            v.pid,
-            esc(&v.comm),
+            "trainbpf: {what} killed {who}, RSS {}{}",
             human_kb(v.rss.resident_kb()),
             if v.in_job { "" } else { ", outside the job" }
         );
@@ -46,7 +47,11 @@ pub fn verdict(r: &Report) -> String {
                 .growers
                 .iter()
                 .take(VERDICT_GROWERS)
-                .map(|g| format!("{}({}) +{}", esc(&g.comm), g.pid, human_kb(g.grew_kb)))
+                .map(|g| {
+                    let who = rank_label(r, g.pid, g.start_ns, &g.comm)
+                        .unwrap_or_else(|| format!("{}({})", esc(&g.comm), g.pid));
+                    format!("{who} +{}", human_kb(g.grew_kb))
+                })
                 .collect::<Vec<_>>()
                 .join(", ");
             let _ = writeln!(
@@ -76,13 +81,9 @@ pub fn verdict(r: &Report) -> String {
         .filter(|d| Some(d.pid) == root || d.cause != Cause::Exit)
         .take(VERDICT_KILLS + 1)
     {
-        let _ = writeln!(
-            out,
-            "trainbpf: pid {} ({}) {}",
-            d.pid,
-            esc(&d.comm),
-            death_phrase(d)
-        );
+        let who = rank_label(r, d.pid, d.start_ns, &d.comm)
+            .unwrap_or_else(|| format!("pid {} ({})", d.pid, esc(&d.comm)));
+        let _ = writeln!(out, "trainbpf: {who} {}", death_phrase(d));
     }
     gpu::verdict(&mut out, r);
     leaks::verdict(&mut out, r);
