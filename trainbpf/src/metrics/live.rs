@@ -104,6 +104,9 @@ pub struct Live {
     /// The kernel's recent log lines that named a kill: (ts, pid, constraint).
     log: VecDeque<(u64, u32, Constraint)>,
     ranks: HashMap<u32, u32>,
+    /// Each process's container (short id, or its pod's uid), from its
+    /// identity record.
+    containers: HashMap<u32, String>,
     cgroups: HashMap<u64, String>,
     /// The last signal to each job process: (sig, sender pid, sender comm).
     signals: HashMap<u32, (u32, u32, String)>,
@@ -126,6 +129,7 @@ impl Live {
             done: VecDeque::new(),
             log: VecDeque::new(),
             ranks: HashMap::new(),
+            containers: HashMap::new(),
             cgroups: HashMap::new(),
             signals: HashMap::new(),
             procs: HashMap::new(),
@@ -225,11 +229,23 @@ impl Live {
     /// A record the collector wrote: names, ranks, pressure, losses.
     pub fn on_user(&mut self, body: &UserBody) {
         match body {
-            // TODO(issue 17, identity): the identity helper is adding
-            // rank, local_rank, world_size, run_id and container{...} per
-            // process; take `rank` (and the container, see
-            // `container_of`) from its fields once they land. This reads
-            // the torchrun rank `ProcInfo` has today.
+            // The identity read at each exec (kind 131) names the rank
+            // the way the report does; `ProcInfo`'s torchrun rank stays the
+            // fallback for recordings' collectors that send no identity.
+            UserBody::Identity(rec) if self.ranks.len() < MAX_PROCS => {
+                let id = crate::model::identity::Identity::from_record(rec);
+                if let Some(r) = id.rank {
+                    self.ranks.insert(rec.tgid, r);
+                }
+                let short = id.container.as_ref().and_then(|c| {
+                    c.id.as_deref()
+                        .map(|i| cgroup_path::short_id(i).to_string())
+                        .or_else(|| c.pod_uid.clone())
+                });
+                if let Some(c) = short {
+                    self.containers.insert(rec.tgid, c);
+                }
+            }
             UserBody::ProcInfo(ProcInfo {
                 tgid,
                 rank: Some(r),
@@ -311,6 +327,7 @@ impl Live {
             }
         }
         let rank = self.ranks.remove(&pid);
+        self.containers.remove(&pid);
         let sent = self.signals.remove(&pid);
         let mut d = DeathEvent {
             ts_ns: ts,
@@ -375,7 +392,11 @@ impl Live {
             let mut p = self.pending.swap_remove(i);
             p.kill.constraint = p.constraint.unwrap_or(Constraint::Unknown);
             p.kill.memcg = self.cgroups.get(&p.memcg_id).cloned();
-            p.kill.container = p.kill.memcg.as_deref().and_then(container_of);
+            p.kill.container = self
+                .containers
+                .get(&p.kill.pid)
+                .cloned()
+                .or_else(|| p.kill.memcg.as_deref().and_then(container_of));
             if p.kill.rank.is_none() {
                 p.kill.rank = self.ranks.get(&p.kill.pid).copied();
             }
@@ -433,10 +454,9 @@ impl Live {
 
 /// A container's short id from a cgroup path: Docker's, Podman's, or a
 /// Kubernetes pod's container.
-// TODO(issue 17, identity): once the identity helper's per-process
-// `container{...}` lands on `ProcInfo`, take the victim's container from
-// there (it resolves v1 and v2, and the pod's name); this reads the
-// victim's memory cgroup path only.
+// The victim's own identity record names its container first (it
+// resolves v1 and v2 and every process's paths); this reads the kill's
+// memory cgroup path, for a victim the recorder read no identity of.
 fn container_of(path: &str) -> Option<String> {
     match cgroup_path::parse(path) {
         cgroup_path::Origin::Docker { container_id, .. }

@@ -259,3 +259,31 @@ fn gpu_memory_held_until_the_process_ends() {
     assert_eq!(l.gpu_held(), (0, 0));
     assert!(l.gpu.as_ref().unwrap().held_now() == Default::default());
 }
+
+/// The identity read at exec names the victim's rank and its pod's
+/// container, ahead of the kill's memory cgroup path (here trainbpf's own
+/// `--memory-limit` cgroup, which names no container).
+#[test]
+fn a_victims_identity_record_gives_its_rank_and_container() {
+    let mut l = Live::new(4);
+    l.on_user(&UserBody::Cgroup(CgroupName {
+        id: 42,
+        path: "/trainbpf-1-abc".into(),
+    }));
+    let mut rec = crate::decode::ProcIdentity {
+        tgid: 900,
+        ..Default::default()
+    };
+    rec.vars.insert("RANK".into(), "1".into());
+    rec.cgroups.push(
+        "/kubepods/burstable/pod0b1c2d3e-1111-2222-3333-444455556666/3f2a1b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708".into(),
+    );
+    l.on_user(&UserBody::Identity(rec));
+    l.observe(&oom(S, OomRecordKind::Kill, 900, "python3", Some(3)));
+    l.observe(&oom(S + 1000, OomRecordKind::Victim, 900, "python3", None));
+    let out = l.settle(S + 2000);
+    let k = kills(&out);
+    assert_eq!(k.len(), 1, "{out:?}");
+    assert_eq!(k[0].rank, Some(1));
+    assert_eq!(k[0].container.as_deref(), Some("3f2a1b4c5d6e"));
+}

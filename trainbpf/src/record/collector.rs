@@ -176,7 +176,11 @@ impl Collector {
     fn write_identity(&mut self, tgid: u32, ts: u64, start_ns: u64) -> Option<IdentityVars> {
         let id = crate::procfs::identity::read(tgid, start_ns)?;
         let vars = id.vars.clone();
-        let (kind, out) = decode::encode_user(ts, UserBody::Identity(id));
+        let body = UserBody::Identity(id);
+        if let Some(o) = &mut self.live {
+            o.live.on_user(&body);
+        }
+        let (kind, out) = decode::encode_user(ts, body);
         self.writer.record(kind, &out);
         Some(vars)
     }

@@ -108,16 +108,24 @@ pub fn timeline_line(m: &Merged, h: &Happening) -> String {
     s
 }
 
-/// A process as the merged report names it.
-// TODO(issue 17, identity): say "rank N (pid P)" once model::Process
-// carries `rank` (another helper is adding it); pid and comm until then.
+/// A process as the merged report names it: by its rank where its
+/// environment gave one ("rank 3 (pid 4242)"), since that is how the other
+/// ranks' logs and the launcher name it; else by pid and name.
 pub fn who(m: &Merged, h: &Happening) -> String {
-    let (pid, comm) = match (m.kill(h), m.death(h)) {
-        (Some(k), _) => (k.victim.pid, k.victim.comm.as_str()),
-        (_, Some(d)) => (d.pid, d.comm.as_str()),
-        _ => (h.pid, ""),
+    let (pid, start_ns, comm) = match (m.kill(h), m.death(h)) {
+        (Some(k), _) => (k.victim.pid, k.victim.start_ns, k.victim.comm.as_str()),
+        (_, Some(d)) => (d.pid, d.start_ns, d.comm.as_str()),
+        _ => (h.pid, 0, ""),
     };
-    format!("pid {pid} ({comm})")
+    let rank = m
+        .reports
+        .get(h.recording)
+        .and_then(|r| r.identity(pid, start_ns))
+        .and_then(|id| id.rank);
+    match rank {
+        Some(rank) => format!("rank {rank} (pid {pid})"),
+        None => format!("pid {pid} ({comm})"),
+    }
 }
 
 pub fn what(m: &Merged, h: &Happening) -> String {
