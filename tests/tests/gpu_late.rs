@@ -337,3 +337,68 @@ fn a_process_the_job_stopped_while_held_is_left_stopped() {
     assert_four_calls(gpu_proc(&r, u(&l["pid"])));
     assert_eq!(u(&r["gpu"]["lost_events"]), 0);
 }
+
+/// An attached recorder (`--pid`) only watches: a process of the tree it
+/// attached to that maps the driver late is never stopped, and the calls
+/// it made before the probes went on are counted as a window.
+#[test]
+fn an_attached_recorder_never_holds_and_counts_the_window() {
+    require_root();
+    let _g = serial();
+    let dir = TempDir::new("gpu-late-attach");
+    let (libs, job) = build(&dir, 1);
+    let nvctl = dir.path("nvidiactl");
+    std::fs::write(&nvctl, b"").unwrap();
+    let go = dir.path("go");
+    // Waits for the recorder to be attached, then becomes the job: the
+    // test's own process, so the recorder may attach to it.
+    let script = format!(
+        "while [ ! -e '{}' ]; do sleep 0.05; done; exec '{}' '{}' window 1200",
+        go.display(),
+        job.display(),
+        libs[0].display()
+    );
+    let mut j = Command::new("/bin/sh")
+        .args(["-c", &script])
+        .env("STANDIN_NVIDIACTL", &nvctl)
+        .env_remove("LD_LIBRARY_PATH")
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("start the job");
+    let rec = dir.path("attach.rec");
+    let pid = j.id().to_string();
+    let mut r = spawn_until(
+        &[
+            "record".as_ref(),
+            "-o".as_ref(),
+            rec.as_os_str(),
+            "--pid".as_ref(),
+            pid.as_ref(),
+        ],
+        // Said once the tree is in the kernel's job map: a mapping before
+        // it would be the maps scan's to find.
+        "trainbpf: attached;",
+    );
+    std::fs::write(&go, b"").unwrap();
+    assert!(j.wait().unwrap().success(), "the job ran to its end");
+    assert!(r.wait().unwrap().success(), "the recorder ended with it");
+    let rep = report_json(&rec);
+    let g = &rep["gpu"];
+    let late = g["late"].as_array().expect("gpu.late");
+    assert_eq!(late.len(), 1, "{late:#?}");
+    let w = &late[0];
+    eprintln!("{w:#}");
+    assert_eq!(w["held"], false, "never stopped: {w}");
+    assert_eq!(u(&w["pid"]), j.id() as u64);
+    assert_eq!(u(&w["calls"]), 4, "the four calls before the attach: {w}");
+    assert!(
+        w["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("only watches")),
+        "{w}"
+    );
+    assert_eq!(u(&g["lost"]["held"]), 0);
+    // The call after the window is the probes'.
+    let p = gpu_proc(&rep, j.id() as u64);
+    assert_eq!(u(&p["calls"]), 1, "{p:#}");
+}

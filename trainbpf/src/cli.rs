@@ -250,6 +250,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                     proc_map_entries,
                     oom_probe,
                     all_processes: matches!(target, record::Target::All),
+                    hold_late_cuda: matches!(target, record::Target::Run(_)),
                     stack_every_bytes: stacks.then_some(stack_every.max(1)),
                     ebpf_log,
                 },

@@ -69,6 +69,11 @@ pub struct Tunables {
     pub oom_probe: OomProbe,
     /// `--all`: every process on the machine is the job's.
     pub all_processes: bool,
+    /// The recorder started the job itself (`record -- CMD`): only then may
+    /// a job process that maps an unprobed CUDA driver be held until its
+    /// probes are on. `--pid`, `--cgroup` and `--all` only watch, so there a
+    /// late library's window is counted instead.
+    pub hold_late_cuda: bool,
     /// `--stacks`: take a job process's user stack each time its added
     /// memory climbs this many bytes above its last high. `None`: off.
     pub stack_every_bytes: Option<u64>,
@@ -261,7 +266,10 @@ pub fn load(t: &Tunables, page_size: u64) -> Result<Loaded, LoadError> {
     // here, not in `config`, which may run in a child.
     config.recorder_tgid = i64::from(std::process::id());
     // The Xid tracepoint's layout, from tracefs (mounted above).
-    let gpu_config = crate::gpu::config();
+    let mut gpu_config = crate::gpu::config();
+    if !t.hold_late_cuda {
+        gpu_config.late_hold = 0;
+    }
 
     let (mut ebpf, btf) = load_object(
         &config,

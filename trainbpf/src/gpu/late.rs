@@ -228,7 +228,12 @@ fn mono_ns() -> u64 {
 fn why_not_held(held: u32) -> Option<String> {
     Some(match held {
         MAP_HELD => return None,
-        MAP_NOT_HELD_OFF => format!("not held: the test switch {ENV_FORCE_WINDOW_MS} is set"),
+        MAP_NOT_HELD_OFF if forced_window().is_some() => {
+            format!("not held: the test switch {ENV_FORCE_WINDOW_MS} is set")
+        }
+        MAP_NOT_HELD_OFF => {
+            "not held: an attached recorder (--pid, --cgroup, --all) only watches".into()
+        }
         MAP_NOT_HELD_SIGNAL => "not held: the stop signal could not be sent".into(),
         MAP_NOT_HELD_FULL => "not held: too many processes held at once".into(),
         other => format!("not held ({other})"),

@@ -99,6 +99,7 @@ pub fn probe_features() -> Features {
         proc_map_entries: DEFAULT_PROC_MAP_ENTRIES,
         oom_probe: OomProbe::Auto,
         all_processes: false,
+        hold_late_cuda: false,
         stack_every_bytes: None,
         ebpf_log: false,
     };
