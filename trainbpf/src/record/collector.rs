@@ -3,7 +3,7 @@
 //! shared memory), and the flushes that keep the file current.
 
 use std::{
-    fs::{self, File},
+    fs::File,
     path::PathBuf,
     time::{Duration, Instant},
 };
@@ -13,10 +13,12 @@ use trainbpf_common as common;
 
 use super::{RecordError, io_err, mono_ns};
 use crate::{
-    decode::{self, CgroupName, ExitStatus, Lost, UserBody},
-    job,
+    decode::{self, ExitStatus, Lost, UserBody},
     recording::Writer,
 };
+
+/// Naming what the records point at: cgroups, executables, identities.
+mod names;
 
 /// What the recorder keeps while it records: the writer, what it has
 /// named already, the job's processes, and the samplers' last readings.
@@ -132,76 +134,6 @@ impl Collector {
         }
         let (kind, bytes) = decode::encode_user(mono_ns(), body);
         self.writer.record(kind, &bytes);
-    }
-
-    /// Names a cgroup id once, while the directory still exists.
-    fn name_cgroup(&mut self, id: u64) {
-        if id == 0 || !self.known_cgroups.insert(id) {
-            return;
-        }
-        if let Some(path) = job::cgroup_path_by_id(id) {
-            self.user(UserBody::Cgroup(CgroupName { id, path }));
-        }
-    }
-
-    /// Records who a process is (rank, run, Slurm step, container) at its
-    /// exec, and at the first record of one whose exec the recorder did
-    /// not see. A fork is its parent until it execs: the model passes the
-    /// parent's on, and nothing is read. Stamped with the kernel record's
-    /// time, so that it sorts with the exec it belongs to. Returns the
-    /// variables read, for the command line's record.
-    fn identify(&mut self, kind: u16, bytes: &[u8], tgid: u32) -> Option<IdentityVars> {
-        let exec = kind == common::KIND_EXEC;
-        if !exec && self.identified.contains(&tgid) {
-            return None;
-        }
-        if self.identified.len() < MAX_JOB_PROCS {
-            self.identified.insert(tgid);
-        }
-        if kind == common::KIND_FORK || bytes.len() < size_of::<common::Header>() {
-            return None;
-        }
-        let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap_or_default());
-        self.write_identity(tgid, word(8), word(16))
-    }
-
-    /// A process found running when an attach began.
-    pub(super) fn identify_running(&mut self, tgid: u32) -> Option<IdentityVars> {
-        if self.identified.len() < MAX_JOB_PROCS && self.identified.insert(tgid) {
-            return self.write_identity(tgid, mono_ns(), 0);
-        }
-        None
-    }
-
-    fn write_identity(&mut self, tgid: u32, ts: u64, start_ns: u64) -> Option<IdentityVars> {
-        let id = crate::procfs::identity::read(tgid, start_ns)?;
-        let vars = id.vars.clone();
-        let body = UserBody::Identity(id);
-        if let Some(o) = &mut self.live {
-            o.live.on_user(&body);
-        }
-        let (kind, out) = decode::encode_user(ts, body);
-        self.writer.record(kind, &out);
-        Some(vars)
-    }
-
-    /// Names a signal sender's executable now: it may be gone by report
-    /// time. Once per process.
-    fn name_exe(&mut self, tgid: u32) {
-        if tgid == 0 || !self.known_exes.insert(tgid) {
-            return;
-        }
-        let exe = fs::read_link(format!("/proc/{tgid}/exe"))
-            .map(|p| p.display().to_string())
-            .unwrap_or_default();
-        let uid = fs::read_to_string(format!("/proc/{tgid}/status"))
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find_map(|l| l.strip_prefix("Uid:"))
-                    .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            });
-        self.user(UserBody::Exe(decode::ExeName { tgid, exe, uid }));
     }
 
     fn on_record(&mut self, bytes: &[u8]) {
