@@ -18,19 +18,6 @@ use std::{
 use common::*;
 use serde_json::Value;
 
-fn cc(args: &[&str]) {
-    let out = Command::new("cc")
-        .args(["-Wall", "-Wextra", "-Werror", "-O1"])
-        .args(args)
-        .output()
-        .expect("running cc (these tests build their stand-ins with it)");
-    assert!(
-        out.status.success(),
-        "cc {args:?} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// The stand-in libcuda and libnvidia-ml (in `lib/`, under their
 /// sonames) and the job, built in `dir`.
 struct Standins {
@@ -41,14 +28,7 @@ struct Standins {
 }
 
 fn build(dir: &TempDir) -> Standins {
-    let src = |n: &str| {
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("gpu")
-            .join(n)
-            .to_str()
-            .unwrap()
-            .to_string()
-    };
+    let src = |n: &str| gpu_src(n).to_str().unwrap().to_string();
     let lib = dir.path("lib");
     let gpu_dir = dir.path("gpu");
     std::fs::create_dir_all(&lib).unwrap();

@@ -20,23 +20,6 @@ use serde_json::Value;
 
 const MIB: u64 = 1 << 20;
 
-fn src(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("gpu").join(name)
-}
-
-fn cc(args: &[&str]) {
-    let out = Command::new("cc")
-        .args(["-Wall", "-Wextra", "-Werror", "-O1"])
-        .args(args)
-        .output()
-        .expect("running cc (the GPU tests build their stand-ins with it)");
-    assert!(
-        out.status.success(),
-        "cc {args:?} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// The stand-in libraries (in `lib/`, under their real sonames) and the job.
 struct Standins {
     lib: PathBuf,
@@ -57,7 +40,7 @@ fn build(dir: &TempDir) -> Standins {
         "-fPIC",
         "-o",
         &s(&libcuda),
-        &s(&src("standin_cuda.c")),
+        &s(&gpu_src("standin_cuda.c")),
         "-lpthread",
     ]);
     cc(&[
@@ -65,10 +48,16 @@ fn build(dir: &TempDir) -> Standins {
         "-fPIC",
         "-o",
         &s(&lib.join("libnvidia-ml.so.1")),
-        &s(&src("standin_nvml.c")),
+        &s(&gpu_src("standin_nvml.c")),
     ]);
     let job = dir.path("cuda_job");
-    cc(&["-o", &s(&job), &s(&src("cuda_job.c")), "-ldl", "-lpthread"]);
+    cc(&[
+        "-o",
+        &s(&job),
+        &s(&gpu_src("cuda_job.c")),
+        "-ldl",
+        "-lpthread",
+    ]);
     Standins {
         lib,
         libcuda,
@@ -413,7 +402,7 @@ fn nvml_missing_is_said_and_xid_lines_are_recorded() {
 
 /// The line of `marker`'s comment in tests/gpu/cuda_stacks.c.
 fn stacks_line(marker: &str) -> u64 {
-    let text = std::fs::read_to_string(src("cuda_stacks.c")).unwrap();
+    let text = std::fs::read_to_string(gpu_src("cuda_stacks.c")).unwrap();
     text.lines()
         .position(|l| l.contains(&format!("/* {marker} */")))
         .unwrap() as u64
@@ -451,7 +440,7 @@ fn gpu_allocation_stacks_name_the_allocating_line() {
         "-fomit-frame-pointer",
         "-o",
         &s(&libcuda),
-        &s(&src("standin_cuda.c")),
+        &s(&gpu_src("standin_cuda.c")),
         "-lpthread",
     ]);
     let job = dir.path("cuda_stacks");
@@ -461,7 +450,7 @@ fn gpu_allocation_stacks_name_the_allocating_line() {
         "-fno-omit-frame-pointer",
         "-o",
         &s(&job),
-        &s(&src("cuda_stacks.c")),
+        &s(&gpu_src("cuda_stacks.c")),
         &s(&libcuda),
         &format!("-Wl,-rpath,{}", s(&lib)),
     ]);

@@ -18,23 +18,6 @@ use serde_json::Value;
 
 const MIB: u64 = 1 << 20;
 
-fn src(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("gpu").join(name)
-}
-
-fn cc(args: &[&str]) {
-    let out = Command::new("/usr/bin/cc")
-        .args(["-Wall", "-Wextra", "-Werror", "-O1"])
-        .args(args)
-        .output()
-        .expect("running /usr/bin/cc");
-    assert!(
-        out.status.success(),
-        "cc {args:?} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// The stand-in, built once, copied to `n` directories of its own: each
 /// copy is a file (inode) the recorder has not probed, as each new
 /// environment's driver would be. Returns the copies and the job.
@@ -46,7 +29,7 @@ fn build(dir: &TempDir, n: usize) -> (Vec<PathBuf>, PathBuf) {
         "-fPIC",
         "-o",
         &s(&built),
-        &s(&src("standin_cuda.c")),
+        &s(&gpu_src("standin_cuda.c")),
         "-lpthread",
     ]);
     let libs = (0..n)
@@ -59,7 +42,7 @@ fn build(dir: &TempDir, n: usize) -> (Vec<PathBuf>, PathBuf) {
         })
         .collect();
     let job = dir.path("late_job");
-    cc(&["-o", &s(&job), &s(&src("late_job.c")), "-ldl"]);
+    cc(&["-o", &s(&job), &s(&gpu_src("late_job.c")), "-ldl"]);
     (libs, job)
 }
 

@@ -632,3 +632,25 @@ pub fn job_kill(report: &Value) -> &Value {
         .find(|k| k["victim"]["in_job"] == true)
         .unwrap_or_else(|| panic!("no kill of a job process: {}", report["kills"]))
 }
+
+/// A GPU test's C source, in `tests/gpu/`.
+#[allow(dead_code)]
+pub fn gpu_src(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("gpu").join(name)
+}
+
+/// `/usr/bin/cc ARGS`, warnings as errors: the GPU tests build their
+/// stand-in driver libraries and jobs with it.
+#[allow(dead_code)]
+pub fn cc(args: &[&str]) {
+    let out = Command::new("/usr/bin/cc")
+        .args(["-Wall", "-Wextra", "-Werror", "-O1"])
+        .args(args)
+        .output()
+        .expect("running /usr/bin/cc (the GPU tests build their stand-ins with it)");
+    assert!(
+        out.status.success(),
+        "cc {args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
