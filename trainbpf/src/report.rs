@@ -160,16 +160,19 @@ fn text_options(no_color: bool) -> render::text::TextOptions {
     }
 }
 
+/// One output file, as the invoking user, and the line that says so.
+pub(crate) fn write_output(path: &Path, bytes: &[u8], owner: safe_file::Owner) -> Result<()> {
+    safe_file::write_output(path, bytes, owner)?;
+    eprintln!("trainbpf: wrote {}", path.display());
+    Ok(())
+}
+
 /// Writes the HTML page, the Perfetto trace and the pprof profile as the invoking user, each
 /// whole or not at all: a new file renamed over the target, or written
 /// through to a device or FIFO (src/safe_file.rs).
 fn write_files(report: &Report, files: &Files<'_>) -> Result<()> {
     let owner = safe_file::Owner::from(&crate::job::Invoker::detect()?);
-    let write = |path: &Path, bytes: &[u8]| -> Result<()> {
-        safe_file::write_output(path, bytes, owner)?;
-        eprintln!("trainbpf: wrote {}", path.display());
-        Ok(())
-    };
+    let write = |path: &Path, bytes: &[u8]| write_output(path, bytes, owner);
     if let Some(p) = files.html {
         write(p, render::html::render(report).as_bytes())?;
     }

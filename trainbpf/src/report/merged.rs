@@ -90,11 +90,7 @@ pub fn run_merged(
 
 fn write_files(m: &model::Merged, files: &Files<'_>) -> Result<()> {
     let owner = safe_file::Owner::from(&crate::job::Invoker::detect()?);
-    let write = |path: &Path, bytes: &[u8]| -> Result<()> {
-        safe_file::write_output(path, bytes, owner)?;
-        eprintln!("trainbpf: wrote {}", path.display());
-        Ok(())
-    };
+    let write = |path: &Path, bytes: &[u8]| super::write_output(path, bytes, owner);
     if let Some(p) = files.html {
         write(p, render::html::render_merged(m).as_bytes())?;
     }
