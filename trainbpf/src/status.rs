@@ -5,6 +5,11 @@
 //!
 //! It runs the report's leak model (`model::leaks::Live`) on the records as
 //! the collector writes them, so that what it says is what `report` will.
+//! The model is asked on one schedule whether or not a line is drawn: the
+//! warnings it gives, which go into the recording, and the projection
+//! `--metrics` serves are the same with `--quiet`, without a terminal and
+//! with one. Only the drawing differs. The report reads the warnings as
+//! evidence; no diagnosis depends on them.
 
 use std::{
     io::{IsTerminal as _, Write as _},
@@ -22,10 +27,9 @@ use crate::{
 
 /// Growers named on the line.
 const TOP: usize = 3;
+/// How often the leak model is asked, and the line redrawn where there is
+/// one.
 const EVERY: Duration = Duration::from_secs(1);
-/// How often the leak model is asked about new leaks without a terminal
-/// (with one, at each redraw).
-const CHECK_EVERY: Duration = Duration::from_secs(5);
 /// Memory projected to run out within this many seconds is warned of,
 /// from any steady climb: a leak that will kill the job in a minute need
 /// not have climbed for `--leak-span` first.
@@ -55,8 +59,9 @@ pub struct Status {
 }
 
 struct Draw {
-    last: Option<Instant>,
     drawn: bool,
+    /// stderr; a sink in tests.
+    out: Box<dyn std::io::Write + Send>,
 }
 
 impl Status {
@@ -68,9 +73,9 @@ impl Status {
             live: None,
             leaks,
             page_kb: (page_size() / 1024).max(1),
-            draw: on.then_some(Draw {
-                last: None,
+            draw: on.then(|| Draw {
                 drawn: false,
+                out: Box::new(std::io::stderr()),
             }),
             last_check: None,
             last_cost: Duration::ZERO,
@@ -114,27 +119,27 @@ impl Status {
         }
     }
 
-    /// Redraws the line, at most once a second, and returns the leaks
-    /// suspected since the last call, each once (checked at each redraw,
-    /// or every few seconds without a terminal).
+    /// Asks the leak model, at most once a second, and returns the leaks
+    /// suspected since the last time, each once; redraws the line where
+    /// there is one.
     pub fn tick(&mut self) -> Vec<LeakWarning> {
+        self.tick_at(Instant::now())
+    }
+
+    fn tick_at(&mut self, now: Instant) -> Vec<LeakWarning> {
         // A fit per live series: on a machine-wide recording of a thousand
         // processes that takes a while, so the interval stretches to keep
-        // it near half a percent of a core.
-        let every = |base: Duration| base.max(self.last_cost * 200);
-        let redraw = self
-            .draw
-            .as_ref()
-            .is_some_and(|d| d.last.is_none_or(|t| t.elapsed() >= every(EVERY)));
-        let check = redraw
-            || self
-                .last_check
-                .is_none_or(|t| t.elapsed() >= every(CHECK_EVERY));
-        if !check {
+        // it near half a percent of a core. Drawn or not, the same
+        // schedule: what is warned of must not depend on a terminal.
+        let every = EVERY.max(self.last_cost * 200);
+        if self
+            .last_check
+            .is_some_and(|t| now.saturating_duration_since(t) < every)
+        {
             return Vec::new();
         }
+        self.last_check = Some(now);
         let t0 = Instant::now();
-        self.last_check = Some(t0);
         let (trends, projection) = self
             .live
             .as_ref()
@@ -151,8 +156,7 @@ impl Status {
         if let Some(w) = soon.and_then(|p| self.running_out(&trends, &p)) {
             out.push(w);
         }
-        if redraw && let Some(d) = &mut self.draw {
-            d.last = Some(Instant::now());
+        if let Some(d) = &mut self.draw {
             let top: Vec<Trend> = trends.into_iter().take(TOP).collect();
             let s = line(
                 self.started.elapsed(),
@@ -160,10 +164,10 @@ impl Status {
                 projection.as_ref(),
                 stderr_width(),
             );
-            let mut err = std::io::stderr().lock();
-            // The line's names are escaped; this guards the rest of it.
-            let _ = write!(err, "\r\x1b[2K{}", crate::term::sanitize(&s));
-            let _ = err.flush();
+            // The line's names are escaped; this guards the rest of it. A
+            // terminal gone is no reason to stop recording.
+            let _ = write!(d.out, "\r\x1b[2K{}", crate::term::sanitize(&s));
+            let _ = d.out.flush();
             d.drawn = true;
         }
         out
@@ -180,7 +184,8 @@ impl Status {
         if let Some(d) = &mut self.draw
             && d.drawn
         {
-            eprint!("\r\x1b[2K");
+            let _ = write!(d.out, "\r\x1b[2K");
+            let _ = d.out.flush();
             d.drawn = false;
         }
     }
@@ -409,41 +414,107 @@ mod tests {
         );
     }
 
-    /// 4 MiB/s from 1 s on, a record a second, under a 200 MiB cgroup
-    /// whose usage follows; the warnings of a `tick` after each second.
-    fn climbing_toward(s: &mut Status, secs: u64) -> Vec<(u64, LeakWarning)> {
+    /// Second `i` of a climb of 4 MiB/s from 1 s on, a record a second,
+    /// under a 200 MiB cgroup whose usage follows.
+    fn second(s: &mut Status, i: u64) {
         use trainbpf_common as c;
+        let ts = 1_000_000_000 + i * 1_000_000_000;
+        // SAFETY: plain integer #[repr(C)] struct.
+        let mut m: c::MemEvent = unsafe { std::mem::zeroed() };
+        m.hdr = c::Header {
+            kind: c::KIND_MEM,
+            flags: c::FLAG_IN_JOB,
+            tgid: 700,
+            ts_ns: ts,
+            start_ns: 5,
+        };
+        m.counters[c::MM_ANONPAGES] = 1000 + i as i64 * 1024;
+        m.alloc_pages = 1000 + i * 1024;
+        m.comm = *b"python3\0\0\0\0\0\0\0\0\0";
+        s.on_record(c::KIND_MEM, &decode::pod_bytes(&m));
+        let p = Pressure {
+            mem_total_kb: 64 << 20,
+            mem_available_kb: 60 << 20,
+            cgroup: Some(decode::samples::CgroupPressure {
+                usage_kb: 4000 + i * 4096,
+                limit_kb: Some(200 << 10),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        s.on_pressure(ts, &p);
+    }
+
+    /// `secs` seconds of that climb; the warnings of a `tick` after each.
+    fn climbing_toward(s: &mut Status, secs: u64) -> Vec<(u64, LeakWarning)> {
         let mut said = Vec::new();
         for i in 0..secs {
-            let ts = 1_000_000_000 + i * 1_000_000_000;
-            // SAFETY: plain integer #[repr(C)] struct.
-            let mut m: c::MemEvent = unsafe { std::mem::zeroed() };
-            m.hdr = c::Header {
-                kind: c::KIND_MEM,
-                flags: c::FLAG_IN_JOB,
-                tgid: 700,
-                ts_ns: ts,
-                start_ns: 5,
-            };
-            m.counters[c::MM_ANONPAGES] = 1000 + i as i64 * 1024;
-            m.alloc_pages = 1000 + i * 1024;
-            m.comm = *b"python3\0\0\0\0\0\0\0\0\0";
-            s.on_record(c::KIND_MEM, &decode::pod_bytes(&m));
-            let p = Pressure {
-                mem_total_kb: 64 << 20,
-                mem_available_kb: 60 << 20,
-                cgroup: Some(decode::samples::CgroupPressure {
-                    usage_kb: 4000 + i * 4096,
-                    limit_kb: Some(200 << 10),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            };
-            s.on_pressure(ts, &p);
+            second(s, i);
             s.last_check = None;
             said.extend(s.tick().into_iter().map(|w| (i + 1, w)));
         }
         said
+    }
+
+    /// What a line was drawn to, for a test to read.
+    #[derive(Clone, Default)]
+    struct Screen(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Screen {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Issue 24, finding 9: `--quiet` (or no terminal) and a drawn line
+    /// ask the leak model on one schedule, so that the warnings written
+    /// into the recording, and the projection `--metrics` serves, are the
+    /// same: only the drawing differs.
+    #[test]
+    fn drawn_or_quiet_the_same_warnings_at_the_same_looks() {
+        let opts = LeakOptions {
+            min_span_ns: 10_000_000_000,
+            ..Default::default()
+        };
+        let mut quiet = Status::new(true, opts.clone());
+        assert!(quiet.draw.is_none());
+        let mut drawn = Status::new(true, opts);
+        let screen = Screen::default();
+        drawn.draw = Some(Draw {
+            drawn: false,
+            out: Box::new(screen.clone()),
+        });
+        let t0 = Instant::now();
+        let (mut said, mut looks) = (0, 0);
+        // Ticks four times a second, as the collector's may come, over
+        // 45 s of the climb.
+        for step in 0..45 * 4u32 {
+            if step % 4 == 0 {
+                second(&mut quiet, u64::from(step / 4));
+                second(&mut drawn, u64::from(step / 4));
+            }
+            let now = t0 + Duration::from_millis(250) * step;
+            // The stretch for a slow look is measured: the same here.
+            quiet.last_cost = Duration::ZERO;
+            drawn.last_cost = Duration::ZERO;
+            let (a, b) = (quiet.tick_at(now), drawn.tick_at(now));
+            assert_eq!(a, b, "at {step}");
+            assert_eq!(quiet.last_check, drawn.last_check, "at {step}");
+            assert_eq!(quiet.projection_s, drawn.projection_s, "at {step}");
+            said += a.len();
+            looks += usize::from(quiet.last_check == Some(now));
+        }
+        assert!(said >= 1, "the climb was warned of");
+        assert_eq!(looks, 45, "a look a second, drawn or not");
+        let shown = String::from_utf8(screen.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(shown.matches("\r\x1b[2Ktrainbpf ").count(), 45, "{shown}");
+        assert!(shown.contains("python3(700) +4 MiB/s"), "{shown}");
+        drawn.clear();
+        assert!(screen.0.lock().unwrap().ends_with(b"\r\x1b[2K"));
     }
 
     #[test]
