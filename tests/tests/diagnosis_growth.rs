@@ -263,3 +263,146 @@ fn most_of_the_limit_in_a_second_is_fast_growth() {
     assert!(e.contains("(fast_growth, high confidence)"), "{e}");
     assert!(e.contains("torch.no_grad()"), "{e}");
 }
+
+/// torchrun's stand-in (as in identity.rs, torchrun itself is not
+/// installed here): rank 0, then rank 1, each a fork and an exec with
+/// torchrun's environment; when rank 1 fails, rank 0 is stopped and the
+/// launcher fails.
+const LAUNCHER: &str = r#"
+import os, subprocess, sys
+run_id, worker = sys.argv[1], sys.argv[2]
+procs = []
+for rank in (0, 1):
+    env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2",
+               TORCHELASTIC_RUN_ID=run_id)
+    p = subprocess.Popen([sys.executable, "-c", worker, str(rank)], env=env,
+                         stdout=subprocess.PIPE)
+    assert p.stdout.readline() == b"up\n"
+    procs.append(p)
+rc = procs[1].wait()
+procs[0].terminate()
+procs[0].wait()
+sys.exit(1 if rc else 0)
+"#;
+
+/// Rank 0 holds 100 MiB; rank 1 keeps 4 MiB every step, about 35 MiB/s,
+/// until the 400 MiB limit kills it: about 8 s of climb, too short for
+/// the steady climb the leak model asked of a killed process (10 s), and
+/// under half the limit in the last 5 s, too slow for fast growth.
+const RANKS: &str = r#"
+import sys, time
+rank = int(sys.argv[1])
+if rank == 0:
+    keep = bytearray(b"0") * (100 << 20)
+print("up", flush=True)
+if rank == 0:
+    while True:
+        time.sleep(1)
+kept = []
+while True:
+    kept.append(bytearray(b"1") * (4 << 20))
+    time.sleep(0.11)
+"#;
+
+/// Runs `trainbpf record -o REC [extra…] -- cmd…` with its stderr on a
+/// pseudo-terminal, as a person at a terminal does: the status line is
+/// drawn. Returns how it ended and what the terminal showed.
+fn record_on_a_terminal(
+    rec: &std::path::Path,
+    extra: &[&str],
+    cmd: &[&str],
+) -> (std::process::ExitStatus, String) {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::process::Stdio;
+    let (master, slave_path) = open_pty();
+    let slave = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOCTTY)
+        .open(&slave_path)
+        .unwrap();
+    let mut c = Command::new(bin());
+    c.arg("record")
+        .arg("-o")
+        .arg(rec)
+        .args(extra)
+        .arg("--")
+        .args(cmd)
+        .env_remove("SUDO_UID")
+        .env_remove("SUDO_GID")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(slave));
+    let mut recorder = c.spawn().expect("running trainbpf record");
+    // The command holds the slave open: the master reads EOF (EIO) only
+    // once the recorder and the job have closed it too.
+    drop(c);
+    // Read so that the recorder never blocks on a full terminal.
+    let mut out = master;
+    let screen = std::thread::spawn(move || {
+        let mut all = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = out.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            all.extend_from_slice(&buf[..n]);
+        }
+        String::from_utf8_lossy(&all).into_owned()
+    });
+    let st = recorder.wait().unwrap();
+    let screen = screen.join().unwrap();
+    eprintln!(
+        "--- trainbpf record {extra:?} on a terminal: {st}\n--- the terminal showed:\n{screen}"
+    );
+    (st, screen)
+}
+
+// Issue 24, finding 9: the diagnosis depended on `--quiet`: a rank that
+// leaked to the limit in seconds got only `container_limit`.
+#[test]
+fn a_ranks_leak_to_the_limit_is_diagnosed_alike_quiet_or_on_a_terminal() {
+    require_root();
+    let _g = serial();
+    let dir = TempDir::new("diag-quiet");
+    let run_id = format!("diag-quiet-{}", std::process::id());
+    let job = [python(), "-c", LAUNCHER, run_id.as_str(), RANKS];
+    let quiet = dir.path("quiet.rec");
+    let out = record(&quiet, &["-q", "--memory-limit", "400M"], &job);
+    assert_eq!(out.status.code(), Some(1), "the launcher fails with rank 1");
+    let drawn = dir.path("drawn.rec");
+    let (st, screen) = record_on_a_terminal(&drawn, &["--memory-limit", "400M"], &job);
+    assert_eq!(st.code(), Some(1), "the launcher fails with rank 1");
+    assert!(
+        screen.contains("\r\x1b[2Ktrainbpf 0:"),
+        "the status line was drawn: {screen}"
+    );
+
+    let mut firsts = Vec::new();
+    for (how, rec) in [("-q", &quiet), ("on a terminal", &drawn)] {
+        let r = report_json(rec);
+        let (_, ds) = job_kill_diagnoses(&r);
+        let v = &job_kill(&r)["victim"];
+        let victim = u(&v["pid"]);
+        assert_eq!(v["rank"], 1, "{how}: the victim is rank 1: {v}");
+        let ids: Vec<&str> = ds.iter().map(|d| d["id"].as_str().unwrap()).collect();
+        let d = ds
+            .first()
+            .unwrap_or_else(|| panic!("{how}: no diagnosis of the kill: {:#}", r["diagnoses"]));
+        let title = d["title"].as_str().unwrap();
+        eprintln!("{how}: diagnoses {ids:?}; most likely: {title}");
+        assert!(
+            d["id"] == "steady_leak" || d["id"] == "fast_growth",
+            "{how}: the leak, not only the limit: {ids:?}\n{:#}",
+            r["diagnoses"]
+        );
+        assert_eq!(d["pids"][0].as_u64(), Some(victim), "{how}: {d:#}");
+        assert!(
+            title.starts_with(&format!("rank 1 (pid {victim}) ")),
+            "{how}: {title}"
+        );
+        firsts.push(d["id"].as_str().unwrap().to_string());
+    }
+    assert_eq!(firsts[0], firsts[1], "the same first diagnosis either way");
+}

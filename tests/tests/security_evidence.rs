@@ -6,7 +6,7 @@ mod common;
 
 use std::{
     io::{Read, Write},
-    os::{fd::AsRawFd, unix::process::CommandExt},
+    os::unix::process::CommandExt,
     path::Path,
     process::{Command, Stdio},
     time::{Duration, Instant},
@@ -155,26 +155,6 @@ fn finding_14_signal_names_its_real_sender_and_a_ctrl_c_its_terminal() {
         "{phrase}"
     );
     assert!(!phrase.contains("kworker"), "{phrase}");
-}
-
-/// A new pseudo-terminal: its master, and the slave's path.
-fn open_pty() -> (std::fs::File, String) {
-    use std::os::fd::FromRawFd;
-    // SAFETY: plain libc calls on a descriptor this function owns.
-    unsafe {
-        let fd = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
-        assert!(fd >= 0, "posix_openpt: {}", std::io::Error::last_os_error());
-        assert_eq!(libc::grantpt(fd), 0);
-        assert_eq!(libc::unlockpt(fd), 0);
-        let mut name = [0 as libc::c_char; 64];
-        assert_eq!(libc::ptsname_r(fd, name.as_mut_ptr(), name.len()), 0);
-        let path = std::ffi::CStr::from_ptr(name.as_ptr())
-            .to_string_lossy()
-            .into_owned();
-        let master = std::fs::File::from_raw_fd(fd);
-        assert!(master.as_raw_fd() >= 0);
-        (master, path)
-    }
 }
 
 /// Twelve workers allocate and free 2 MB as fast as they can, with a

@@ -5,6 +5,11 @@
 //!
 //! It runs the report's leak model (`model::leaks::Live`) on the records as
 //! the collector writes them, so that what it says is what `report` will.
+//! The model is asked on one schedule whether or not a line is drawn: the
+//! warnings it gives, which go into the recording, and the projection
+//! `--metrics` serves are the same with `--quiet`, without a terminal and
+//! with one. Only the drawing differs. The report reads the warnings as
+//! evidence; no diagnosis depends on them.
 
 use std::{
     io::{IsTerminal as _, Write as _},
@@ -22,10 +27,9 @@ use crate::{
 
 /// Growers named on the line.
 const TOP: usize = 3;
+/// How often the leak model is asked, and the line redrawn where there is
+/// one.
 const EVERY: Duration = Duration::from_secs(1);
-/// How often the leak model is asked about new leaks without a terminal
-/// (with one, at each redraw).
-const CHECK_EVERY: Duration = Duration::from_secs(5);
 /// Memory projected to run out within this many seconds is warned of,
 /// from any steady climb: a leak that will kill the job in a minute need
 /// not have climbed for `--leak-span` first.
@@ -55,8 +59,9 @@ pub struct Status {
 }
 
 struct Draw {
-    last: Option<Instant>,
     drawn: bool,
+    /// stderr; a sink in tests.
+    out: Box<dyn std::io::Write + Send>,
 }
 
 impl Status {
@@ -68,9 +73,9 @@ impl Status {
             live: None,
             leaks,
             page_kb: (page_size() / 1024).max(1),
-            draw: on.then_some(Draw {
-                last: None,
+            draw: on.then(|| Draw {
                 drawn: false,
+                out: Box::new(std::io::stderr()),
             }),
             last_check: None,
             last_cost: Duration::ZERO,
@@ -114,27 +119,27 @@ impl Status {
         }
     }
 
-    /// Redraws the line, at most once a second, and returns the leaks
-    /// suspected since the last call, each once (checked at each redraw,
-    /// or every few seconds without a terminal).
+    /// Asks the leak model, at most once a second, and returns the leaks
+    /// suspected since the last time, each once; redraws the line where
+    /// there is one.
     pub fn tick(&mut self) -> Vec<LeakWarning> {
+        self.tick_at(Instant::now())
+    }
+
+    fn tick_at(&mut self, now: Instant) -> Vec<LeakWarning> {
         // A fit per live series: on a machine-wide recording of a thousand
         // processes that takes a while, so the interval stretches to keep
-        // it near half a percent of a core.
-        let every = |base: Duration| base.max(self.last_cost * 200);
-        let redraw = self
-            .draw
-            .as_ref()
-            .is_some_and(|d| d.last.is_none_or(|t| t.elapsed() >= every(EVERY)));
-        let check = redraw
-            || self
-                .last_check
-                .is_none_or(|t| t.elapsed() >= every(CHECK_EVERY));
-        if !check {
+        // it near half a percent of a core. Drawn or not, the same
+        // schedule: what is warned of must not depend on a terminal.
+        let every = EVERY.max(self.last_cost * 200);
+        if self
+            .last_check
+            .is_some_and(|t| now.saturating_duration_since(t) < every)
+        {
             return Vec::new();
         }
+        self.last_check = Some(now);
         let t0 = Instant::now();
-        self.last_check = Some(t0);
         let (trends, projection) = self
             .live
             .as_ref()
@@ -151,8 +156,7 @@ impl Status {
         if let Some(w) = soon.and_then(|p| self.running_out(&trends, &p)) {
             out.push(w);
         }
-        if redraw && let Some(d) = &mut self.draw {
-            d.last = Some(Instant::now());
+        if let Some(d) = &mut self.draw {
             let top: Vec<Trend> = trends.into_iter().take(TOP).collect();
             let s = line(
                 self.started.elapsed(),
@@ -160,10 +164,10 @@ impl Status {
                 projection.as_ref(),
                 stderr_width(),
             );
-            let mut err = std::io::stderr().lock();
-            // The line's names are escaped; this guards the rest of it.
-            let _ = write!(err, "\r\x1b[2K{}", crate::term::sanitize(&s));
-            let _ = err.flush();
+            // The line's names are escaped; this guards the rest of it. A
+            // terminal gone is no reason to stop recording.
+            let _ = write!(d.out, "\r\x1b[2K{}", crate::term::sanitize(&s));
+            let _ = d.out.flush();
             d.drawn = true;
         }
         out
@@ -180,7 +184,8 @@ impl Status {
         if let Some(d) = &mut self.draw
             && d.drawn
         {
-            eprint!("\r\x1b[2K");
+            let _ = write!(d.out, "\r\x1b[2K");
+            let _ = d.out.flush();
             d.drawn = false;
         }
     }
@@ -315,226 +320,4 @@ fn stderr_width() -> usize {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    // The warning's text is the report's, so that both say the same.
-    use crate::model::leaks::Verdict;
-    use crate::render::text::warning_text;
-
-    fn trend(pid: u32, comm: &str, slope: f64, verdict: Verdict) -> Trend {
-        Trend {
-            pid: Some(pid),
-            start_ns: 1,
-            comm: comm.into(),
-            group: None,
-            members: 1,
-            alive: true,
-            slope_kb_per_s: slope,
-            fit: 0.95,
-            since_ns: 0,
-            until_ns: 0,
-            growth_kb: 0,
-            size_kb: 0,
-            verdict,
-        }
-    }
-
-    #[test]
-    fn line_names_growers_and_the_time_to_oom() {
-        let t = vec![
-            trend(700, "python3", 8192.0, Verdict::Leak),
-            trend(812, "pt_data_worker", 512.0, Verdict::TooShort),
-            trend(813, "pt_data_worker", -5.0, Verdict::NotClimbing),
-        ];
-        let p = Projection {
-            domain: Domain::Cgroup,
-            limit_kb: 400 << 10,
-            usage_kb: 300 << 10,
-            slope_kb_per_s: 8192.0,
-            seconds: Some(840.0),
-        };
-        assert_eq!(
-            line(Duration::from_secs(3723), &t, Some(&p), 200),
-            "trainbpf 1:02:03 | OOM in ~14 min (cgroup limit 400 MiB) | python3(700) +8 MiB/s leak, pt_data_worker(812) +512 KiB/s"
-        );
-        assert_eq!(
-            line(Duration::from_secs(65), &[], None, 200),
-            "trainbpf 1:05 | no leak suspected | nothing growing"
-        );
-        let cut = line(Duration::from_secs(65), &t, Some(&p), 40);
-        assert_eq!(cut.chars().count(), 40, "{cut}");
-        assert!(cut.ends_with('…'));
-    }
-
-    #[test]
-    fn names_on_the_line_and_in_warnings_are_escaped() {
-        let t = vec![trend(700, "\x1b]0;pwned\x07", 8192.0, Verdict::Leak)];
-        let l = line(Duration::from_secs(5), &t, None, 200);
-        assert!(l.contains("\\x1b]0;pwned\\x07(700) +8 MiB/s leak"), "{l}");
-        let w = warning_text(&warning(&t[0], None), 1);
-        assert!(!w.contains('\x1b'), "{w}");
-    }
-
-    #[test]
-    fn quiet_or_not_a_terminal_draws_nothing_but_still_watches() {
-        let mut s = Status::new(true, LeakOptions::default());
-        assert!(s.draw.is_none());
-        s.on_record(common::KIND_MEM, &[0; 8]);
-        assert_eq!(s.tick(), vec![], "nothing seen, nothing to warn of");
-        s.clear();
-    }
-
-    #[test]
-    fn a_warning_names_the_leak_and_the_time_to_the_limit() {
-        let t = trend(700, "python3", 2048.0, Verdict::Leak);
-        let p = Projection {
-            domain: Domain::Cgroup,
-            limit_kb: 100 << 10,
-            usage_kb: 40 << 10,
-            slope_kb_per_s: 2048.0,
-            seconds: Some(30.0),
-        };
-        let w = warning(&t, Some(&p));
-        assert_eq!(w.slope_bytes_per_s, 2 << 20);
-        assert_eq!(w.fit_permille, 950);
-        assert_eq!(w.projected_oom_s, Some(30));
-        assert_eq!(
-            warning_text(&w, 40_000_000_000),
-            "leak suspected: python3 (pid 700) has climbed +2 MiB/s for 40 s (fit 0.95); at this rate the job's cgroup limit of 100 MiB is reached in ~30 s"
-        );
-        let bare = warning(&t, None);
-        assert_eq!(
-            warning_text(&bare, 40_000_000_000),
-            "leak suspected: python3 (pid 700) has climbed +2 MiB/s for 40 s (fit 0.95)"
-        );
-    }
-
-    /// 4 MiB/s from 1 s on, a record a second, under a 200 MiB cgroup
-    /// whose usage follows; the warnings of a `tick` after each second.
-    fn climbing_toward(s: &mut Status, secs: u64) -> Vec<(u64, LeakWarning)> {
-        use trainbpf_common as c;
-        let mut said = Vec::new();
-        for i in 0..secs {
-            let ts = 1_000_000_000 + i * 1_000_000_000;
-            // SAFETY: plain integer #[repr(C)] struct.
-            let mut m: c::MemEvent = unsafe { std::mem::zeroed() };
-            m.hdr = c::Header {
-                kind: c::KIND_MEM,
-                flags: c::FLAG_IN_JOB,
-                tgid: 700,
-                ts_ns: ts,
-                start_ns: 5,
-            };
-            m.counters[c::MM_ANONPAGES] = 1000 + i as i64 * 1024;
-            m.alloc_pages = 1000 + i * 1024;
-            m.comm = *b"python3\0\0\0\0\0\0\0\0\0";
-            s.on_record(c::KIND_MEM, &decode::pod_bytes(&m));
-            let p = Pressure {
-                mem_total_kb: 64 << 20,
-                mem_available_kb: 60 << 20,
-                cgroup: Some(decode::samples::CgroupPressure {
-                    usage_kb: 4000 + i * 4096,
-                    limit_kb: Some(200 << 10),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            };
-            s.on_pressure(ts, &p);
-            s.last_check = None;
-            said.extend(s.tick().into_iter().map(|w| (i + 1, w)));
-        }
-        said
-    }
-
-    #[test]
-    fn memory_running_out_is_warned_of_before_the_leak_span() {
-        // The default span, five minutes: no leak in 45 s, yet the limit
-        // is under a minute away.
-        let mut s = Status::new(true, LeakOptions::default());
-        let said = climbing_toward(&mut s, 45);
-        assert!(!said.is_empty(), "warned");
-        assert!(said.iter().all(|(_, w)| w.running_out), "{said:?}");
-        let (at, w) = &said[0];
-        assert!(
-            *at >= 20 && *at <= 30,
-            "once the climb is 20 s long: {said:?}"
-        );
-        assert_eq!(w.pid, Some(700));
-        assert_eq!(w.limit_kb, Some(200 << 10));
-        let eta = w.projected_oom_s.unwrap();
-        assert!((20..=40).contains(&eta), "{said:?}");
-        let text = warning_text(w, *at * 1_000_000_000);
-        assert!(
-            text.starts_with(&format!(
-                "memory will run out in ~{eta} s: python3 (pid 700), +4 MiB/s for "
-            )),
-            "{text}"
-        );
-        assert!(
-            text.ends_with(", the job's cgroup limit of 200 MiB"),
-            "{text}"
-        );
-        // Said again only when the time left has halved: a handful, not
-        // one a check.
-        assert!(said.len() <= 3, "{said:?}");
-        for pair in said.windows(2) {
-            let (a, b) = (&pair[0].1, &pair[1].1);
-            assert!(
-                b.projected_oom_s.unwrap() * 2 <= a.projected_oom_s.unwrap() + 1,
-                "{said:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn a_suspected_leak_is_warned_of_as_a_leak_alone() {
-        let mut s = Status::new(
-            true,
-            LeakOptions {
-                min_span_ns: 10_000_000_000,
-                ..Default::default()
-            },
-        );
-        let said = climbing_toward(&mut s, 45);
-        assert_eq!(said.len(), 1, "{said:?}");
-        assert!(!said[0].1.running_out, "{said:?}");
-        assert!(said[0].1.projected_oom_s.is_some(), "{said:?}");
-    }
-
-    #[test]
-    fn a_steady_leak_is_warned_of_once() {
-        use trainbpf_common as c;
-        let mut s = Status::new(
-            true,
-            LeakOptions {
-                min_span_ns: 10_000_000_000,
-                ..Default::default()
-            },
-        );
-        // 2 MiB/s for 60 s, a record every 2 s.
-        for i in 0..30u64 {
-            // SAFETY: plain integer #[repr(C)] struct.
-            let mut m: c::MemEvent = unsafe { std::mem::zeroed() };
-            m.hdr = c::Header {
-                kind: c::KIND_MEM,
-                flags: c::FLAG_IN_JOB,
-                tgid: 700,
-                ts_ns: 1_000_000_000 + i * 2_000_000_000,
-                start_ns: 5,
-            };
-            m.counters[c::MM_ANONPAGES] = 1000 + i as i64 * 1024;
-            m.alloc_pages = 1000 + i * 1024;
-            m.comm = *b"python3\0\0\0\0\0\0\0\0\0";
-            s.on_record(c::KIND_MEM, &decode::pod_bytes(&m));
-        }
-        let w = s.tick();
-        assert_eq!(w.len(), 1, "{w:?}");
-        assert_eq!(w[0].pid, Some(700));
-        assert!(
-            (w[0].slope_bytes_per_s as f64 - 2.0 * 1048576.0).abs() < 1e5,
-            "{w:?}"
-        );
-        s.last_check = None;
-        assert_eq!(s.tick(), vec![], "once");
-    }
-}
+mod tests;

@@ -623,6 +623,26 @@ pub fn headless(page: &Path, extra: &[String]) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// A new pseudo-terminal: its master, and the slave's path.
+pub fn open_pty() -> (std::fs::File, String) {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    // SAFETY: plain libc calls on a descriptor this function owns.
+    unsafe {
+        let fd = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
+        assert!(fd >= 0, "posix_openpt: {}", std::io::Error::last_os_error());
+        assert_eq!(libc::grantpt(fd), 0);
+        assert_eq!(libc::unlockpt(fd), 0);
+        let mut name = [0 as libc::c_char; 64];
+        assert_eq!(libc::ptsname_r(fd, name.as_mut_ptr(), name.len()), 0);
+        let path = std::ffi::CStr::from_ptr(name.as_ptr())
+            .to_string_lossy()
+            .into_owned();
+        let master = std::fs::File::from_raw_fd(fd);
+        assert!(master.as_raw_fd() >= 0);
+        (master, path)
+    }
+}
+
 /// The first kill whose victim was in the job: another test on the machine
 /// (another cgroup's OOM kill) can appear in a recording as a kill outside
 /// the job, and is not this test's.

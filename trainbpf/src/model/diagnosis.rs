@@ -33,6 +33,8 @@ mod workers;
 
 #[cfg(test)]
 pub(crate) mod fixture;
+#[cfg(test)]
+mod recorded;
 
 use super::Report;
 

@@ -82,10 +82,14 @@ const MAX_TRENDS: usize = 12;
 /// bound that timestamps running backwards cannot lift.
 const MAX_USAGE: usize = 4096;
 /// The span a killed process's climb, shorter than `--leak-span`, needs
-/// to be called [`Verdict::Steady`]: many steps' worth, where one step's
-/// allocation takes a second or two (the kill ended the climb, so it
-/// cannot have lasted longer).
-pub const STEADY_SPAN_NS: u64 = 10_000_000_000;
+/// to be called [`Verdict::Steady`] (the kill ended the climb, so it
+/// cannot have lasted longer): the span within which `fast_growth` reads a
+/// rise as one step's allocation, so that the two meet. A job that keeps
+/// 4 MiB a step, tens of steps a second, fills a small limit in a few
+/// seconds; had a longer span been asked, a steady climb of 5 to 10 s,
+/// too slow to fill half the limit in 5 s, was neither rule's, and the
+/// kill's only diagnosis was its limit.
+pub const STEADY_SPAN_NS: u64 = 5_000_000_000;
 /// The same for a live process, for the warning that memory will run
 /// out: longer, so that a warm-up still in progress is seldom taken for
 /// one.

@@ -21,8 +21,10 @@ use crate::units::{human_kb, human_rate, human_secs};
 /// The process must have added this share of the limit…
 const SHARE: f64 = 0.5;
 /// …within this long before the kill (and its whole rise, from where it
-/// stood then, is the span said)…
-const FAST_NS: u64 = 5 * SEC;
+/// stood then, is the span said): the span from which a steady climb is
+/// `steady_leak`'s, so that no steady climb to the limit falls between
+/// the two rules…
+const FAST_NS: u64 = crate::model::leaks::STEADY_SPAN_NS;
 /// …and within this long for a sure diagnosis.
 const SURE_NS: u64 = 2 * SEC;
 /// Growers looked at per kill, most growth first.
