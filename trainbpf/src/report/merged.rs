@@ -14,18 +14,21 @@ use super::{Files, Part, Scope, build_scoped, open_input, text_options};
 use crate::{model, render, safe_file};
 
 /// The recordings `report` was given: files as they are, and for a
-/// directory every regular `*.rec` file in it, by name. A directory is
-/// listed with the invoking user's rights, as files are opened.
+/// directory every regular `*.rec` file in it, by name. Each path is
+/// looked at with the invoking user's rights, as files are opened: the
+/// stat that tells a directory too, or root's look would tell them whether
+/// a path they cannot reach exists.
 pub fn inputs(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
     let owner = safe_file::Owner::from(&crate::job::Invoker::detect()?);
     let mut out = Vec::new();
     for p in paths {
-        if !p.is_dir() {
-            out.push(p.clone());
-            continue;
-        }
         let dir = p.clone();
-        let mut found = safe_file::as_owner(owner, move || {
+        let listed = safe_file::as_owner(owner, move || {
+            // Not a directory, or none the user can see: opened as a file
+            // later, as the user, whose error then says why.
+            if !dir.is_dir() {
+                return Ok(None);
+            }
             let io = |err| safe_file::FileError::Io {
                 what: format!("listing {}", dir.display()),
                 err,
@@ -39,8 +42,12 @@ pub fn inputs(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
                     found.push(e.path());
                 }
             }
-            Ok(found)
+            Ok(Some(found))
         })?;
+        let Some(mut found) = listed else {
+            out.push(p.clone());
+            continue;
+        };
         if found.is_empty() {
             bail!("{}: no recording (*.rec) in this directory", p.display());
         }
