@@ -2,11 +2,7 @@
 //! (one per node, `record -o DIR/{host}.rec`), each built as one file is,
 //! then merged on the wall clock (model/merge.rs).
 
-use std::{
-    io::BufReader,
-    path::{Path, PathBuf},
-    time::Duration,
-};
+use std::{io::BufReader, path::PathBuf, time::Duration};
 
 use anyhow::{Context as _, Result, bail};
 
@@ -95,14 +91,27 @@ pub fn run_merged(
     })
 }
 
+/// The merged HTML page and Perfetto trace; their placeholders name the
+/// job's start, and a host only when every recording is of that one.
 fn write_files(m: &model::Merged, files: &Files<'_>) -> Result<()> {
+    use crate::cli::placeholders::Output;
     let owner = safe_file::Owner::from(&crate::job::Invoker::detect()?);
-    let write = |path: &Path, bytes: &[u8]| super::write_output(path, bytes, owner);
-    if let Some(p) = files.html {
-        write(p, render::html::render_merged(m).as_bytes())?;
+    let values = super::output_values(&m.recordings);
+    // Both expanded before either is written.
+    let html = files
+        .html
+        .map(|p| super::output_path(Output::Html, p, &values))
+        .transpose()?;
+    let perfetto = files
+        .perfetto
+        .map(|p| super::output_path(Output::Perfetto, p, &values))
+        .transpose()?;
+    if let Some(p) = html {
+        super::write_output(&p, render::html::render_merged(m).as_bytes(), owner)?;
     }
-    if let Some(p) = files.perfetto {
-        write(p, &serde_json::to_vec(&render::perfetto::render_merged(m))?)?;
+    if let Some(p) = perfetto {
+        let trace = serde_json::to_vec(&render::perfetto::render_merged(m))?;
+        super::write_output(&p, &trace, owner)?;
     }
     Ok(())
 }
