@@ -15,7 +15,10 @@ pub mod placeholders;
 use placeholders::Output;
 mod values;
 pub use values::parse_duration;
-use values::{MAX_HEARTBEAT_MS, MAX_RELATIVE_SHIFT, parse_max_size, parse_ring_size, parse_size};
+use values::{
+    MAX_HEARTBEAT_MS, MAX_RELATIVE_SHIFT, parse_hostname, parse_max_size, parse_ring_size,
+    parse_size,
+};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -124,6 +127,12 @@ pub enum Command {
         /// /shared/run/{host}.jsonl.
         #[arg(long, value_name = "PATH")]
         events_jsonl: Option<PathBuf>,
+        /// Name this machine NAME in the recording, `{host}` and the event
+        /// lines, rather than its own host name (uname -n): a Kubernetes
+        /// pod's host name is the pod's, so the DaemonSet passes its node's
+        /// (docs/cluster.md).
+        #[arg(long, value_name = "NAME", value_parser = parse_hostname)]
+        hostname: Option<String>,
         /// The job's command line (not with --pid, --cgroup or --all).
         #[arg(
             trailing_var_arg = true,
@@ -227,6 +236,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             stack_every,
             metrics,
             events_jsonl,
+            hostname,
             cmd,
         } => {
             let target = match (pid, cgroup, all) {
@@ -243,7 +253,10 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 _ => record::Target::Run(cmd),
             };
             // Both paths from one set of values: one {time} and {pid}.
-            let values = placeholders::Values::detect();
+            let mut values = placeholders::Values::detect();
+            if let Some(h) = &hostname {
+                values.host = Ok(h.clone());
+            }
             let output = placeholders::expand(Output::Recording, output.as_os_str(), &values)?;
             let events_jsonl = events_jsonl
                 .map(|p| placeholders::expand(Output::EventsJsonl, p.as_os_str(), &values))
@@ -272,6 +285,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 }),
                 metrics,
                 events_jsonl,
+                hostname,
             })?;
             // The verdict comes from the recording itself, through the same
             // reader and model as `report`.

@@ -34,6 +34,23 @@ const CONNECTION_TIMEOUT: Duration = Duration::from_secs(10);
 /// Binds `--metrics ADDR`: `HOST:PORT`, `[V6]:PORT`, or `:PORT` for every
 /// IPv4 interface, as exporters spell it.
 pub fn bind(addr: &str) -> io::Result<TcpListener> {
+    let addrs = addresses(addr)?;
+    let l = TcpListener::bind(&addrs[..])?;
+    l.set_nonblocking(true)?;
+    Ok(l)
+}
+
+/// The addresses `ADDR` names. An IPv6 address without brackets
+/// (`fd00::5:9478`) is taken too: a manifest writes `$(POD_IP):9478`
+/// whatever the family of the pod's IP.
+fn addresses(addr: &str) -> io::Result<Vec<SocketAddr>> {
+    let bare_v6 = addr.rsplit_once(':').and_then(|(ip, port)| {
+        let ip: std::net::Ipv6Addr = ip.parse().ok()?;
+        Some(SocketAddr::new(ip.into(), port.parse().ok()?))
+    });
+    if let Some(a) = bare_v6 {
+        return Ok(vec![a]);
+    }
     let spelled = match addr.strip_prefix(':') {
         Some(port) => format!("0.0.0.0:{port}"),
         None => addr.to_string(),
@@ -45,9 +62,7 @@ pub fn bind(addr: &str) -> io::Result<TcpListener> {
             format!("{addr}: no address"),
         ));
     }
-    let l = TcpListener::bind(&addrs[..])?;
-    l.set_nonblocking(true)?;
-    Ok(l)
+    Ok(addrs)
 }
 
 /// Serves `metrics` on `listener` from a thread of its own, for the
@@ -135,5 +150,24 @@ fn respond(metrics: &Metrics, req: &Request<Incoming>) -> Response<Full<Bytes>> 
             "text/plain; charset=utf-8",
             String::new(),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_address_is_spelled_as_exporters_and_manifests_do() {
+        let one = |a: &str| addresses(a).unwrap();
+        assert_eq!(one("127.0.0.2:9478"), ["127.0.0.2:9478".parse().unwrap()]);
+        assert_eq!(one(":9478"), ["0.0.0.0:9478".parse().unwrap()]);
+        assert_eq!(one("[fd00::5]:9478"), ["[fd00::5]:9478".parse().unwrap()]);
+        // `$(POD_IP):9478` with an IPv6 pod IP.
+        assert_eq!(one("fd00::5:9478"), ["[fd00::5]:9478".parse().unwrap()]);
+        assert_eq!(one("::1:9478"), ["[::1]:9478".parse().unwrap()]);
+        for bad in ["fd00::9478", "127.0.0.1", "127.0.0.1:99999", ":"] {
+            assert!(addresses(bad).is_err(), "{bad}");
+        }
     }
 }
