@@ -65,12 +65,19 @@ impl Drop for Cg {
 
 /// `record --all` with only `caps`, returned once its probes are attached.
 fn recorder_with(caps: &[String], rec: &Path) -> Child {
+    let args = ["record", "--all", "-q", "-o"].map(String::from);
+    let mut args = args.to_vec();
+    args.push(rec.to_str().unwrap().to_string());
+    trainbpf_with(caps, &args)
+}
+
+/// `trainbpf ARGS` with only `caps`, returned once its probes are attached.
+fn trainbpf_with(caps: &[String], args: &[String]) -> Child {
     let set = format!("-all,+{}", caps.join(",+"));
     let mut child = Command::new("setpriv")
         .args(["--no-new-privs", "--inh-caps=-all", "--bounding-set", &set])
         .arg(bin())
-        .args(["record", "--all", "-q", "-o"])
-        .arg(rec)
+        .args(args)
         .stdin(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -80,7 +87,7 @@ fn recorder_with(caps: &[String], rec: &Path) -> Child {
     loop {
         line.clear();
         let n = err.read_line(&mut line).unwrap();
-        assert!(n > 0, "record --all with {caps:?} ended before attaching");
+        assert!(n > 0, "{args:?} with {caps:?} ended before attaching");
         eprint!("{line}");
         if line.contains("attached") {
             break;
@@ -199,4 +206,143 @@ fn the_daemonsets_capabilities_record_another_users_ranks_and_kill() {
         .unwrap_or_else(|| panic!("rank 1's kill is not in the recording: {:#}", r["kills"]));
     assert_eq!(kill["victim"]["uid"].to_string(), NOBODY);
     assert_eq!(kill["victim"]["in_job"], true);
+}
+
+/// The pod IP and node name the test's kubelet gives the DaemonSet's
+/// downward API: an address of this machine other than 127.0.0.1, and a
+/// name other than its own.
+const POD_IP: &str = "127.0.0.2";
+const NODE_NAME: &str = "tbdeploy-node";
+
+/// The container's command line as the kubelet runs it: each `$(VAR)` of
+/// its `env` replaced, a downward-API field by the test's stand-in.
+fn daemonset_argv() -> Vec<String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/kubernetes/daemonset.yaml");
+    let ds: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let c = &ds["spec"]["template"]["spec"]["containers"][0];
+    let mut vars = Vec::new();
+    for e in c["env"].as_array().into_iter().flatten() {
+        let field = e["valueFrom"]["fieldRef"]["fieldPath"].as_str();
+        let value = match field {
+            Some("status.podIP") => POD_IP,
+            Some("spec.nodeName") => NODE_NAME,
+            other => panic!("no stand-in for {other:?} in {e}"),
+        };
+        vars.push((format!("$({})", e["name"].as_str().unwrap()), value));
+    }
+    let strs = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().unwrap().to_string())
+            .collect()
+    };
+    let mut argv = strs(&c["command"]);
+    argv.extend(strs(&c["args"]));
+    for a in &mut argv {
+        for (var, value) in &vars {
+            *a = a.replace(var.as_str(), value);
+        }
+    }
+    argv
+}
+
+/// The TCP addresses `pid` listens on, from /proc/net/tcp{,6}: its
+/// sockets' inodes matched to the kernel's listening sockets.
+fn listening(pid: u32) -> Vec<std::net::SocketAddr> {
+    let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter_map(|l| {
+            let l = l.to_str()?;
+            Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_string())
+        })
+        .collect();
+    let mut out = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        for line in std::fs::read_to_string(table).unwrap().lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            // st 0A is LISTEN; the inode is the tenth field.
+            if f[3] != "0A" || !inodes.iter().any(|i| i == f[9]) {
+                continue;
+            }
+            let (ip, port) = f[1].split_once(':').unwrap();
+            let port = u16::from_str_radix(port, 16).unwrap();
+            // Each 32-bit word of the address in the host's (little-endian) order.
+            let words: Vec<[u8; 4]> = (0..ip.len() / 8)
+                .map(|i| {
+                    u32::from_str_radix(&ip[i * 8..i * 8 + 8], 16)
+                        .unwrap()
+                        .to_le_bytes()
+                })
+                .collect();
+            let ip: std::net::IpAddr = match words.as_slice() {
+                [w] => std::net::Ipv4Addr::from(*w).into(),
+                w => std::net::Ipv6Addr::from(<[u8; 16]>::try_from(w.concat()).unwrap()).into(),
+            };
+            out.push(std::net::SocketAddr::new(ip, port));
+        }
+    }
+    out
+}
+
+// Issue 24, finding 4: the DaemonSet served every tenant's process names on every node address.
+/// The DaemonSet's command line, as the kubelet would run it with its
+/// downward API, with the DaemonSet's capabilities: `/metrics` listens on
+/// the pod's IP alone (no wildcard address that every interface of the
+/// node answers on), answers there, and the recording is named, and names
+/// its host, for the node.
+#[test]
+fn the_daemonset_serves_metrics_on_the_pod_ip_alone() {
+    require_root();
+    let _g = serial();
+    let caps = daemonset_caps();
+    let dir = TempDir::new("deploy-bind");
+    let mut argv = daemonset_argv();
+    eprintln!("the DaemonSet's command line: {argv:?}");
+    // The recording in the test's directory, under the manifest's name.
+    let o = argv.iter().position(|a| a == "-o").unwrap() + 1;
+    let name = Path::new(&argv[o]).file_name().unwrap().to_owned();
+    argv[o] = dir.0.join(name).to_str().unwrap().to_string();
+    let mut recorder = trainbpf_with(&caps, &argv[1..]);
+
+    let addrs = listening(recorder.id());
+    eprintln!("the recorder listens on {addrs:?}");
+    assert!(
+        addrs.iter().all(|a| !a.ip().is_unspecified()),
+        "/metrics listens on every address of the node: {addrs:?}"
+    );
+    let port = addrs.first().map(|a| a.port()).expect("a listening socket");
+    assert_eq!(addrs, [format!("{POD_IP}:{port}").parse().unwrap()]);
+    let mut s = std::net::TcpStream::connect((POD_IP, port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    std::io::Read::read_to_string(&mut s, &mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.0 200"), "{answer:.80}");
+
+    // SAFETY: kill(2) on our own child.
+    assert_eq!(unsafe { libc::kill(recorder.id() as i32, libc::SIGINT) }, 0);
+    assert!(recorder.wait().unwrap().success());
+    let recs: Vec<_> = std::fs::read_dir(&dir.0)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(recs.len(), 1, "{recs:?}");
+    let file = recs[0].file_name().unwrap().to_str().unwrap();
+    assert!(file.starts_with(&format!("{NODE_NAME}-")), "{file}");
+    // The recording's own host, as report reads it.
+    let out = Command::new(bin())
+        .arg("report")
+        .arg(&recs[0])
+        .arg("--html")
+        .arg(dir.path("{host}.html"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(dir.path(&format!("{NODE_NAME}.html")).exists());
 }

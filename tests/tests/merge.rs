@@ -297,3 +297,177 @@ fn two_nodes_merge_into_one_report_naming_the_first_failure_on_its_host() {
         "the kill on node 1's track"
     );
 }
+
+/// `trainbpf report ARGS`, its output whatever its status.
+fn report_output(args: &[&std::ffi::OsStr]) -> Output {
+    let out = Command::new(bin())
+        .arg("report")
+        .args(args)
+        .output()
+        .expect("running trainbpf report");
+    eprintln!(
+        "--- report {args:?}: {}\n--- stderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// `20261201T180102Z`, as `{time}` expands.
+fn is_time_stamp(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() == 16
+        && b[8] == b'T'
+        && b[15] == b'Z'
+        && b.iter()
+            .enumerate()
+            .all(|(i, c)| matches!(i, 8 | 15) || c.is_ascii_digit())
+}
+
+// Issue 24, finding 6: `--events-jsonl` and `report --pprof` took `{host}` literally.
+/// Every path the recorder and report write takes the placeholders `-o`
+/// takes, or refuses one it cannot know with an error naming it:
+/// `--events-jsonl DIR/{host}.jsonl` on two nodes gives one file per node,
+/// `report --pprof/--html/--perfetto` expand the recording's `{host}` and
+/// `{time}`, and an unknown placeholder, `{rank}` at report time, or
+/// `{host}` over two hosts' recordings is an error before anything is
+/// written.
+#[test]
+fn every_output_path_expands_its_placeholders_or_refuses_them() {
+    require_root();
+    let _g = serial();
+    let dir = TempDir::new("merge-placeholders");
+    let runs = dir.path("run");
+    std::fs::create_dir(&runs).unwrap();
+    let jsonl = runs.join("{host}.jsonl");
+    for host in [NODE_OOM, NODE_AFTER] {
+        let out = record_as_node(
+            host,
+            &runs,
+            &["--quiet", "--events-jsonl", jsonl.to_str().unwrap()],
+            &["sh", "-c", "exit 3"],
+        );
+        assert_eq!(out.status.code(), Some(3), "{host}'s job exited 3");
+    }
+    assert_eq!(
+        names_in(&runs),
+        [
+            format!("{NODE_OOM}.jsonl"),
+            format!("{NODE_OOM}.rec"),
+            format!("{NODE_AFTER}.jsonl"),
+            format!("{NODE_AFTER}.rec"),
+        ],
+        "one events file per node, beside its recording"
+    );
+    for host in [NODE_OOM, NODE_AFTER] {
+        let text = std::fs::read_to_string(runs.join(format!("{host}.jsonl"))).unwrap();
+        let lines: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert!(
+            lines
+                .iter()
+                .all(|l| l["host"] == host && l["exit_code"] == 3),
+            "{host}: {text}"
+        );
+        assert!(!lines.is_empty(), "{host}: its job's exit 3");
+    }
+
+    // report's outputs take the recording's host and start.
+    let rec = runs.join(format!("{NODE_OOM}.rec"));
+    let outs = dir.path("out");
+    std::fs::create_dir(&outs).unwrap();
+    let out = report_output(&[
+        rec.as_os_str(),
+        "--pprof".as_ref(),
+        outs.join("{host}.pb.gz").as_os_str(),
+        "--html".as_ref(),
+        outs.join("{host}.html").as_os_str(),
+        "--perfetto".as_ref(),
+        outs.join("{host}-{time}.json").as_os_str(),
+    ]);
+    assert!(out.status.success(), "report with placeholders");
+    let names = names_in(&outs);
+    assert_eq!(names.len(), 3, "{names:?}");
+    assert_eq!(
+        names[0],
+        format!("{NODE_OOM}-{}", &names[0][NODE_OOM.len() + 1..])
+    );
+    let stamp = names[0][NODE_OOM.len() + 1..].trim_end_matches(".json");
+    assert!(is_time_stamp(stamp), "{names:?}");
+    assert_eq!(
+        names[1..],
+        [format!("{NODE_OOM}.html"), format!("{NODE_OOM}.pb.gz")]
+    );
+    // Merged: one start for the job, but no one host.
+    let out = report_output(&[
+        runs.as_os_str(),
+        "--html".as_ref(),
+        outs.join("job-{time}.html").as_os_str(),
+    ]);
+    assert!(out.status.success(), "a merged report's {{time}}");
+    assert!(
+        names_in(&outs).iter().any(|n| n
+            .strip_prefix("job-")
+            .and_then(|n| n.strip_suffix(".html"))
+            .is_some_and(is_time_stamp)),
+        "{:?}",
+        names_in(&outs)
+    );
+    let before = names_in(&outs);
+    let out = report_output(&[
+        runs.as_os_str(),
+        "--html".as_ref(),
+        outs.join("late-{time}.html").as_os_str(),
+        "--perfetto".as_ref(),
+        outs.join("{host}.json").as_os_str(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{{host}} of two hosts");
+    assert!(
+        err.contains("--perfetto") && err.contains("{host}") && err.contains(NODE_AFTER),
+        "{err}"
+    );
+    assert_eq!(names_in(&outs), before, "neither output written");
+
+    // Placeholders that cannot be expanded: clear errors, nothing written.
+    let out = report_output(&[
+        rec.as_os_str(),
+        "--pprof".as_ref(),
+        outs.join("{rank}.pb.gz").as_os_str(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{{rank}} is the recorder's");
+    assert!(err.contains("--pprof") && err.contains("{rank}"), "{err}");
+    assert_eq!(names_in(&outs), before, "nothing written");
+    let out = record_as_node(
+        NODE_OOM,
+        &runs,
+        &[
+            "--quiet",
+            "--events-jsonl",
+            runs.join("{nope}.jsonl").to_str().unwrap(),
+        ],
+        &["sh", "-c", "exit 3"],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && out.status.code() != Some(3),
+        "refused before the job"
+    );
+    assert!(
+        err.contains("--events-jsonl") && err.contains("unknown placeholder {nope}"),
+        "{err}"
+    );
+    assert!(!runs.join("{nope}.jsonl").exists());
+}

@@ -433,3 +433,135 @@ fn an_attached_recorder_serves_the_kill_and_the_cgroups_limit() {
     assert_eq!(unsafe { libc::kill(rec.0.id() as i32, libc::SIGINT) }, 0);
     wait_exit(&mut rec);
 }
+
+/// One `GET /metrics` that must be answered within `deadline`: connect,
+/// request, and the whole answer, or `Err` saying what went wrong.
+fn scrape_within(port: u16, deadline: Duration) -> Result<(), String> {
+    let t0 = Instant::now();
+    let mut s = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), deadline)
+        .map_err(|e| format!("connect: {e}"))?;
+    s.set_read_timeout(Some(deadline)).unwrap();
+    write!(s, "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n")
+        .map_err(|e| format!("write: {e}"))?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).map_err(|e| format!("read: {e}"))?;
+    let text = String::from_utf8_lossy(&buf);
+    if t0.elapsed() > deadline {
+        return Err(format!("answered after {:?}", t0.elapsed()));
+    }
+    let code = text.split_whitespace().nth(1);
+    if code != Some("200") || !text.contains("\ntrainbpf_") {
+        return Err(format!(
+            "not an answer: {} bytes {:?}",
+            buf.len(),
+            &text[..text.len().min(80)]
+        ));
+    }
+    Ok(())
+}
+
+/// A client that holds `n` connections open and sends nothing on them,
+/// reopening each as soon as the server closes it, until `stop`. Returns
+/// how many connections it opened in all.
+fn hog(port: u16, n: usize, stop: &std::sync::atomic::AtomicBool) -> u64 {
+    use std::sync::atomic::Ordering;
+    let mut open: Vec<TcpStream> = Vec::new();
+    let mut opened = 0;
+    while !stop.load(Ordering::Relaxed) {
+        // Keep only the connections the server has not closed.
+        open.retain(|s| {
+            let mut b = [0u8; 1];
+            match s.peek(&mut b) {
+                Ok(n) => n > 0,
+                Err(e) => e.kind() == std::io::ErrorKind::WouldBlock,
+            }
+        });
+        while open.len() < n {
+            let Ok(s) = TcpStream::connect(("127.0.0.1", port)) else {
+                break;
+            };
+            s.set_nonblocking(true).unwrap();
+            open.push(s);
+            opened += 1;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    opened
+}
+
+// Issue 24, finding 3: one client reopening idle connections blinded /metrics.
+/// A client that keeps more connections open than the server serves at
+/// once, idle, and reopens each as soon as it closes, must not stop a
+/// scraper: every one of 20 scrapes is answered within 2 s.
+#[test]
+fn idle_connections_do_not_blind_the_endpoint() {
+    require_root();
+    let _g = serial();
+    let dir = TempDir::new("metrics-hog");
+    let port = free_port();
+    let script = format!(
+        // Ends also once the test's directory is gone, however it ends.
+        "while [ ! -e {done} ] && [ -d {dir} ]; do sleep 0.1; done",
+        done = dir.path("done").display(),
+        dir = dir.0.display()
+    );
+    let mut rec = Reaped(
+        Command::new(bin())
+            .args(["record", "-q", "-o"])
+            .arg(dir.path("h.rec"))
+            .arg("--metrics")
+            .arg(format!("127.0.0.1:{port}"))
+            .args(["--", "sh", "-c", &script])
+            .env_remove("SUDO_UID")
+            .env_remove("SUDO_GID")
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("starting trainbpf record"),
+    );
+    poll("the endpoint", Duration::from_secs(60), || {
+        scrape_within(port, Duration::from_secs(2)).ok()
+    });
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let hogger = {
+        let stop = stop.clone();
+        std::thread::spawn(move || hog(port, 18, &stop))
+    };
+    // The hog's connections are all open before the first scrape.
+    std::thread::sleep(Duration::from_millis(500));
+    let mut failed = Vec::new();
+    for i in 0..20 {
+        if let Err(e) = scrape_within(port, Duration::from_secs(2)) {
+            failed.push(format!("scrape {i}: {e}"));
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let opened = hogger.join().unwrap();
+    eprintln!(
+        "{} of 20 scrapes answered while another client opened {opened} idle connections",
+        20 - failed.len()
+    );
+    assert!(
+        failed.is_empty(),
+        "{} of 20 scrapes failed: {failed:#?}",
+        failed.len()
+    );
+
+    // A connection that sends nothing is closed within about a second.
+    let mut idle = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    idle.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let t0 = Instant::now();
+    let n = idle.read(&mut [0u8; 16]).unwrap_or(0);
+    let waited = t0.elapsed();
+    eprintln!("a silent connection was closed after {waited:?}");
+    assert_eq!(n, 0, "nothing is sent to a silent client");
+    assert!(
+        waited < Duration::from_millis(2500),
+        "a silent connection held for {waited:?}"
+    );
+
+    std::fs::write(dir.path("done"), "").unwrap();
+    wait_exit(&mut rec);
+}

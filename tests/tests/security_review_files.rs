@@ -242,6 +242,53 @@ fn report_reads_the_recording_with_the_invokers_rights() {
     assert!(r["job"].is_object(), "{r}");
 }
 
+// Issue 24, finding 5: `sudo trainbpf report DIR` told whether a hidden directory exists.
+/// `report` looked at each path as root (is it a directory?) before it
+/// opened it as the user, so under a 0700 root directory an existing
+/// subdirectory and a missing one gave different errors. Both must give
+/// the same error, with neither read.
+#[test]
+fn report_does_not_tell_whether_a_hidden_path_exists() {
+    require_root();
+    let _g = serial();
+    let dir = TempDir::new("rev-hidden");
+    let vault = dir.path("vault");
+    std::fs::create_dir(&vault).unwrap();
+    mode(&vault, 0o700);
+    // A directory of recordings that root could list, and a path that is
+    // not there.
+    let there = vault.join("aaaa");
+    std::fs::create_dir(&there).unwrap();
+    mode(&there, 0o755);
+    small_recording(&there.join("n.rec"));
+    mode(&there.join("n.rec"), 0o644);
+    let missing = vault.join("bbbb");
+
+    let report = |p: &Path| {
+        let out = logged(
+            &format!("report {} as nobody", p.display()),
+            trainbpf(Some(NOBODY), &["report".as_ref(), p.as_os_str()])
+                .current_dir(&dir.0)
+                .output()
+                .unwrap(),
+        );
+        assert!(
+            !out.status.success() && out.stdout.is_empty(),
+            "nobody read {} under root's 0700 directory",
+            p.display()
+        );
+        // The path itself is named: compare what is said about it.
+        String::from_utf8_lossy(&out.stderr).replace(p.to_str().unwrap(), "PATH")
+    };
+    let said_there = report(&there);
+    let said_missing = report(&missing);
+    assert_eq!(
+        said_there, said_missing,
+        "an existing and a missing directory under a 0700 parent are told apart"
+    );
+    assert!(said_there.contains("ermission denied"), "{said_there}");
+}
+
 /// Issue 12 review, finding C: a report output that already existed as a
 /// FIFO was written through whoever owned it, so in sticky /tmp user B's
 /// FIFO named `trace.json` received user A's report

@@ -10,11 +10,15 @@ use crate::{
     record, report,
 };
 
-/// `record -o`'s `{host}`, `{rank}`, `{run_id}`, `{pid}`, `{time}`.
+/// Output paths' `{host}`, `{rank}`, `{run_id}`, `{pid}`, `{time}`.
 pub mod placeholders;
+use placeholders::Output;
 mod values;
 pub use values::parse_duration;
-use values::{MAX_HEARTBEAT_MS, MAX_RELATIVE_SHIFT, parse_max_size, parse_ring_size, parse_size};
+use values::{
+    MAX_HEARTBEAT_MS, MAX_RELATIVE_SHIFT, parse_hostname, parse_max_size, parse_ring_size,
+    parse_size,
+};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -119,9 +123,16 @@ pub enum Command {
         #[arg(long, value_name = "ADDR")]
         metrics: Option<String>,
         /// Append each OOM kill and death as one JSON line to PATH, for a
-        /// log shipper (docs/metrics.md).
+        /// log shipper (docs/metrics.md). Takes -o's placeholders, e.g.
+        /// /shared/run/{host}.jsonl.
         #[arg(long, value_name = "PATH")]
         events_jsonl: Option<PathBuf>,
+        /// Name this machine NAME in the recording, `{host}` and the event
+        /// lines, rather than its own host name (uname -n): a Kubernetes
+        /// pod's host name is the pod's, so the DaemonSet passes its node's
+        /// (docs/cluster.md).
+        #[arg(long, value_name = "NAME", value_parser = parse_hostname)]
+        hostname: Option<String>,
         /// The job's command line (not with --pid, --cgroup or --all).
         #[arg(
             trailing_var_arg = true,
@@ -151,7 +162,9 @@ pub enum Command {
         #[arg(long, conflicts_with = "json")]
         events: bool,
         /// Also write the report as one self-contained HTML page with charts
-        /// (works offline: no script, nothing fetched).
+        /// (works offline: no script, nothing fetched). In this and the
+        /// other output paths, `{host}` and `{time}` are the recording's
+        /// host and start, e.g. `--html {host}.html`.
         #[arg(long, value_name = "PATH", conflicts_with = "events")]
         html: Option<PathBuf>,
         /// Also write a Chrome trace-event JSON of memory over the run, for
@@ -223,6 +236,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             stack_every,
             metrics,
             events_jsonl,
+            hostname,
             cmd,
         } => {
             let target = match (pid, cgroup, all) {
@@ -238,7 +252,15 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 (_, _, true) => record::Target::All,
                 _ => record::Target::Run(cmd),
             };
-            let output = placeholders::expand(output.as_os_str(), &placeholders::Values::detect())?;
+            // Both paths from one set of values: one {time} and {pid}.
+            let mut values = placeholders::Values::detect();
+            if let Some(h) = &hostname {
+                values.host = Ok(h.clone());
+            }
+            let output = placeholders::expand(Output::Recording, output.as_os_str(), &values)?;
+            let events_jsonl = events_jsonl
+                .map(|p| placeholders::expand(Output::EventsJsonl, p.as_os_str(), &values))
+                .transpose()?;
             let outcome = record::run(record::RecordOptions {
                 output,
                 memory_limit,
@@ -263,6 +285,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 }),
                 metrics,
                 events_jsonl,
+                hostname,
             })?;
             // The verdict comes from the recording itself, through the same
             // reader and model as `report`.
@@ -291,6 +314,17 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             leak_span,
             until,
         } => {
+            // Before any recording is read: a placeholder report cannot
+            // expand is an error at once.
+            for (o, p) in [
+                (Output::Html, &html),
+                (Output::Perfetto, &perfetto),
+                (Output::Pprof, &pprof),
+            ] {
+                if let Some(p) = p {
+                    placeholders::check(o, p.as_os_str())?;
+                }
+            }
             let paths = report::inputs(&paths)?;
             let shown = paths
                 .iter()

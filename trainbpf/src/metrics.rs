@@ -16,6 +16,7 @@
 //! sets, a kill is counted under `comm="other"`, `rank="other"`,
 //! `container="other"` (its constraint kept).
 
+mod conns;
 mod jsonl;
 mod live;
 mod server;

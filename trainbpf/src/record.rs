@@ -52,6 +52,9 @@ pub struct RecordOptions {
     pub metrics: Option<String>,
     /// `--events-jsonl PATH`: each kill and death as a JSON line.
     pub events_jsonl: Option<PathBuf>,
+    /// `--hostname NAME`: the host the recording names, in place of
+    /// uname's node name.
+    pub hostname: Option<String>,
 }
 
 /// What to record.
@@ -221,7 +224,10 @@ pub fn run(mut opts: RecordOptions) -> Result<Outcome, RecordError> {
         .unwrap_or(4096) as u64;
 
     let loaded = loader::load(&opts.tunables, page_size)?;
-    let header = recording_header(&loaded, &opts.tunables, page_size, unprotected);
+    let mut header = recording_header(&loaded, &opts.tunables, page_size, unprotected);
+    if let Some(h) = &opts.hostname {
+        header.hostname = h.clone();
+    }
     let (file, place) = open_output(&opts.output, &invoker)?;
     if let Some(path) = &opts.events_jsonl {
         outputs.log = Some(crate::metrics::EventsLog::open(

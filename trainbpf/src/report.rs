@@ -2,13 +2,14 @@
 use std::{
     fs::File,
     io::{BufReader, IsTerminal as _},
-    path::Path,
+    path::{Path, PathBuf},
     time::Duration,
 };
 
 use anyhow::Result;
 
 use crate::{
+    cli::placeholders,
     model::{self, ModelOptions, Report},
     recording::Reader,
     render, safe_file,
@@ -167,19 +168,58 @@ pub(crate) fn write_output(path: &Path, bytes: &[u8], owner: safe_file::Owner) -
     Ok(())
 }
 
-/// Writes the HTML page, the Perfetto trace and the pprof profile as the invoking user, each
-/// whole or not at all: a new file renamed over the target, or written
-/// through to a device or FIFO (src/safe_file.rs).
+/// What `report`'s output paths expand `{host}` and `{time}` to: the
+/// recordings' host, when they share one, and the earliest start.
+pub(crate) fn output_values(recordings: &[model::merge::Recording]) -> placeholders::Values {
+    let mut hosts: Vec<&str> = recordings.iter().map(|r| r.host.as_str()).collect();
+    hosts.sort_unstable();
+    hosts.dedup();
+    let host = match hosts.as_slice() {
+        [one] => Ok((*one).to_string()),
+        many => Err(format!(
+            "is not one host: the recordings are of {} hosts ({})",
+            many.len(),
+            many.join(", ")
+        )),
+    };
+    let started = recordings.iter().filter_map(|r| r.started_ns).min();
+    placeholders::Values::of_recording(host, started)
+}
+
+/// `path` with its placeholders expanded for `output`.
+pub(crate) fn output_path(
+    output: placeholders::Output,
+    path: &Path,
+    values: &placeholders::Values,
+) -> Result<PathBuf> {
+    Ok(placeholders::expand(output, path.as_os_str(), values)?)
+}
+
+/// Writes the HTML page, the Perfetto trace and the pprof profile as the
+/// invoking user, each whole or not at all: a new file renamed over the
+/// target, or written through to a device or FIFO (src/safe_file.rs).
+/// Each path's placeholders name this recording's host and start.
 fn write_files(report: &Report, files: &Files<'_>) -> Result<()> {
+    use placeholders::Output;
     let owner = safe_file::Owner::from(&crate::job::Invoker::detect()?);
-    let write = |path: &Path, bytes: &[u8]| write_output(path, bytes, owner);
-    if let Some(p) = files.html {
-        write(p, render::html::render(report).as_bytes())?;
+    let values = output_values(&[model::merge::Recording::of(report, None)]);
+    // Every path expanded before any is written: one that cannot be
+    // leaves none behind.
+    let [html, perfetto, pprof] = [
+        (Output::Html, files.html),
+        (Output::Perfetto, files.perfetto),
+        (Output::Pprof, files.pprof),
+    ]
+    .map(|(o, p)| p.map(|p| output_path(o, p, &values)).transpose());
+    let (html, perfetto, pprof) = (html?, perfetto?, pprof?);
+    if let Some(p) = html {
+        write_output(&p, render::html::render(report).as_bytes(), owner)?;
     }
-    if let Some(p) = files.perfetto {
-        write(p, &serde_json::to_vec(&render::perfetto::render(report))?)?;
+    if let Some(p) = perfetto {
+        let trace = serde_json::to_vec(&render::perfetto::render(report))?;
+        write_output(&p, &trace, owner)?;
     }
-    if let Some(p) = files.pprof {
+    if let Some(p) = pprof {
         if report.stacks.is_empty() {
             eprintln!(
                 "trainbpf: no growth stacks in this recording (record with --stacks to \
@@ -187,7 +227,7 @@ fn write_files(report: &Report, files: &Files<'_>) -> Result<()> {
                 p.display()
             );
         }
-        write(p, &render::pprof::render(report))?;
+        write_output(&p, &render::pprof::render(report), owner)?;
     }
     Ok(())
 }

@@ -47,19 +47,58 @@ fn container(ds: &Value) -> &Value {
     &cs[0]
 }
 
-/// The container's command and arguments, as the kubelet passes them (no
-/// `$(VAR)` in them to expand).
+/// A pod IP and a node name, standing in for the downward API's.
+const POD_IP: &str = "10.244.1.7";
+const NODE_NAME: &str = "gpu-node-3";
+
+/// The container's downward-API variables: name → the field it reads.
+fn env_fields(c: &Value) -> Vec<(String, String)> {
+    c["env"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            let field = e["valueFrom"]["fieldRef"]["fieldPath"]
+                .as_str()
+                .unwrap_or_else(|| panic!("not from the downward API: {e}"));
+            (e["name"].as_str().unwrap().to_string(), field.to_string())
+        })
+        .collect()
+}
+
+/// The container's command and arguments, as the kubelet passes them:
+/// each `$(VAR)` replaced by its value (the stand-ins above). The kubelet
+/// leaves a `$(VAR)` it has no variable for as it is, so every one must
+/// be defined.
 fn argv(c: &Value) -> Vec<String> {
     let mut v = strs(&c["command"]);
     v.extend(strs(&c["args"]));
-    assert!(v.iter().all(|a| !a.contains("$(")), "{v:?}");
+    for (name, field) in env_fields(c) {
+        let value = match field.as_str() {
+            "status.podIP" => POD_IP,
+            "spec.nodeName" => NODE_NAME,
+            f => panic!("no stand-in for {f}"),
+        };
+        for a in &mut v {
+            *a = a.replace(&format!("$({name})"), value);
+        }
+    }
+    assert!(v.iter().all(|a| !a.contains("$(")), "undefined: {v:?}");
     v
 }
 
-fn metrics_port(argv: &[String]) -> u16 {
+fn metrics_addr(argv: &[String]) -> &str {
     let i = argv.iter().position(|a| a == "--metrics").unwrap();
-    let addr = &argv[i + 1];
-    addr.rsplit_once(':').unwrap().1.parse().unwrap()
+    &argv[i + 1]
+}
+
+fn metrics_port(argv: &[String]) -> u16 {
+    metrics_addr(argv)
+        .rsplit_once(':')
+        .unwrap()
+        .1
+        .parse()
+        .unwrap()
 }
 
 #[test]
@@ -74,12 +113,15 @@ fn the_daemonsets_command_line_parses_with_record() {
         output,
         cmd,
         quiet,
+        hostname,
         ..
     } = cli.command
     else {
         panic!("not `record`: {argv:?}");
     };
     assert!(all && cmd.is_empty() && quiet);
+    // The node's name, not the pod's, in `{host}` and the recording.
+    assert_eq!(hostname.as_deref(), Some(NODE_NAME));
     assert!(max_size > 0, "a node's recorder runs for days: bounded");
     let out = output.to_str().unwrap();
     assert!(out.contains("{host}"), "one file per node: {out}");
@@ -153,6 +195,64 @@ fn metrics_port_and_path_agree_everywhere() {
     let labels = pod["metadata"]["labels"].as_object().unwrap();
     for (k, v) in svc["spec"]["selector"].as_object().unwrap() {
         assert_eq!(labels.get(k), Some(v), "selector {k}");
+    }
+}
+
+// Issue 24, finding 4: the DaemonSet served every tenant's process names on every node address.
+/// /metrics on the pod's own IP, in the pod's own network namespace, where
+/// the shipped NetworkPolicy applies: it selects the recorder's pods, lets
+/// in one namespace on the metrics port alone, and lets nothing out.
+#[test]
+fn metrics_are_served_on_the_pod_ip_behind_a_network_policy() {
+    let ds = daemonset();
+    let spec = &ds["spec"]["template"]["spec"];
+    assert_ne!(
+        spec["hostNetwork"], true,
+        "on the node's network, /metrics answers on every node address and no NetworkPolicy applies"
+    );
+    let c = container(&ds);
+    let argv = argv(c);
+    assert_eq!(metrics_addr(&argv), format!("{POD_IP}:9478"));
+    assert!(
+        env_fields(c).contains(&("POD_IP".into(), "status.podIP".into())),
+        "{:?}",
+        env_fields(c)
+    );
+
+    let np = yaml(&dir().join("networkpolicy.yaml"));
+    assert_eq!(np["kind"], "NetworkPolicy");
+    let labels = ds["spec"]["template"]["metadata"]["labels"]
+        .as_object()
+        .unwrap();
+    let selector = np["spec"]["podSelector"]["matchLabels"]
+        .as_object()
+        .expect("a pod selector by labels");
+    assert!(!selector.is_empty());
+    for (k, v) in selector {
+        assert_eq!(
+            labels.get(k),
+            Some(v),
+            "selector {k}: not the recorder's pods"
+        );
+    }
+    assert_eq!(strs(&np["spec"]["policyTypes"]), ["Ingress", "Egress"]);
+    assert_eq!(np["spec"]["egress"], serde_json::json!([]), "nothing out");
+    let ingress = np["spec"]["ingress"].as_array().unwrap();
+    assert!(!ingress.is_empty());
+    for rule in ingress {
+        let from = rule["from"].as_array().expect("a rule names its peers");
+        assert!(!from.is_empty(), "a rule without peers lets in anyone");
+        for peer in from {
+            assert!(
+                peer["ipBlock"].is_null(),
+                "by namespace, not address: {peer}"
+            );
+            let ns = peer["namespaceSelector"]["matchLabels"].as_object();
+            assert!(ns.is_some_and(|m| !m.is_empty()), "{peer}");
+        }
+        let ports = rule["ports"].as_array().expect("a rule names its ports");
+        assert_eq!(ports.len(), 1, "{rule}");
+        assert_eq!(ports[0]["port"], "metrics", "{rule}");
     }
 }
 

@@ -92,6 +92,22 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// `--hostname`: what `uname -n` would say, 1 to 64 bytes (the kernel's
+/// own bound), of letters, digits, `.`, `_` and `-`: a Kubernetes node
+/// name fits, and nothing that needs escaping reaches a file name or a
+/// label.
+pub fn parse_hostname(s: &str) -> Result<String, String> {
+    const MAX: usize = 64;
+    let ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if s.is_empty() || s.len() > MAX || !s.chars().all(ok) {
+        return Err(format!(
+            "{:?} is not a host name (1 to {MAX} letters, digits, '.', '_' or '-')",
+            crate::term::escape(s)
+        ));
+    }
+    Ok(s.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -133,6 +149,24 @@ mod tests {
             "1e9s",
         ] {
             assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_hostname_is_a_node_name_or_refused() {
+        assert_eq!(
+            parse_hostname("ip-10-0-1-7.ec2.internal").as_deref(),
+            Ok("ip-10-0-1-7.ec2.internal")
+        );
+        for bad in [
+            "",
+            "a/b",
+            "node 1",
+            "n\u{1b}[31m",
+            "$(NODE_NAME)",
+            &"a".repeat(65),
+        ] {
+            assert!(parse_hostname(bad).is_err(), "{bad:?}");
         }
     }
 }

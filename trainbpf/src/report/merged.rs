@@ -2,11 +2,7 @@
 //! (one per node, `record -o DIR/{host}.rec`), each built as one file is,
 //! then merged on the wall clock (model/merge.rs).
 
-use std::{
-    io::BufReader,
-    path::{Path, PathBuf},
-    time::Duration,
-};
+use std::{io::BufReader, path::PathBuf, time::Duration};
 
 use anyhow::{Context as _, Result, bail};
 
@@ -14,18 +10,21 @@ use super::{Files, Part, Scope, build_scoped, open_input, text_options};
 use crate::{model, render, safe_file};
 
 /// The recordings `report` was given: files as they are, and for a
-/// directory every regular `*.rec` file in it, by name. A directory is
-/// listed with the invoking user's rights, as files are opened.
+/// directory every regular `*.rec` file in it, by name. Each path is
+/// looked at with the invoking user's rights, as files are opened: the
+/// stat that tells a directory too, or root's look would tell them whether
+/// a path they cannot reach exists.
 pub fn inputs(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
     let owner = safe_file::Owner::from(&crate::job::Invoker::detect()?);
     let mut out = Vec::new();
     for p in paths {
-        if !p.is_dir() {
-            out.push(p.clone());
-            continue;
-        }
         let dir = p.clone();
-        let mut found = safe_file::as_owner(owner, move || {
+        let listed = safe_file::as_owner(owner, move || {
+            // Not a directory, or none the user can see: opened as a file
+            // later, as the user, whose error then says why.
+            if !dir.is_dir() {
+                return Ok(None);
+            }
             let io = |err| safe_file::FileError::Io {
                 what: format!("listing {}", dir.display()),
                 err,
@@ -39,8 +38,12 @@ pub fn inputs(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
                     found.push(e.path());
                 }
             }
-            Ok(found)
+            Ok(Some(found))
         })?;
+        let Some(mut found) = listed else {
+            out.push(p.clone());
+            continue;
+        };
         if found.is_empty() {
             bail!("{}: no recording (*.rec) in this directory", p.display());
         }
@@ -88,14 +91,27 @@ pub fn run_merged(
     })
 }
 
+/// The merged HTML page and Perfetto trace; their placeholders name the
+/// job's start, and a host only when every recording is of that one.
 fn write_files(m: &model::Merged, files: &Files<'_>) -> Result<()> {
+    use crate::cli::placeholders::Output;
     let owner = safe_file::Owner::from(&crate::job::Invoker::detect()?);
-    let write = |path: &Path, bytes: &[u8]| super::write_output(path, bytes, owner);
-    if let Some(p) = files.html {
-        write(p, render::html::render_merged(m).as_bytes())?;
+    let values = super::output_values(&m.recordings);
+    // Both expanded before either is written.
+    let html = files
+        .html
+        .map(|p| super::output_path(Output::Html, p, &values))
+        .transpose()?;
+    let perfetto = files
+        .perfetto
+        .map(|p| super::output_path(Output::Perfetto, p, &values))
+        .transpose()?;
+    if let Some(p) = html {
+        super::write_output(&p, render::html::render_merged(m).as_bytes(), owner)?;
     }
-    if let Some(p) = files.perfetto {
-        write(p, &serde_json::to_vec(&render::perfetto::render_merged(m))?)?;
+    if let Some(p) = perfetto {
+        let trace = serde_json::to_vec(&render::perfetto::render_merged(m))?;
+        super::write_output(&p, &trace, owner)?;
     }
     Ok(())
 }
