@@ -436,7 +436,13 @@ fn a_hold_past_its_limit_is_ended_and_its_window_counted() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let took_us: u64 = stdout
         .lines()
-        .find_map(|l| l.split_once(": dlopen took ")?.1.strip_suffix(" us")?.parse().ok())
+        .find_map(|l| {
+            l.split_once(": dlopen took ")?
+                .1
+                .strip_suffix(" us")?
+                .parse()
+                .ok()
+        })
         .unwrap_or_else(|| panic!("no dlopen time: {stdout}"));
     let took = Duration::from_micros(took_us);
     eprintln!("dlopen (and the hold in it) took {} ms", took.as_millis());
@@ -476,11 +482,7 @@ fn a_held_process_killed_before_its_release_leaves_no_hold_behind() {
     let _g = serial();
     let dir = TempDir::new("gpu-late-reuse");
     let (libs, job) = late_standins(&dir, 1);
-    let script = format!(
-        "'{}' '{}' fork; sleep 5",
-        job.display(),
-        libs[0].display()
-    );
+    let script = format!("'{}' '{}' fork; sleep 5", job.display(), libs[0].display());
     let rec = dir.path("reuse.rec");
     let mut recorder = gpu_record_command(
         &rec,
@@ -499,7 +501,9 @@ fn a_held_process_killed_before_its_release_leaves_no_hold_behind() {
     };
     kill_started(&[held]);
     // Reaped by its parent: the pid is free.
-    let freed = poll(Duration::from_secs(5), || state_of(held.pid).is_none().then_some(()));
+    let freed = poll(Duration::from_secs(5), || {
+        state_of(held.pid).is_none().then_some(())
+    });
     assert!(freed.is_some(), "pid {} never freed", held.pid);
     // Blocks SIGCONT, says it is ready, and writes who sent one, if any.
     let wait_cont = "import signal, sys\n\

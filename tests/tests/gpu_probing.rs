@@ -232,7 +232,10 @@ fn a_library_the_jobs_user_cannot_open_is_not_probed() {
     );
     let r = report_json(&rec);
     let a = attaches(&r, &lib);
-    eprintln!("{a:#?}\nlost: {:#}\nlate: {:#}", r["gpu"]["lost"], r["gpu"]["late"]);
+    eprintln!(
+        "{a:#?}\nlost: {:#}\nlate: {:#}",
+        r["gpu"]["lost"], r["gpu"]["late"]
+    );
     assert_eq!(a.len(), 1, "{a:#?}");
     assert_eq!(u(&a[0]["attached"]), 0, "{a:#?}");
     let why = a[0]["error"].as_str().unwrap_or_default();
@@ -250,7 +253,11 @@ fn a_library_the_jobs_user_cannot_open_is_not_probed() {
 /// An ELF file named like the driver whose `.dynsym` section header claims
 /// `claim` bytes: the file is that long, but sparse (a few KiB on disk).
 fn sparse_elf(path: &Path, claim: u64) {
-    let machine: u16 = if cfg!(target_arch = "aarch64") { 183 } else { 62 };
+    let machine: u16 = if cfg!(target_arch = "aarch64") {
+        183
+    } else {
+        62
+    };
     let shstrtab = b"\0.dynsym\0.dynstr\0.shstrtab\0";
     let dynstr = b"\0cuMemAlloc_v2\0";
     let (shstr_at, dynstr_at, dynsym_at) = (320u64, 384u64, 4096u64);
@@ -416,7 +423,10 @@ fn libraries_past_the_cap_are_counted_and_said() {
     assert_eq!(last.len(), 1, "{attach:#?}");
     assert_eq!(u(&last[0]["attached"]), 0);
     let why = last[0]["error"].as_str().unwrap_or_default();
-    assert!(why.contains(&format!("{MAX_LIBRARIES} driver libraries")), "{why}");
+    assert!(
+        why.contains(&format!("{MAX_LIBRARIES} driver libraries")),
+        "{why}"
+    );
     assert_eq!(u(&g["lost"]["over_cap"]), 1, "{:#}", g["lost"]);
     // Its four calls: not in the ledger, counted in its window.
     let late = g["late"].as_array().unwrap();
