@@ -224,7 +224,8 @@ impl<'a> ReadRef<'a> for &'a Image {
 }
 
 /// Symbols' file offsets in an ELF image, as aya computes them: the
-/// dynamic symbols first, then the others; defined ones only.
+/// dynamic symbols first, then the others; defined ones only. One pass
+/// over the tables, whatever their length.
 pub(super) fn elf_offsets<'a, R: ReadRef<'a>>(
     data: R,
     symbols: &[&str],
@@ -234,21 +235,38 @@ pub(super) fn elf_offsets<'a, R: ReadRef<'a>>(
         obj.kind(),
         object::ObjectKind::Dynamic | object::ObjectKind::Executable
     );
-    let find = |name: &str| -> Option<u64> {
-        let sym = obj
-            .dynamic_symbols()
-            .chain(obj.symbols())
-            .find(|s| s.is_definition() && s.name() == Ok(name))?;
-        if !translate {
-            return Some(sym.address());
+    // The first definition of each name decides, as a search would.
+    let mut found: Vec<Option<Option<u64>>> = vec![None; symbols.len()];
+    for sym in obj.dynamic_symbols().chain(obj.symbols()) {
+        if !sym.is_definition() {
+            continue;
         }
-        let section = obj.section_by_index(sym.section_index()?).ok()?;
-        let (offset, _) = section.file_range()?;
-        sym.address()
-            .checked_sub(section.address())?
-            .checked_add(offset)
-    };
-    Ok(symbols.iter().map(|s| find(s)).collect())
+        let Ok(name) = sym.name() else { continue };
+        let Some(i) = symbols.iter().position(|s| *s == name) else {
+            continue;
+        };
+        if found[i].is_some() {
+            continue;
+        }
+        found[i] = Some(if translate {
+            file_offset(&obj, &sym)
+        } else {
+            Some(sym.address())
+        });
+    }
+    Ok(found.into_iter().map(Option::flatten).collect())
+}
+
+/// A symbol's address as an offset in its file, through its section.
+fn file_offset<'data, R: ReadRef<'data>>(
+    obj: &object::File<'data, R>,
+    sym: &object::Symbol<'data, '_, R>,
+) -> Option<u64> {
+    let section = obj.section_by_index(sym.section_index()?).ok()?;
+    let (offset, _) = section.file_range()?;
+    sym.address()
+        .checked_sub(section.address())?
+        .checked_add(offset)
 }
 
 #[cfg(test)]
