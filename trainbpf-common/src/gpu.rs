@@ -25,6 +25,21 @@ pub const MAP_NOT_HELD_OFF: u32 = 2;
 pub const MAP_NOT_HELD_SIGNAL: u32 = 3;
 /// Not held: the held-process map was full.
 pub const MAP_NOT_HELD_FULL: u32 = 4;
+/// Neither held nor probed: the descriptor mapped is not open for reading
+/// (`O_PATH`, write-only), so the mapping fails and the job could not read
+/// the file; said once per file.
+pub const MAP_NOT_READABLE: u32 = 5;
+
+/// `file.f_mode` bits (include/linux/fs.h, the same from 5.10 to 6.18):
+/// open for reading, and opened with `O_PATH`.
+pub const FMODE_READ: u32 = 0x1;
+pub const FMODE_PATH: u32 = 0x4000;
+
+/// `LIBCUDA_SEEN`'s values: the file was probed or tried (userspace), or
+/// a mapping through a descriptor not open for reading was said (the
+/// kernel); a readable mapping of the latter is still held.
+pub const SEEN_TRIED: u32 = 1;
+pub const SEEN_UNREADABLE: u32 = 2;
 
 /// Bytes of a mapped file's name kept.
 pub const MAP_NAME_LEN: usize = 64;
@@ -169,7 +184,8 @@ pub struct LateWindow {
 }
 
 /// A process held at its mapping of a driver library (`HELD`'s value):
-/// what the collector must know before it sends SIGCONT.
+/// what the collector, or the hold's watchdog, must know before it sends
+/// SIGCONT. The entry goes at the process's exit.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Held {
@@ -182,6 +198,20 @@ pub struct Held {
     /// Someone else continued it before the probes were on.
     pub other_cont: u32,
     pub _pad: u32,
+    /// When the hold began (CLOCK_MONOTONIC ns).
+    pub since_ns: u64,
+    /// The group leader's `start_time`, as in the record headers.
+    pub start_ns: u64,
+    /// The group leader's `start_boottime`, ns: `/proc/PID/stat`'s start
+    /// time, in clock ticks there.
+    pub start_boottime_ns: u64,
+    /// The file mapped (the kernel's dev_t, inode): the window the
+    /// watchdog opens when it ends the hold.
+    pub dev: u64,
+    pub ino: u64,
+    /// When the hold's watchdog continued the process, the hold having run
+    /// past its limit (0: it did not).
+    pub timed_out_ns: u64,
 }
 
 /// Per-CPU counters of the GPU probes, besides the ring-buffer losses kept
@@ -237,6 +267,7 @@ const _: () = assert!(core::mem::size_of::<NvPagesEvent>() == 40);
 const _: () = assert!(core::mem::size_of::<GpuCounters>() == 16);
 const _: () = assert!(core::mem::size_of::<GpuConfig>() == 7 * 8);
 const _: () = assert!(core::mem::size_of::<CudaMapEvent>() == 24 + 16 + 16 + MAP_NAME_LEN);
+const _: () = assert!(core::mem::size_of::<Held>() == 16 + 6 * 8);
 const _: () = assert!(KIND_CUDA_MAP < KIND_MAX);
 
 #[cfg(feature = "user")]

@@ -398,6 +398,13 @@ pub struct Config {
     pub inode_ino: i64,
     pub inode_sb: i64,
     pub sb_dev: i64,
+    /// `file.f_mode`: a descriptor not open for reading (`O_PATH`,
+    /// write-only) is never a reason to probe its file.
+    pub file_f_mode: i64,
+    /// `task_struct.start_boottime` (`real_start_time` before 5.5): what
+    /// `/proc/PID/stat` shows as a process's start, so that a held
+    /// process is continued only if its pid still names it.
+    pub task_start_boottime: i64,
 }
 
 impl Config {
@@ -477,6 +484,8 @@ impl Config {
         inode_ino: -1,
         inode_sb: -1,
         sb_dev: -1,
+        file_f_mode: -1,
+        task_start_boottime: -1,
     };
 }
 

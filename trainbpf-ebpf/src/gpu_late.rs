@@ -17,6 +17,22 @@
 //! instead: its calls into the NVIDIA driver (ioctls on `/dev/nvidia*`),
 //! per process, in `WINDOWS`.
 //!
+//! Only a mapping of a descriptor open for reading holds anyone (issue 24,
+//! finding 1): this program runs before `mmap` checks the descriptor, and
+//! one opened `O_PATH` (no read permission needed) or write-only makes the
+//! mapping fail, on a file the job's user may not be able to read. Such a
+//! mapping is said once per file (`SEEN_UNREADABLE`) and nothing else.
+//!
+//! A hold ends within a bound whatever the recorder does (finding 7): its
+//! entry carries when it began and the process's start time, the hold's
+//! watchdog (trainbpf/src/gpu/watchdog.rs) continues a process held past
+//! its limit, and every held one if the recorder dies, through a pidfd
+//! checked against that start time; a live hold's entry goes at the
+//! process's exit (`lifecycle.rs`), so that a pid reused later names no
+//! hold. No BPF
+//! program can do this itself: one can signal only the task it runs in,
+//! and a stopped task runs nothing.
+//!
 //! Cost: a classic syscall tracepoint sets every task's syscall-trace flag,
 //! so each syscall takes the slow path; the programs themselves run only on
 //! `mmap` and `ioctl`, and end at their first test for anything else
@@ -46,6 +62,8 @@ use crate::{
 const MAP_ANONYMOUS: u64 = 0x20;
 const SIGSTOP: u32 = 19;
 const BPF_NOEXIST: u64 = 1;
+/// `-EEXIST`, as map updates return it.
+const EEXIST: i32 = -17;
 const BPF_RB_FORCE_WAKEUP: u64 = 2;
 
 #[inline(always)]
@@ -154,37 +172,67 @@ fn try_late_mmap(ctx: &TracePointContext) -> Result<u32, u32> {
         dev: dev as u64,
         ino,
     };
-    // SAFETY: tested for presence only.
-    if unsafe { LIBCUDA_SEEN.get(&key) }.is_some() {
+    // SAFETY: the value is copied out at once.
+    let seen = unsafe { LIBCUDA_SEEN.get(&key) }.copied();
+    if seen == Some(SEEN_TRIED) {
         return Ok(0);
     }
     // SAFETY: helper without preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
+    // A descriptor not open for reading (O_PATH needs no read permission;
+    // a write-only one) fails this mmap, and its file may be one the
+    // job's user cannot read: never held, never a reason to probe. Said
+    // once per file, so that a job looping on such mappings costs one
+    // record.
+    let mode: u32 = rd(file, conf!(file_f_mode))?;
+    if mode & FMODE_READ == 0 || mode & FMODE_PATH != 0 {
+        if seen.is_some() {
+            return Ok(0);
+        }
+        match LIBCUDA_SEEN.insert(&key, &SEEN_UNREADABLE, BPF_NOEXIST) {
+            Ok(()) => {}
+            Err(EEXIST) => return Ok(0),
+            Err(_) => {
+                count_lost(KIND_CUDA_MAP, "late_mmap");
+                return Ok(0);
+            }
+        }
+        let Some(mut entry) = PRECIOUS.reserve::<CudaMapEvent>(0) else {
+            count_lost(KIND_CUDA_MAP, "late_mmap");
+            return Ok(0);
+        };
+        fill(entry.as_mut_ptr(), now, fd, MAP_NOT_READABLE, &key, file);
+        entry.submit(BPF_RB_FORCE_WAKEUP);
+        return Ok(0);
+    }
     let window = LateWindow {
         start_ns: now,
         dev: dev as u64,
         ino,
         calls: 0,
     };
-    // The record first: a process held with no record would wait forever.
+    // The record first: a process held with no record would wait for the
+    // watchdog's limit.
     let Some(mut entry) = PRECIOUS.reserve::<CudaMapEvent>(0) else {
         count_lost(KIND_CUDA_MAP, "late_mmap");
         let _ = WINDOWS.insert(&tgid, &window, BPF_NOEXIST);
         return Ok(0);
     };
+    // SAFETY: helper without preconditions.
+    let task = unsafe { bpf_get_current_task() };
+    let leader: u64 = rd(task, conf!(task_group_leader)).unwrap_or(task);
+    let hold = Held {
+        sending: 1,
+        since_ns: now,
+        start_ns: leader_start_ns(task),
+        start_boottime_ns: rd(leader, conf!(task_start_boottime)).unwrap_or(0),
+        dev: dev as u64,
+        ino,
+        ..Held::default()
+    };
     let held = if lc!(late_hold) == 0 {
         MAP_NOT_HELD_OFF
-    } else if HELD
-        .insert(
-            &tgid,
-            &Held {
-                sending: 1,
-                ..Held::default()
-            },
-            0,
-        )
-        .is_err()
-    {
+    } else if HELD.insert(&tgid, &hold, 0).is_err() {
         MAP_NOT_HELD_FULL
         // SAFETY: the signal goes to the current thread, a job thread.
     } else if unsafe { bpf_send_signal_thread(SIGSTOP) } == 0 {
@@ -201,25 +249,36 @@ fn try_late_mmap(ctx: &TracePointContext) -> Result<u32, u32> {
     if held != MAP_HELD {
         let _ = WINDOWS.insert(&tgid, &window, BPF_NOEXIST);
     }
-    let ev = entry.as_mut_ptr();
+    fill(entry.as_mut_ptr(), now, fd, held, &key, file);
+    entry.submit(BPF_RB_FORCE_WAKEUP);
+    Ok(0)
+}
+
+/// Writes the record of the current thread's mapping of `file`.
+#[inline(always)]
+fn fill(ev: *mut CudaMapEvent, now: u64, fd: u64, held: u32, key: &FileKey, file: u64) {
+    let pid_tgid = bpf_get_current_pid_tgid();
     // SAFETY: helper without preconditions.
     let task = unsafe { bpf_get_current_task() };
     // SAFETY: `ev` points at a reserved slot of the right size.
     unsafe {
-        (*ev).hdr = header(KIND_CUDA_MAP, FLAG_IN_JOB, tgid, leader_start_ns(task));
+        (*ev).hdr = header(
+            KIND_CUDA_MAP,
+            FLAG_IN_JOB,
+            (pid_tgid >> 32) as u32,
+            leader_start_ns(task),
+        );
         (*ev).hdr.ts_ns = now;
         (*ev).tid = pid_tgid as u32;
         (*ev).fd = fd as i32;
         (*ev).held = held;
         (*ev)._pad = 0;
-        (*ev).dev = dev as u64;
-        (*ev).ino = ino;
+        (*ev).dev = key.dev;
+        (*ev).ino = key.ino;
         let name = &mut *core::ptr::addr_of_mut!((*ev).name);
         *name = [0; MAP_NAME_LEN];
         file_name(file, name);
     }
-    entry.submit(BPF_RB_FORCE_WAKEUP);
-    Ok(0)
 }
 
 /// `syscalls:sys_enter_ioctl`: in an uncovered window, a call into the

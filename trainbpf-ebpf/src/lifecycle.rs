@@ -11,7 +11,7 @@ use trainbpf_common::*;
 
 use crate::{
     count_lost, header, in_job, lazy, lazy_precious, leader_start_ns,
-    maps::{COUNTERS, EVENTS, JOB, PRECIOUS, ProcKey},
+    maps::{COUNTERS, EVENTS, HELD, JOB, PRECIOUS, ProcKey},
     pages, procs, rd, rd_comm,
 };
 
@@ -185,6 +185,15 @@ fn try_sched_exit(ctx: &BtfTracePointContext) -> Result<u32, u32> {
         return Ok(0);
     }
     let _ = JOB.remove(&tgid);
+    // A process held at a late driver mapping and killed before its
+    // release: its hold ends with it, before its pid can name another
+    // process that a SIGCONT would then reach. A hold the watchdog already
+    // ended stays, for the collector to count: nothing continues a
+    // process by such an entry, and a new hold of the pid replaces it.
+    // SAFETY: the value is read at once.
+    if unsafe { HELD.get(&tgid) }.is_some_and(|h| h.timed_out_ns == 0) {
+        let _ = HELD.remove(&tgid);
+    }
     let Some(mut entry) = PRECIOUS.reserve::<ExitEvent>(0) else {
         count_lost(KIND_EXIT, "sched_exit");
         return Ok(0);

@@ -238,13 +238,16 @@ pub(crate) static PY_SCRATCH: PerCpuArray<PyStack> = PerCpuArray::with_max_entri
 
 // ------------------------------------------- late driver libraries (gpu_late.rs)
 
-/// Driver library files already probed or tried (userspace fills it): an
-/// mmap of one of these holds no one.
+/// Driver library files already probed or tried (userspace fills it,
+/// `SEEN_TRIED`): an mmap of one of these holds no one. `SEEN_UNREADABLE`:
+/// a mapping through a descriptor not open for reading was said (the
+/// kernel fills it).
 #[map]
 pub(crate) static LIBCUDA_SEEN: HashMap<FileKey, u32> = HashMap::with_max_entries(1024, 0);
 
 /// Job processes held at the mapping of an unprobed driver library, until
-/// the collector has attached and continued them: tgid → [`Held`].
+/// the collector has attached and continued them, the hold's watchdog has
+/// ended the hold, or the process exited: tgid → [`Held`].
 #[map]
 pub(crate) static HELD: HashMap<u32, Held> = HashMap::with_max_entries(1024, 0);
 

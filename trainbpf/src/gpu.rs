@@ -16,17 +16,19 @@
 //! Everything tried and not used is recorded with the reason
 //! ([`GpuSource`], [`GpuAttach`]), once.
 //!
+//! What a job hands the root recorder here is bounded (issue 24): only a
+//! file the job's user may read is read, opened with that user's
+//! credentials ([`pinned`]); its symbol tables are read within a fixed
+//! size ([`elf`]); a run tries at most [`probe::MAX_LIBRARIES`] files found
+//! through the job ([`probe`]); and a hold ends within a time limit, or at
+//! once when the recorder dies ([`watchdog`]).
+//!
 //! Each file is held by a descriptor from the moment it is found, and a
 //! job's library is reached through `/proc/PID/map_files`, never through a
 //! path the job controls ([`pinned`]): root's breakpoints go on the inode
 //! the job maps, not on whatever a link names by the time of the attach.
 
-use std::{
-    collections::HashSet,
-    ffi::OsStr,
-    fs,
-    path::{Path, PathBuf},
-};
+use std::{collections::HashSet, ffi::OsStr, fs, path::PathBuf};
 
 use aya::{
     Ebpf,
@@ -37,24 +39,28 @@ use nvml_wrapper::{Nvml, enums::device::UsedGpuMemory};
 use trainbpf_common::{GpuConfig, GpuCounters};
 
 use self::{
-    attach::{attach_nv_kprobe, attach_pair, attach_xid, load_uprobes},
-    maps::mapped_libcuda,
+    attach::{attach_nv_kprobe, attach_xid, load_uprobes},
     pinned::Pinned,
 };
 use crate::{
     decode::gpu::{
-        GpuAttach, GpuLost, GpuSource, GpuUserBody, NvmlDevice, NvmlProcess, NvmlSample,
-        encode_user,
+        GpuLost, GpuSource, GpuUserBody, NvmlDevice, NvmlProcess, NvmlSample, encode_user,
     },
     kernel,
 };
 
 mod attach;
+mod elf;
+mod held;
 mod late;
+mod mapped;
 mod maps;
 mod pinned;
+mod probe;
+mod watchdog;
 
 pub use late::ENV_FORCE_WINDOW_MS;
+pub use watchdog::{SUBCOMMAND as WATCHDOG_SUBCOMMAND, run as watchdog_main};
 
 /// Extra `libcuda.so` paths, `:`-separated: a driver outside the usual
 /// places, or a stand-in library in tests.
@@ -103,10 +109,6 @@ pub const CUDA_SYMBOLS: [(&str, &str); 23] = [
 /// The driver's host-page allocator, probed where kprobes exist.
 const NV_KPROBES: [&str; 2] = ["nv_alloc_pages", "nv_free_pages"];
 
-/// Job processes whose maps are read per scan: bounds the work on a job
-/// with thousands of processes (the rest wait for the next scan).
-const MAX_SCAN: usize = 512;
-
 /// The `nvidia:nvidia_dev_xid` offsets for the object's `GPU_CONFIG`; all
 /// -1 when the driver has no such tracepoint (tracefs must be mounted).
 pub fn config() -> GpuConfig {
@@ -133,6 +135,14 @@ pub fn config() -> GpuConfig {
 pub struct GpuProbes {
     /// (st_dev, st_ino) of every library file tried, probed or not.
     tried: HashSet<(u64, u64)>,
+    /// Those of them with probes on.
+    probed: HashSet<(u64, u64)>,
+    /// Files tried that were found through the job, against the cap.
+    job_files: usize,
+    /// Whether a file past the cap was said yet.
+    over_cap_said: bool,
+    /// Whose credentials open the files parsed: the job's user.
+    owner: crate::safe_file::Owner,
     /// The uprobe programs loaded (the verifier accepted them).
     loaded: bool,
     counters: Option<PerCpuArray<MapData, GpuCounters>>,
@@ -149,6 +159,13 @@ pub struct GpuProbes {
 
 /// Encoded GPU collector records, for the recording.
 pub type Records = Vec<(u16, Vec<u8>)>;
+
+/// CLOCK_MONOTONIC, ns: the kernel's clock for the records.
+fn mono_ns() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+        .unwrap_or(0)
+}
 
 fn rec(out: &mut Records, now: u64, body: GpuUserBody) {
     out.push(encode_user(now, body));
@@ -183,11 +200,24 @@ fn why(e: &ProgramError) -> String {
 impl GpuProbes {
     /// Loads the GPU programs, probes every `libcuda.so*` found, and tries
     /// the Xid tracepoint, the driver kprobes and NVML. `printk` says whether
-    /// the kernel-log probe (which forwards `NVRM: Xid` lines) is attached.
-    pub fn start(ebpf: &mut Ebpf, printk: bool, now: u64) -> (GpuProbes, Records) {
+    /// the kernel-log probe (which forwards `NVRM: Xid` lines) is attached;
+    /// `hold`, whether the kernel holds a late mapping (the recorder runs
+    /// the job); `owner` is the job's user, whose credentials open what is
+    /// parsed.
+    pub fn start(
+        ebpf: &mut Ebpf,
+        printk: bool,
+        hold: bool,
+        owner: crate::safe_file::Owner,
+        now: u64,
+    ) -> (GpuProbes, Records) {
         let mut out = Vec::new();
         let mut g = GpuProbes {
             tried: HashSet::new(),
+            probed: HashSet::new(),
+            job_files: 0,
+            over_cap_said: false,
+            owner,
             loaded: false,
             counters: ebpf
                 .take_map("GPU_COUNTERS")
@@ -213,7 +243,7 @@ impl GpuProbes {
         if g.loaded {
             // Before the first attach, so that every file tried is marked
             // in the kernel's map as it is.
-            let (l, r) = late::Late::start(ebpf);
+            let (l, r) = late::Late::start(ebpf, hold);
             match r {
                 Ok(detail) => source(&mut out, now, "late-mmap", true, detail),
                 Err(e) => source(
@@ -329,65 +359,6 @@ impl GpuProbes {
         )
     }
 
-    /// Probes one library file, held by `file`, unless that file (by
-    /// device and inode) was tried before. `None` when it was. `path` is
-    /// only shown.
-    fn attach_library(
-        &mut self,
-        ebpf: &mut Ebpf,
-        file: &Pinned,
-        path: &Path,
-        found_by: &str,
-        pid: Option<u32>,
-    ) -> Option<GpuAttach> {
-        if !self.tried.insert((file.dev, file.ino)) {
-            return None;
-        }
-        if let Some(l) = &mut self.late {
-            l.seen(file.dev, file.ino);
-        }
-        let mut a = GpuAttach {
-            path: path.display().to_string(),
-            dev: file.dev,
-            ino: file.ino,
-            found_by: found_by.into(),
-            pid,
-            ..GpuAttach::default()
-        };
-        let names: Vec<&str> = CUDA_SYMBOLS.iter().map(|(s, _)| *s).collect();
-        let mut errors = Vec::new();
-        match file.offsets(&names) {
-            Err(e) => errors.push(e),
-            Ok(offsets) => {
-                let target = file.proc_path();
-                for ((symbol, prog), offset) in CUDA_SYMBOLS.into_iter().zip(offsets) {
-                    let Some(offset) = offset else {
-                        a.missing.push(symbol.into());
-                        continue;
-                    };
-                    match attach_pair(ebpf, prog, offset, &target) {
-                        Ok(()) => a.attached.push(symbol.into()),
-                        Err(e) => errors.push(format!("{symbol}: {e}")),
-                    }
-                }
-            }
-        }
-        if a.attached.is_empty() {
-            a.error = Some(if errors.is_empty() {
-                "exports none of the CUDA driver calls".into()
-            } else {
-                errors.join("; ")
-            });
-            self.lost.attach_failed += 1;
-        } else {
-            self.attached_files += 1;
-            if !errors.is_empty() {
-                a.error = Some(errors.join("; "));
-            }
-        }
-        Some(a)
-    }
-
     /// Once a second: new libraries in the job's maps, an NVML sample, the
     /// kernel counters.
     pub fn tick(
@@ -398,39 +369,7 @@ impl GpuProbes {
     ) -> Records {
         let mut out = Vec::new();
         if self.loaded {
-            let mut pids: Vec<u32> = job.keys().filter_map(Result::ok).collect();
-            pids.sort_unstable();
-            // Round-robin when there are more than a scan's worth.
-            let n = pids.len();
-            let start = if n > MAX_SCAN { self.scan_from % n } else { 0 };
-            self.scan_from = start + MAX_SCAN;
-            for i in 0..n.min(MAX_SCAN) {
-                let pid = pids[(start + i) % n];
-                for m in mapped_libcuda(pid) {
-                    if self.tried.contains(&(m.dev, m.ino)) {
-                        continue;
-                    }
-                    // The file mapped, not what its path names now; one
-                    // that cannot be pinned is tried again next scan.
-                    let Ok(file) = Pinned::mapped(pid, m.range, m.dev, m.ino) else {
-                        continue;
-                    };
-                    if let Some(a) = self.attach_library(ebpf, &file, &m.name, "maps", Some(pid)) {
-                        self.close_windows(&mut out, Some((m.dev, m.ino)), pid, now);
-                        // The path is the job's to choose, escapes and all.
-                        eprintln!(
-                            "trainbpf: GPU: probed {} (mapped by pid {pid}): {} calls{}",
-                            crate::term::escape(&a.path),
-                            a.attached.len(),
-                            a.error
-                                .as_deref()
-                                .map(|e| format!(" ({})", crate::term::escape(e)))
-                                .unwrap_or_default()
-                        );
-                        rec(&mut out, now, GpuUserBody::GpuAttach(a));
-                    }
-                }
-            }
+            self.scan_maps(ebpf, job, now, &mut out);
         }
         if let Some(n) = &self.nvml {
             match sample(n) {

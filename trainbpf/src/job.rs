@@ -22,6 +22,7 @@ use nix::unistd::{Gid, Uid};
 
 pub use cgroup::MemCgroup;
 pub use trampoline::exec_trampoline;
+pub(crate) use trampoline::started_by_recorder;
 
 #[derive(Debug, thiserror::Error)]
 pub enum JobError {

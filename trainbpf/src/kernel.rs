@@ -329,6 +329,14 @@ impl KernelBtf {
         c.inode_ino = self.offset("inode", &["i_ino"]);
         c.inode_sb = self.offset("inode", &["i_sb"]);
         c.sb_dev = self.offset("super_block", &["s_dev"]);
+        // Without these the late probe holds no one: a hold needs both
+        // (the descriptor's access mode, the start time that names the
+        // process when it is continued).
+        c.file_f_mode = self.offset("file", &["f_mode"]);
+        c.task_start_boottime = match self.offset("task_struct", &["start_boottime"]) {
+            -1 => self.offset("task_struct", &["real_start_time"]),
+            o => o,
+        };
         Ok(())
     }
 

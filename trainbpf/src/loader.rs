@@ -267,7 +267,9 @@ pub fn load(t: &Tunables, page_size: u64) -> Result<Loaded, LoadError> {
     config.recorder_tgid = i64::from(std::process::id());
     // The Xid tracepoint's layout, from tracefs (mounted above).
     let mut gpu_config = crate::gpu::config();
-    if !t.hold_late_cuda {
+    // A hold is ended by the watchdog through a pidfd checked against the
+    // process's start time: without that field no process is held.
+    if !t.hold_late_cuda || config.task_start_boottime < 0 {
         gpu_config.late_hold = 0;
     }
 

@@ -653,6 +653,11 @@ pub fn job_kill(report: &Value) -> &Value {
         .unwrap_or_else(|| panic!("no kill of a job process: {}", report["kills"]))
 }
 
+/// The late-library tests' stand-ins and runs.
+mod gpu;
+#[allow(unused_imports, reason = "each test binary uses a different subset")]
+pub use gpu::*;
+
 /// A GPU test's C source, in `tests/gpu/`.
 #[allow(dead_code)]
 pub fn gpu_src(name: &str) -> PathBuf {

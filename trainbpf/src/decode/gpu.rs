@@ -203,6 +203,23 @@ pub struct GpuLost {
     pub held: u64,
     #[serde(default)]
     pub held_ns: u64,
+    /// Driver library mappings not probed because the job could not read
+    /// the file: the descriptor mapped was not open for reading (`O_PATH`,
+    /// write-only), or the job's user may not open the file.
+    #[serde(default)]
+    pub unreadable: u64,
+    /// Library files not read because their symbol tables claim more than
+    /// the recorder reads from one, or lie outside the file.
+    #[serde(default)]
+    pub tables_too_big: u64,
+    /// Driver library mappings not probed because the run had tried as
+    /// many library files as it probes.
+    #[serde(default)]
+    pub over_cap: u64,
+    /// Holds that ran past their limit and that the hold's watchdog ended
+    /// before the probes were on: each left a window (`windows`).
+    #[serde(default)]
+    pub hold_timeouts: u64,
 }
 
 /// A job process mapped a driver library that was not probed yet: held

@@ -1,28 +1,34 @@
 //! A driver library a job process maps after recording started: the
 //! kernel holds the mapping thread's process (trainbpf-ebpf/src/gpu_late.rs)
-//! and says so on the precious ring; here the probes go on that very file,
-//! reached through the thread's own descriptor, and the process is
-//! continued. Only a process the hold stopped is continued, and not one
-//! that someone else stopped meanwhile.
+//! and says so on the precious ring; the probes go on that very file,
+//! reached through the thread's own descriptor ([`super::mapped`]), and the
+//! process is continued. Only a process the hold stopped is continued, not
+//! one that someone else stopped meanwhile, and only through a pidfd that
+//! names the process held ([`super::held`]). The hold's watchdog
+//! ([`super::watchdog`]) ends a hold that runs past its limit, and every
+//! hold when the recorder dies: no process is held without it.
 //!
 //! Where it could not be held, the window from the mapping to the attach
 //! is reported with the calls into the NVIDIA driver the kernel counted in
 //! it. [`ENV_FORCE_WINDOW_MS`] forces such a window, for tests.
 
-use std::{path::Path, time::Duration};
+use std::time::Duration;
 
 use aya::{
     Ebpf,
     maps::{HashMap as BpfHashMap, MapData},
     programs::TracePoint,
 };
-use trainbpf_common::{
-    CudaMapEvent, FileKey, Held, LateWindow, MAP_HELD, MAP_NOT_HELD_FULL, MAP_NOT_HELD_OFF,
-    MAP_NOT_HELD_SIGNAL,
-};
+use trainbpf_common::{CudaMapEvent, FileKey, Held, LateWindow, MAP_HELD, SEEN_TRIED};
 
-use super::{GpuProbes, Records, maps::mapped_libcuda, pinned::Pinned, rec, why};
-use crate::decode::gpu::{GpuAttach, GpuLate, GpuUserBody};
+use super::{
+    held::{Pidfd, continue_held},
+    watchdog::{HOLD_LIMIT, Watchdog},
+    why,
+};
+use crate::decode::gpu::GpuLate;
+
+const BPF_NOEXIST: u64 = 1;
 
 /// Test only: don't hold a process that maps a driver library late, and
 /// attach this many milliseconds after its mapping, so that a test can see
@@ -67,12 +73,28 @@ pub(super) struct Late {
     pub hold: Option<Duration>,
     /// Mappings whose forced window or hold has not run its length yet.
     pub deferred: Vec<CudaMapEvent>,
+    /// Ends holds that run too long, or outlive the recorder; dropped (and
+    /// so told to end) with the recorder's GPU state.
+    watchdog: Option<Watchdog>,
+}
+
+/// What came of continuing a held process.
+pub(super) struct Release {
+    /// Said in its record.
+    pub note: Option<String>,
+    /// The hold's watchdog had ended it, this long after it began: its
+    /// calls since are a window.
+    pub timed_out_ns: Option<u64>,
+    /// It still lives, continued or left stopped by someone else.
+    pub lives: bool,
 }
 
 impl Late {
-    /// Takes the maps and attaches the two syscall tracepoints; `Err` says
-    /// why a late library would be found only by the maps scan.
-    pub fn start(ebpf: &mut Ebpf) -> (Late, Result<String, String>) {
+    /// Takes the maps, starts the hold's watchdog where the kernel holds
+    /// (`hold`: the recorder runs the job), and attaches the two syscall
+    /// tracepoints; `Err` says why a late library would be found only by
+    /// the maps scan.
+    pub fn start(ebpf: &mut Ebpf, hold: bool) -> (Late, Result<String, String>) {
         let mut l = Late {
             seen: ebpf
                 .take_map("LIBCUDA_SEEN")
@@ -86,10 +108,16 @@ impl Late {
             forced: forced_window(),
             hold: env_ms(ENV_HOLD_MS),
             deferred: Vec::new(),
+            watchdog: None,
         };
         let r = (|| -> Result<(), String> {
-            if l.seen.is_none() || l.held.is_none() || l.windows.is_none() {
+            let (Some(held), Some(windows), Some(_)) = (&l.held, &l.windows, &l.seen) else {
                 return Err("the late-library maps are missing from the object".into());
+            };
+            // Before the programs: no process is held with no one to end
+            // the hold.
+            if hold && l.forced.is_none() {
+                l.watchdog = Some(Watchdog::start(held, windows)?);
             }
             for (prog, tp) in [
                 ("late_ioctl", "sys_enter_ioctl"),
@@ -116,14 +144,18 @@ impl Late {
                     "syscalls:sys_enter_mmap; test switch {ENV_FORCE_WINDOW_MS}: not held, probed {} ms after the mapping",
                     d.as_millis()
                 ),
-                None => "syscalls:sys_enter_mmap: a job process that maps an unprobed libcuda.so* is held (SIGSTOP) until its probes are on".into(),
+                None if l.watchdog.is_some() => format!(
+                    "syscalls:sys_enter_mmap: a job process that maps an unprobed libcuda.so* through a readable descriptor is held (SIGSTOP) until its probes are on, {} s at most (the hold's watchdog ends it then, and every hold if the recorder dies)",
+                    HOLD_LIMIT.as_secs()
+                ),
+                None => "syscalls:sys_enter_mmap: an attached recorder holds no one; a late libcuda.so*'s calls before its probes are counted as a window".into(),
             }),
         };
         (l, r)
     }
 
     /// How long a test switch puts off this mapping's attach.
-    fn delay(&self, ev: &CudaMapEvent) -> Option<Duration> {
+    pub fn delay(&self, ev: &CudaMapEvent) -> Option<Duration> {
         if ev.held == MAP_HELD {
             self.hold
         } else {
@@ -139,39 +171,65 @@ impl Late {
                     dev: kernel_dev(dev),
                     ino,
                 },
-                1,
+                SEEN_TRIED,
                 0,
             );
         }
     }
 
-    /// The probes are on (or could not be put on): continues the process
-    /// the hold stopped, unless someone else stopped it too. Returns the
-    /// note for the record.
-    pub fn release(&mut self, ev: &CudaMapEvent) -> Option<String> {
+    /// The probes are on (or will not go on): continues the process the
+    /// hold stopped, unless someone else stopped it too, its hold ended
+    /// otherwise, or it is gone.
+    pub fn release(&mut self, ev: &CudaMapEvent) -> Release {
         let tgid = ev.hdr.tgid;
-        let h = self.held.as_mut().and_then(|m| {
-            let h = m.get(&tgid, 0).ok();
-            let _ = m.remove(&tgid);
-            h
-        });
-        let Some(h) = h else {
-            return Some("the hold's entry was gone: not continued".into());
+        let said = |note: &str, lives| Release {
+            note: Some(note.into()),
+            timed_out_ns: None,
+            lives,
         };
-        let mut note = None;
-        if h.other_cont != 0 {
-            note = Some("another process continued it before the probes were on".into());
+        let Some(m) = self.held.as_mut() else {
+            return said("the hold's map is gone: not continued", true);
+        };
+        // Opened before the entry is looked at: the kernel drops the entry
+        // when its process exits, so while the entry is there the pidfd
+        // names the process held, whatever the pid names later.
+        let pidfd = Pidfd::open(tgid);
+        let h = match m.get(&tgid, 0) {
+            Ok(h) if h.start_ns == ev.hdr.start_ns => h,
+            // Another job process took the pid and is held in turn: its
+            // own record continues it.
+            Ok(_) | Err(_) => {
+                return said(
+                    "it exited while held (its hold ended with it): nothing to continue",
+                    false,
+                );
+            }
+        };
+        let _ = m.remove(&tgid);
+        if h.timed_out_ns != 0 {
+            return Release {
+                note: None,
+                timed_out_ns: Some(h.timed_out_ns.saturating_sub(h.since_ns)),
+                lives: true,
+            };
         }
         if h.other_stop != 0 {
-            return Some("another stop signal reached it while held: left stopped".into());
+            return said(
+                "another stop signal reached it while held: left stopped",
+                true,
+            );
         }
-        // Only the job's process the kernel held: its tgid came from the
-        // hold's own record, and HELD had it.
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(tgid as i32),
-            nix::sys::signal::Signal::SIGCONT,
-        );
-        note
+        let note = (h.other_cont != 0)
+            .then(|| "another process continued it before the probes were on".to_string());
+        let continued = pidfd.and_then(|p| p.signal(libc::SIGCONT));
+        match continued {
+            Ok(()) => Release {
+                note,
+                timed_out_ns: None,
+                lives: true,
+            },
+            Err(_) => said("it exited before it could be continued", false),
+        }
     }
 
     /// The recording ends: every process still held (its record not
@@ -181,12 +239,23 @@ impl Late {
         let held: Vec<(u32, Held)> = m.iter().filter_map(Result::ok).collect();
         for (tgid, h) in held {
             let _ = m.remove(&tgid);
-            if h.other_stop == 0 {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(tgid as i32),
-                    nix::sys::signal::Signal::SIGCONT,
-                );
+            if h.other_stop == 0 && h.timed_out_ns == 0 {
+                let _ = continue_held(tgid, &h);
             }
+        }
+    }
+
+    /// A held process whose library will not be probed runs on unprobed:
+    /// its calls from the mapping on are a window.
+    pub fn open_window(&mut self, ev: &CudaMapEvent) {
+        if let Some(m) = &mut self.windows {
+            let w = LateWindow {
+                start_ns: ev.hdr.ts_ns,
+                dev: ev.dev,
+                ino: ev.ino,
+                calls: 0,
+            };
+            let _ = m.insert(ev.hdr.tgid, w, BPF_NOEXIST);
         }
     }
 
@@ -216,196 +285,6 @@ impl Late {
             });
         }
         out
-    }
-}
-
-fn mono_ns() -> u64 {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
-        .unwrap_or(0)
-}
-
-fn why_not_held(held: u32) -> Option<String> {
-    Some(match held {
-        MAP_HELD => return None,
-        MAP_NOT_HELD_OFF if forced_window().is_some() => {
-            format!("not held: the test switch {ENV_FORCE_WINDOW_MS} is set")
-        }
-        MAP_NOT_HELD_OFF => {
-            "not held: an attached recorder (--pid, --cgroup, --all) only watches".into()
-        }
-        MAP_NOT_HELD_SIGNAL => "not held: the stop signal could not be sent".into(),
-        MAP_NOT_HELD_FULL => "not held: too many processes held at once".into(),
-        other => format!("not held ({other})"),
-    })
-}
-
-impl GpuProbes {
-    /// The kernel's reports of job processes mapping a driver library not
-    /// yet probed: probes the file, continues what was held, and records
-    /// each as held or as an uncovered window.
-    pub fn on_mapped(&mut self, ebpf: &mut Ebpf, evs: Vec<CudaMapEvent>, now: u64) -> Records {
-        let mut out = Vec::new();
-        for ev in evs {
-            if let Some(d) = self.late.as_ref().and_then(|l| l.delay(&ev))
-                && now < ev.hdr.ts_ns.saturating_add(d.as_nanos() as u64)
-            {
-                if let Some(l) = &mut self.late {
-                    l.deferred.push(ev);
-                }
-                continue;
-            }
-            self.mapped(ebpf, &ev, &mut out);
-        }
-        out
-    }
-
-    /// The forced windows that have run their length (`now` `u64::MAX`:
-    /// all of them).
-    pub fn due(&mut self, ebpf: &mut Ebpf, now: u64) -> Records {
-        let Some(l) = &mut self.late else {
-            return Vec::new();
-        };
-        let deferred = std::mem::take(&mut l.deferred);
-        let (due, wait): (Vec<_>, Vec<_>) = deferred.into_iter().partition(|e| {
-            let d = l.delay(e).unwrap_or_default().as_nanos() as u64;
-            now >= e.hdr.ts_ns.saturating_add(d)
-        });
-        l.deferred = wait;
-        let mut out = Vec::new();
-        for ev in due {
-            self.mapped(ebpf, &ev, &mut out);
-        }
-        out
-    }
-
-    fn mapped(&mut self, ebpf: &mut Ebpf, ev: &CudaMapEvent, out: &mut Records) {
-        let tgid = ev.hdr.tgid;
-        let dev = user_dev(ev.dev);
-        let name =
-            String::from_utf8_lossy(ev.name.split(|&b| b == 0).next().unwrap_or(&[])).into_owned();
-        // The descriptor the thread maps, or, once closed, the mapping. The
-        // path is the job's to choose: shown only, escaped when printed.
-        let by_fd = Pinned::descriptor(ev.tid, ev.fd, dev, ev.ino).map(|f| {
-            let p = std::fs::read_link(format!("/proc/{}/fd/{}", ev.tid, ev.fd));
-            (
-                f,
-                p.map(|p| p.display().to_string()).unwrap_or(name.clone()),
-            )
-        });
-        let file = by_fd.or_else(|e| -> Result<(Pinned, String), String> {
-            let m = mapped_libcuda(tgid)
-                .into_iter()
-                .find(|m| (m.dev, m.ino) == (dev, ev.ino))
-                .ok_or(e)?;
-            let f = Pinned::mapped(tgid, m.range, m.dev, m.ino)?;
-            Ok((f, m.name.display().to_string()))
-        });
-        let shown = match &file {
-            Ok((_, p)) => p.clone(),
-            Err(_) => name,
-        };
-        if !self.tried.contains(&(dev, ev.ino)) {
-            match file {
-                Ok((file, _)) => {
-                    if let Some(a) =
-                        self.attach_library(ebpf, &file, Path::new(&shown), "mmap", Some(tgid))
-                    {
-                        eprintln!(
-                            "trainbpf: GPU: probed {} as pid {tgid} mapped it: {} calls{}",
-                            crate::term::escape(&a.path),
-                            a.attached.len(),
-                            a.error
-                                .as_deref()
-                                .map(|e| format!(" ({})", crate::term::escape(e)))
-                                .unwrap_or_default()
-                        );
-                        rec(out, mono_ns(), GpuUserBody::GpuAttach(a));
-                    }
-                }
-                Err(e) => {
-                    // Tried once: it holds no one again.
-                    self.tried.insert((dev, ev.ino));
-                    if let Some(l) = &mut self.late {
-                        l.seen(dev, ev.ino);
-                    }
-                    self.lost.attach_failed += 1;
-                    let a = GpuAttach {
-                        path: shown.clone(),
-                        dev,
-                        ino: ev.ino,
-                        found_by: "mmap".into(),
-                        pid: Some(tgid),
-                        error: Some(format!("could not be opened: {e}")),
-                        ..GpuAttach::default()
-                    };
-                    rec(out, mono_ns(), GpuUserBody::GpuAttach(a));
-                }
-            }
-        }
-        let attached = mono_ns();
-        if ev.held == MAP_HELD {
-            let note = self.late.as_mut().and_then(|l| l.release(ev));
-            let ns = attached.saturating_sub(ev.hdr.ts_ns);
-            self.late_lost.held += 1;
-            self.late_lost.held_ns += ns;
-            let l = GpuLate {
-                pid: tgid,
-                tid: ev.tid,
-                path: shown.clone(),
-                mapped_ns: ev.hdr.ts_ns,
-                attached_ns: Some(attached),
-                held: true,
-                note,
-                calls: 0,
-            };
-            rec(out, attached, GpuUserBody::GpuLate(l));
-        }
-        let hint = (tgid, ev.tid, shown, why_not_held(ev.held));
-        self.close_windows_hinted(out, Some((dev, ev.ino)), Some(hint), attached);
-    }
-
-    /// Closes the uncovered windows on a file now probed (`file`: `stat`'s
-    /// dev and inode), or all that are left (`None`: never probed).
-    pub(super) fn close_windows(
-        &mut self,
-        out: &mut Records,
-        file: Option<(u64, u64)>,
-        pid: u32,
-        now: u64,
-    ) {
-        let note = file.map(|_| format!("probed when the maps scan found it in pid {pid}"));
-        let hint = note.map(|n| (0, 0, String::new(), Some(n)));
-        self.close_windows_hinted(out, file, hint, now);
-    }
-
-    fn close_windows_hinted(
-        &mut self,
-        out: &mut Records,
-        file: Option<(u64, u64)>,
-        hint: Option<(u32, u32, String, Option<String>)>,
-        now: u64,
-    ) {
-        let Some(l) = &mut self.late else { return };
-        let kfile = file.map(|(dev, ino)| (kernel_dev(dev), ino));
-        for mut w in l.close_windows(kfile, now) {
-            if let Some((pid, tid, path, note)) = &hint {
-                if *pid == w.pid || *pid == 0 {
-                    w.tid = *tid;
-                    w.note = note.clone();
-                }
-                w.path = path.clone();
-            }
-            if file.is_none() {
-                w.note = Some(
-                    "the probes never went on: every call after the mapping unrecorded".into(),
-                );
-            }
-            self.late_lost.windows += 1;
-            self.late_lost.window_calls += w.calls;
-            self.late_lost.window_ns += w.attached_ns.unwrap_or(now).saturating_sub(w.mapped_ns);
-            rec(out, now, GpuUserBody::GpuLate(w));
-        }
     }
 }
 

@@ -14,6 +14,13 @@
 //! The symbols' offsets are computed here and handed to aya as absolute
 //! offsets: aya's own look-up would also open `.gnu_debuglink`, a path the
 //! library's author chooses.
+//!
+//! What is parsed is opened with the job's user's credentials (issue 24,
+//! finding 1): the recorder reads, and puts its breakpoints on, only a
+//! file that user may read. The descriptor's magic link makes the kernel
+//! check the file's own permissions for the opener, as an open of its
+//! path would. The symbol tables are read within fixed bounds
+//! ([`super::elf`]).
 
 use std::{
     fs::File,
@@ -25,7 +32,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
+use crate::safe_file::{FileError, Owner, as_owner};
 
 /// `statfs.f_type` of FUSE.
 const FUSE_SUPER_MAGIC: u64 = 0x6573_5546;
@@ -113,47 +120,52 @@ impl Pinned {
     }
 
     /// The file offset of each of `symbols` the file exports (`None` for
-    /// one it does not), read through the descriptor.
-    pub fn offsets(&self, symbols: &[&str]) -> Result<Vec<Option<u64>>, String> {
-        let f = File::open(self.proc_path()).map_err(|e| e.to_string())?;
-        let m = f.metadata().map_err(|e| e.to_string())?;
+    /// one it does not), read through the descriptor, opened as `owner`.
+    pub fn offsets(&self, owner: Owner, symbols: &[&str]) -> Result<Vec<Option<u64>>, ReadError> {
+        let path = self.proc_path();
+        let f = as_owner(owner, || {
+            File::open(&path).map_err(|err| FileError::Io {
+                what: "opening".into(),
+                err,
+            })
+        })
+        .map_err(|e| ReadError::Unreadable {
+            uid: owner.uid,
+            why: match e {
+                FileError::Io { err, .. } => err.to_string(),
+                e => e.to_string(),
+            },
+        })?;
+        let m = f.metadata().map_err(|e| ReadError::Other(e.to_string()))?;
         if (m.dev(), m.ino()) != (self.dev, self.ino) {
-            return Err("the descriptor reopened another file".into());
+            return Err(ReadError::Other(
+                "the descriptor reopened another file".into(),
+            ));
         }
         // Read, not mapped (a file truncated meanwhile ends short, where a
         // mapping would kill the recorder with SIGBUS), and only the parts
-        // the symbol tables need: a job's file may be big and sparse.
-        let cache = object::ReadCache::new(f);
-        elf_offsets(&cache, symbols)
+        // the symbol tables need, within their bounds.
+        super::elf::symbol_offsets(&f, symbols).map_err(|e| match e {
+            super::elf::ElfError::TooBig(why) => ReadError::TooBig(why),
+            super::elf::ElfError::Bad(why) => ReadError::Other(why),
+        })
     }
 }
 
-/// Symbols' file offsets in an ELF image, as aya computes them: the
-/// dynamic symbols first, then the others; defined ones only.
-fn elf_offsets<'a, R: object::ReadRef<'a>>(
-    data: R,
-    symbols: &[&str],
-) -> Result<Vec<Option<u64>>, String> {
-    let obj = object::File::parse(data).map_err(|e| format!("not an ELF library: {e}"))?;
-    let translate = matches!(
-        obj.kind(),
-        object::ObjectKind::Dynamic | object::ObjectKind::Executable
-    );
-    let find = |name: &str| -> Option<u64> {
-        let sym = obj
-            .dynamic_symbols()
-            .chain(obj.symbols())
-            .find(|s| s.is_definition() && s.name() == Ok(name))?;
-        if !translate {
-            return Some(sym.address());
-        }
-        let section = obj.section_by_index(sym.section_index()?).ok()?;
-        let (offset, _) = section.file_range()?;
-        sym.address()
-            .checked_sub(section.address())?
-            .checked_add(offset)
-    };
-    Ok(symbols.iter().map(|s| find(s)).collect())
+/// Why a library's symbols were not read.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum ReadError {
+    /// The job's user may not read the file: root does not read it either.
+    #[error(
+        "refused: it could not be opened as uid {uid}, the job's user ({why}); the recorder reads only what that user may"
+    )]
+    Unreadable { uid: u32, why: String },
+    /// Its tables are over the bound or outside the file: not read.
+    #[error("refused: {0}")]
+    TooBig(String),
+    /// Anything else (not an ELF library, a failed read).
+    #[error("{0}")]
+    Other(String),
 }
 
 #[cfg(test)]
@@ -167,11 +179,13 @@ mod tests {
         let p = Pinned::open(&exe).expect("the test binary pins");
         let m = std::fs::metadata(&exe).unwrap();
         assert_eq!((p.dev, p.ino), (m.dev(), m.ino()));
-        let offs = p.offsets(&["main", "no_such_symbol_here"]).unwrap();
+        let offs = p
+            .offsets(Owner::current(), &["main", "no_such_symbol_here"])
+            .unwrap();
         assert!(offs[0].is_some_and(|o| o > 0 && o < m.len()), "{offs:?}");
         assert_eq!(offs[1], None);
         assert!(Pinned::open(Path::new("/dev/null")).is_err());
         assert!(Pinned::open(Path::new("/")).is_err());
-        assert!(elf_offsets(&b"not an elf"[..], &["x"]).is_err());
+        assert!(super::super::elf::elf_offsets(&b"not an elf"[..], &["x"]).is_err());
     }
 }

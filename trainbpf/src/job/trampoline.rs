@@ -102,7 +102,7 @@ pub fn exec_trampoline(args: &[OsString]) -> i32 {
 /// Whether our parent is a trainbpf recorder: the same executable file as
 /// ours (device and inode) and the same effective uid. The recorder starts
 /// the trampoline itself, so it is always its parent.
-fn started_by_recorder() -> Result<(), String> {
+pub(crate) fn started_by_recorder() -> Result<(), String> {
     let ppid = nix::unistd::getppid().as_raw();
     let me = fs::metadata("/proc/self/exe").map_err(|e| format!("/proc/self/exe: {e}"))?;
     let exe = fs::metadata(format!("/proc/{ppid}/exe"))

@@ -79,8 +79,15 @@ pub(super) async fn collect(
 
     // The GPU probes go on before the job starts, so that a libcuda it loads
     // from a known place is probed from its first call.
-    let (gpu, records) =
-        crate::gpu::GpuProbes::start(&mut ebpf, attach.printk.is_some(), mono_ns());
+    // The kernel holds a late driver mapping only of a job the recorder
+    // runs (the loader's `hold_late_cuda`).
+    let (gpu, records) = crate::gpu::GpuProbes::start(
+        &mut ebpf,
+        attach.printk.is_some(),
+        matches!(target, Target::Run(_)),
+        (&invoker).into(),
+        mono_ns(),
+    );
     for (kind, bytes) in records {
         c.writer.record(kind, &bytes);
     }

@@ -72,6 +72,10 @@ impl Gpu {
                 cuda_map: ring_lost(r, trainbpf_common::KIND_CUDA_MAP),
                 held: g.lost.held,
                 held_ms: super::gpu_late::ms(g.lost.held_ns),
+                hold_timeouts: g.lost.hold_timeouts,
+                over_cap: g.lost.over_cap,
+                tables_too_big: g.lost.tables_too_big,
+                unreadable: g.lost.unreadable,
                 window_calls: g.lost.window_calls,
                 window_ms: super::gpu_late::ms(g.lost.window_ns),
                 windows: g.lost.windows,
@@ -388,12 +392,25 @@ pub struct GpuLost {
     /// pause), and for how long in all.
     pub held: u64,
     pub held_ms: f64,
+    /// Holds that ran past their limit and that the hold's watchdog
+    /// ended before the probes were on: each left a window (`windows`).
+    pub hold_timeouts: u64,
     /// Ring-buffer losses of `nv_alloc_pages` records.
     pub nv_pages: u64,
+    /// Driver library mappings not probed because the run had already
+    /// tried as many library files found through the job as it probes.
+    pub over_cap: u64,
     /// Calls not recorded because the entry/return map was full.
     pub pending_full: u64,
     /// Successful calls whose returned pointer could not be read.
     pub read_failed: u64,
+    /// Library files not read because their symbol tables claim more than
+    /// the recorder reads from one, or lie outside the file.
+    pub tables_too_big: u64,
+    /// Driver library mappings not probed because the job could not read
+    /// the file: the descriptor mapped was not open for reading (`O_PATH`,
+    /// write-only), or the job's user may not open the file.
+    pub unreadable: u64,
     /// NVIDIA driver calls counted in the uncovered windows: in
     /// `lost_events`.
     pub window_calls: u64,

@@ -371,6 +371,11 @@ fn sources_part(out: &mut String, r: &Report, width: usize, p: &Paint) {
         );
     }
     super::gpu_late::part(out, r, width, p);
+    if let Some(line) = refused_line(r) {
+        for l in wrap(&line, width - 4) {
+            let _ = writeln!(out, "  {}", p.yellow(&l));
+        }
+    }
     let lost = crate::model::gpu::lost_events(r);
     let line = format!(
         "GPU lost events: {lost} (ring buffer, calls the entry/return map had no room for, and driver calls in uncovered windows){}",
@@ -381,6 +386,38 @@ fn sources_part(out: &mut String, r: &Report, width: usize, p: &Paint) {
         }
     );
     let _ = writeln!(out, "  {}", if lost > 0 { p.yellow(&line) } else { line });
+}
+
+/// What the recorder refused to read or probe, and holds it ended: one
+/// sentence, or none.
+fn refused_line(r: &Report) -> Option<String> {
+    let l = &r.gpu.lost;
+    let mut parts = Vec::new();
+    if l.unreadable > 0 {
+        parts.push(format!(
+            "{} driver library mapping(s) not probed because the job could not read the file",
+            l.unreadable
+        ));
+    }
+    if l.tables_too_big > 0 {
+        parts.push(format!(
+            "{} library file(s) not read because their symbol tables claim more than the recorder reads",
+            l.tables_too_big
+        ));
+    }
+    if l.over_cap > 0 {
+        parts.push(format!(
+            "{} driver library mapping(s) not probed: the run had already tried as many libraries found through the job as it probes",
+            l.over_cap
+        ));
+    }
+    if l.hold_timeouts > 0 {
+        parts.push(format!(
+            "{} hold(s) ended at their limit before the probes were on (calls since counted in the windows above)",
+            l.hold_timeouts
+        ));
+    }
+    (!parts.is_empty()).then(|| format!("GPU probing: {}.", parts.join("; ")))
 }
 
 fn total(k: &GpuAtKill) -> Held {

@@ -1,0 +1,243 @@
+//! Probing one library file, and how many a run probes (issue 24,
+//! finding 2).
+//!
+//! Each file a job's process maps costs the recorder a read of its symbol
+//! tables (bounded per file, [`super::elf`]) and two perf events per call
+//! probed, for the rest of the run. A job decides how many files it maps,
+//! so the files found through it (at a mapping or by the maps scan) are
+//! capped at [`MAX_LIBRARIES`]; one past the cap is not read, and each
+//! such mapping is counted (`gpu.lost.over_cap`), the first also said.
+
+use std::path::Path;
+
+use aya::{
+    Ebpf,
+    maps::{HashMap as BpfHashMap, MapData},
+};
+
+use super::{CUDA_SYMBOLS, GpuProbes, Records, attach::attach_pair, pinned::Pinned, rec};
+use crate::decode::gpu::{GpuAttach, GpuUserBody};
+
+/// Library files found through the job that one run tries, at most. A job
+/// maps one driver (two with a forward-compatibility copy, a few across
+/// container layers or environments); 16 leaves room for those. Each
+/// probed file holds up to 46 perf-event descriptors for the run: 16 of
+/// them stay within the usual limit of 1,024 open files, beside the
+/// recorder's own.
+pub(super) const MAX_LIBRARIES: usize = 16;
+
+/// Job processes whose maps are read per scan: bounds the work on a job
+/// with thousands of processes (the rest wait for the next scan).
+const MAX_SCAN: usize = 512;
+
+/// Why a mapped file could not be opened: said, and counted as unreadable
+/// when its descriptor was not open for reading.
+pub(super) struct NotOpened {
+    pub why: String,
+    pub unreadable: bool,
+}
+
+/// What became of a file (by `stat`'s device and inode) this run.
+pub(super) enum Tried {
+    No,
+    Probed,
+    NotProbed,
+}
+
+impl GpuProbes {
+    pub(super) fn tried_as(&self, dev: u64, ino: u64) -> Tried {
+        if self.probed.contains(&(dev, ino)) {
+            Tried::Probed
+        } else if self.tried.contains(&(dev, ino)) {
+            Tried::NotProbed
+        } else {
+            Tried::No
+        }
+    }
+
+    /// Whether the run has tried as many of the job's files as it probes.
+    pub(super) fn at_cap(&self) -> bool {
+        self.job_files >= MAX_LIBRARIES
+    }
+
+    /// A mapping of a file past the cap: not read; counted, and the first
+    /// said. Its mappings hold no one from now on.
+    pub(super) fn over_cap(&mut self, out: &mut Records, dev: u64, ino: u64, name: &str, pid: u32) {
+        self.late_lost.over_cap += 1;
+        if let Some(l) = &mut self.late {
+            l.seen(dev, ino);
+        }
+        if self.over_cap_said {
+            return;
+        }
+        self.over_cap_said = true;
+        let a = GpuAttach {
+            path: name.into(),
+            dev,
+            ino,
+            found_by: "mmap".into(),
+            pid: Some(pid),
+            error: Some(format!(
+                "not probed: {MAX_LIBRARIES} driver libraries found through the job were already tried in this run, the most one recording reads; this and every later one are counted in gpu.lost.over_cap"
+            )),
+            ..GpuAttach::default()
+        };
+        rec(out, super::mono_ns(), GpuUserBody::GpuAttach(a));
+    }
+
+    /// A file the mapping thread's descriptor and the process's maps could
+    /// not give: tried once, it holds no one again.
+    pub(super) fn not_opened(
+        &mut self,
+        out: &mut Records,
+        dev: u64,
+        ino: u64,
+        shown: &str,
+        pid: u32,
+        e: NotOpened,
+    ) {
+        self.tried.insert((dev, ino));
+        self.job_files += 1;
+        if let Some(l) = &mut self.late {
+            l.seen(dev, ino);
+        }
+        self.lost.attach_failed += 1;
+        if e.unreadable {
+            self.late_lost.unreadable += 1;
+        }
+        let why = e.why;
+        let a = GpuAttach {
+            path: shown.into(),
+            dev,
+            ino,
+            found_by: "mmap".into(),
+            pid: Some(pid),
+            error: Some(format!("could not be opened: {why}")),
+            ..GpuAttach::default()
+        };
+        rec(out, super::mono_ns(), GpuUserBody::GpuAttach(a));
+    }
+
+    /// Probes one library file, held by `file`, unless that file (by
+    /// device and inode) was tried before. `None` when it was. `path` is
+    /// only shown; `pid`, the job process it was found through.
+    pub(super) fn attach_library(
+        &mut self,
+        ebpf: &mut Ebpf,
+        file: &Pinned,
+        path: &Path,
+        found_by: &str,
+        pid: Option<u32>,
+    ) -> Option<GpuAttach> {
+        if !self.tried.insert((file.dev, file.ino)) {
+            return None;
+        }
+        if pid.is_some() {
+            self.job_files += 1;
+        }
+        if let Some(l) = &mut self.late {
+            l.seen(file.dev, file.ino);
+        }
+        let mut a = GpuAttach {
+            path: path.display().to_string(),
+            dev: file.dev,
+            ino: file.ino,
+            found_by: found_by.into(),
+            pid,
+            ..GpuAttach::default()
+        };
+        let names: Vec<&str> = CUDA_SYMBOLS.iter().map(|(s, _)| *s).collect();
+        let mut errors = Vec::new();
+        match file.offsets(self.owner, &names) {
+            Err(e) => {
+                match e {
+                    super::pinned::ReadError::Unreadable { .. } => self.late_lost.unreadable += 1,
+                    super::pinned::ReadError::TooBig(_) => self.late_lost.tables_too_big += 1,
+                    super::pinned::ReadError::Other(_) => {}
+                }
+                errors.push(e.to_string());
+            }
+            Ok(offsets) => {
+                let target = file.proc_path();
+                for ((symbol, prog), offset) in CUDA_SYMBOLS.into_iter().zip(offsets) {
+                    let Some(offset) = offset else {
+                        a.missing.push(symbol.into());
+                        continue;
+                    };
+                    match attach_pair(ebpf, prog, offset, &target) {
+                        Ok(()) => a.attached.push(symbol.into()),
+                        Err(e) => errors.push(format!("{symbol}: {e}")),
+                    }
+                }
+            }
+        }
+        if a.attached.is_empty() {
+            a.error = Some(if errors.is_empty() {
+                "exports none of the CUDA driver calls".into()
+            } else {
+                errors.join("; ")
+            });
+            self.lost.attach_failed += 1;
+        } else {
+            self.attached_files += 1;
+            self.probed.insert((file.dev, file.ino));
+            if !errors.is_empty() {
+                a.error = Some(errors.join("; "));
+            }
+        }
+        if pid.is_some() {
+            // The path is the job's to choose, escapes and all.
+            eprintln!(
+                "trainbpf: GPU: {} (pid {} maps it): {} calls probed{}",
+                crate::term::escape(&a.path),
+                pid.unwrap_or(0),
+                a.attached.len(),
+                a.error
+                    .as_deref()
+                    .map(|e| format!(" ({})", crate::term::escape(e)))
+                    .unwrap_or_default()
+            );
+        }
+        Some(a)
+    }
+
+    /// Once a second: libraries in the job's maps not tried yet, the
+    /// safety net for a mapping whose record was lost. Stops at the cap:
+    /// nothing more would be probed.
+    pub(super) fn scan_maps(
+        &mut self,
+        ebpf: &mut Ebpf,
+        job: &BpfHashMap<MapData, u32, u32>,
+        now: u64,
+        out: &mut Records,
+    ) {
+        let mut pids: Vec<u32> = job.keys().filter_map(Result::ok).collect();
+        pids.sort_unstable();
+        // Round-robin when there are more than a scan's worth.
+        let n = pids.len();
+        let start = if n > MAX_SCAN { self.scan_from % n } else { 0 };
+        self.scan_from = start + MAX_SCAN;
+        for i in 0..n.min(MAX_SCAN) {
+            let pid = pids[(start + i) % n];
+            for m in super::maps::mapped_libcuda(pid) {
+                if self.at_cap() {
+                    return;
+                }
+                if self.tried.contains(&(m.dev, m.ino)) {
+                    continue;
+                }
+                // The file mapped, not what its path names now; one that
+                // cannot be pinned is tried again next scan.
+                let Ok(file) = Pinned::mapped(pid, m.range, m.dev, m.ino) else {
+                    continue;
+                };
+                if let Some(a) = self.attach_library(ebpf, &file, &m.name, "maps", Some(pid)) {
+                    if !a.attached.is_empty() {
+                        self.close_windows(out, Some((m.dev, m.ino)), pid, now);
+                    }
+                    rec(out, now, GpuUserBody::GpuAttach(a));
+                }
+            }
+        }
+    }
+}
