@@ -77,6 +77,9 @@ pub const MEM_REASON_THRESHOLD: u32 = 1;
 pub const MEM_REASON_HEARTBEAT: u32 = 2;
 /// `MemEvent::reason`: first sight of the process.
 pub const MEM_REASON_FIRST: u32 = 3;
+/// `MemEvent::reason`: its last record, as its last thread exits (Linux
+/// 6.16 and later, where that is before its memory is freed).
+pub const MEM_REASON_EXIT: u32 = 4;
 
 /// Index into `counters` arrays, in the kernel's own order
 /// (`enum { MM_FILEPAGES, MM_ANONPAGES, MM_SWAPENTS, MM_SHMEMPAGES }`,

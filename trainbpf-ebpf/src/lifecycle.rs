@@ -12,7 +12,7 @@ use trainbpf_common::*;
 use crate::{
     count_lost, header, in_job, lazy, lazy_precious, leader_start_ns,
     maps::{COUNTERS, EVENTS, HELD, JOB, PRECIOUS, ProcKey},
-    pages, procs, rd, rd_comm,
+    memory, pages, procs, rd, rd_comm,
 };
 
 /// `sched_process_fork(struct task_struct *parent, struct task_struct *child)`.
@@ -179,9 +179,19 @@ fn try_sched_exit(ctx: &BtfTracePointContext) -> Result<u32, u32> {
         _pad: 0,
         start_ns: leader_start_ns(task),
     };
+    let job = in_job(tgid);
+    // Its memory is still there where this fires before `exit_mm` (6.16+):
+    // a job process's final figures, before the entry goes.
+    let mm: u64 = rd(task, conf!(task_mm)).unwrap_or(0);
+    if job
+        && mm != 0
+        && let Some(st) = procs::get(&key)
+    {
+        memory::emit_at_exit(st, task, mm, tgid);
+    }
     pages::drop_pages_of(&key);
     procs::forget(&key);
-    if !in_job(tgid) {
+    if !job {
         return Ok(0);
     }
     let _ = JOB.remove(&tgid);

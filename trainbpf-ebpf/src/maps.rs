@@ -104,8 +104,8 @@ pub(crate) static STATE: Array<Global> = Array::with_max_entries(1, 0);
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub(crate) struct Global {
-    /// Thread exits, and entries to and exits from reclaim and compaction,
-    /// so far.
+    /// Thread exits, tasks made, and entries to and exits from reclaim
+    /// and compaction, so far.
     pub epoch: u64,
     /// Entries in `PROCS`.
     pub entries: u64,
@@ -140,8 +140,9 @@ pub(crate) struct PageCache {
     pub(crate) _pad: u32,
     /// The process's `ProcState::start_ns`: with the tgid, its `PROCS` key.
     pub(crate) start_ns: u64,
-    /// `procs::epoch()` when the slot was filled: a thread has exited, or
-    /// one entered or left reclaim or compaction since, when it moved.
+    /// `procs::epoch()` when the slot was filled: a thread has exited or
+    /// was made, or one entered or left reclaim or compaction since, when
+    /// it moved.
     pub(crate) epoch: u64,
     /// The thread's kernel stack: a page event whose frame is not on it
     /// runs in an interrupt (or softirq), on behalf of nobody in

@@ -123,6 +123,41 @@ fn threshold_for(total: i64) -> i64 {
     threshold
 }
 
+/// How far the process's figures moved since its last record, in pages:
+/// the largest of its RSS counters' move, its net allocations' and its
+/// page cache's. RSS and net allocations usually move together (a fault
+/// allocates the page it maps): the larger move, not the sum, or steady
+/// growth would send twice the records. A reader's page cache moves
+/// neither: it is shown too.
+///
+/// # Safety
+/// `st` points into a live map value.
+#[inline(always)]
+unsafe fn moved(st: *mut ProcState) -> i64 {
+    // SAFETY: the caller's.
+    unsafe {
+        let cur = (*st).cur;
+        let rep = (*st).reported;
+        let cache = (*st).cache_added_pages as i64 - (*st).cache_removed_pages as i64;
+        let net = (*st).alloc_pages as i64 - (*st).freed_pages as i64 - cache;
+        let rss_moved = abs(cur[0] - rep[0])
+            + abs(cur[1] - rep[1])
+            + abs(cur[2] - rep[2])
+            + abs(cur[3] - rep[3]);
+        let net_moved = abs(net - (*st).reported_net);
+        let cache_moved = abs(cache - (*st).reported_cache);
+        let mut moved = if rss_moved > net_moved {
+            rss_moved
+        } else {
+            net_moved
+        };
+        if cache_moved > moved {
+            moved = cache_moved;
+        }
+        moved
+    }
+}
+
 /// Sends a MemEvent when the process's RSS counters or its net page
 /// allocations moved by the threshold since the last record, or moved at
 /// all once the heartbeat passed. `prog` names the program, for the log.
@@ -137,31 +172,12 @@ pub(crate) fn maybe_emit(
 ) {
     // SAFETY: `st` points into a live map value (see try_rss_stat).
     unsafe {
-        let cur = (*st).cur;
-        let rep = (*st).reported;
-        let cache = (*st).cache_added_pages as i64 - (*st).cache_removed_pages as i64;
-        let net = (*st).alloc_pages as i64 - (*st).freed_pages as i64 - cache;
-        // RSS and net allocations usually move together (a fault allocates
-        // the page it maps): take the larger move, not the sum, or steady
-        // growth would send twice the records.
-        let rss_moved = abs(cur[0] - rep[0])
-            + abs(cur[1] - rep[1])
-            + abs(cur[2] - rep[2])
-            + abs(cur[3] - rep[3]);
-        let net_moved = abs(net - (*st).reported_net);
-        // A reader's page cache moves neither: it is shown too.
-        let cache_moved = abs(cache - (*st).reported_cache);
-        let mut moved = if rss_moved > net_moved {
-            rss_moved
-        } else {
-            net_moved
-        };
-        if cache_moved > moved {
-            moved = cache_moved;
-        }
+        let moved = moved(st);
         if moved == 0 {
             return;
         }
+        let cur = (*st).cur;
+        let rep = (*st).reported;
         let threshold = threshold_for(cur[MM_FILEPAGES] + cur[MM_ANONPAGES] + cur[MM_SHMEMPAGES]);
         let since = now.wrapping_sub((*st).last_emit_ns);
         let heartbeat = since >= conf!(heartbeat_ns) as u64;
@@ -184,6 +200,54 @@ pub(crate) fn maybe_emit(
         } else {
             MEM_REASON_HEARTBEAT
         };
+        emit(st, task, mm, tgid, now, reason, prog);
+    }
+}
+
+/// A job process's last thread is exiting, its memory not yet freed (since
+/// Linux 6.16 `sched_process_exit` fires before `exit_mm`; before, the mm
+/// is gone and nothing is sent): one last record when its figures moved
+/// since the one before. Its figures are then its final ones, not those
+/// of its last threshold crossing, which a worker that stops growing and
+/// exits later left up to a threshold behind (16 MiB at 1 GiB).
+#[inline(always)]
+pub(crate) fn emit_at_exit(st: *mut ProcState, task: u64, mm: u64, tgid: u32) {
+    // SAFETY: `st` points into a live map value; the helper has no
+    // preconditions.
+    unsafe {
+        pages::fold_pages_of(tgid, (*st).start_ns);
+        (*st).cur = read_counters(mm);
+        if moved(st) == 0 {
+            return;
+        }
+        emit(
+            st,
+            task,
+            mm,
+            tgid,
+            bpf_ktime_get_ns(),
+            MEM_REASON_EXIT,
+            "sched_exit",
+        );
+    }
+}
+
+/// Sends the process's record, `reason` its `MemEvent::reason`.
+///
+/// # Safety
+/// `st` points into a live map value.
+#[inline(always)]
+unsafe fn emit(
+    st: *mut ProcState,
+    task: u64,
+    mm: u64,
+    tgid: u32,
+    now: u64,
+    reason: u32,
+    prog: &'static str,
+) {
+    // SAFETY: the caller's.
+    unsafe {
         // This CPU's pages not yet in the entry belong in the record.
         pages::fold_pages_of(tgid, (*st).start_ns);
         let cache = (*st).cache_added_pages as i64 - (*st).cache_removed_pages as i64;

@@ -231,13 +231,14 @@ pub(crate) fn account<const STACKS: bool>(
     unsafe {
         if (*c).epoch == epoch && sp.wrapping_sub((*c).stack_lo) < (*c).stack_size {
             // The common case: the same thread, on its own stack, again;
-            // no thread exited and none entered or left reclaim or
-            // compaction since the slot was filled, so the tgid still
-            // names the same process and the mode still holds. A kernel
-            // stack is one thread's until that thread exits (a new thread
-            // may get it from the stack cache only after), and every exit
-            // moves the epoch: so the stack alone names the thread, with
-            // no helper call to ask for its pid.
+            // no thread exited or was made, and none entered or left
+            // reclaim or compaction since the slot was filled, so the tgid
+            // still names the same process and the mode still holds. A
+            // kernel stack is one thread's from the task's making to its
+            // death, and a new task may get a dead one's stack only after
+            // its making moved the epoch (`procs::task_made`): so the stack
+            // alone names the thread, with no helper call to ask for its
+            // pid.
             let tgid = (*c).tgid;
             let mode = (*c).mode;
             if mode != MODE_COUNT {
@@ -426,6 +427,16 @@ fn check_growth<const STACKS: bool>(st: *mut ProcState, tgid: u32, ctx: *mut c_v
     // SAFETY: helper without preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     maybe_emit(st, task, mm, tgid, now, PAGE_PROGS);
+}
+
+/// `task_newtask(struct task_struct *task, u64 clone_flags)`: in
+/// `copy_process`, before the new task can first run, for every kind of
+/// task (a fork, a `vfork`, a thread, a kernel or io_uring worker). The
+/// page probes are attached only with it: see [`procs::task_made`].
+#[btf_tracepoint(function = "task_newtask")]
+pub fn task_new(_ctx: BtfTracePointContext) -> u32 {
+    procs::task_made();
+    0
 }
 
 /// `__GFP_MOVABLE` and `__GFP_ZERO` (include/linux/gfp_types.h): 0x08 and

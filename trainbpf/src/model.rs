@@ -34,7 +34,7 @@ mod attribution;
 mod badness;
 /// The GPU ledger: CUDA calls, NVML, Xid.
 pub mod gpu;
-pub use attribution::{Group, SumCheck};
+pub use attribution::{CacheApart, Group, SumCheck};
 mod before;
 pub use before::PressureBefore;
 /// Who made a cgroup (Docker, Kubernetes, systemd, Slurm), from its path.

@@ -105,6 +105,7 @@ pub fn cgroup_pressure(dir: &Path, v2: bool) -> Option<CgroupPressure> {
         Some(CgroupPressure {
             file_kb: keyed(&stat, "file") / 1024,
             kernel_kb: keyed(&stat, "kernel") / 1024,
+            shmem_kb: keyed(&stat, "shmem") / 1024,
             usage_kb: read("memory.current")?.trim().parse::<u64>().ok()? / 1024,
             limit_kb: limit_kb(&read("memory.max")?),
             max_events: keyed(&events, "max"),
@@ -116,6 +117,7 @@ pub fn cgroup_pressure(dir: &Path, v2: bool) -> Option<CgroupPressure> {
         let stat = read("memory.stat").unwrap_or_default();
         Some(CgroupPressure {
             file_kb: keyed(&stat, "cache") / 1024,
+            shmem_kb: keyed(&stat, "shmem") / 1024,
             kernel_kb: read("memory.kmem.usage_in_bytes")
                 .and_then(|s| s.trim().parse::<u64>().ok())
                 .unwrap_or(0)
@@ -236,6 +238,8 @@ mod tests {
             keyed("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n", "oom_kill"),
             3
         );
+        // v2's memory.stat also has `shmem_thp`: the key is matched whole.
+        assert_eq!(keyed("file 9000\nshmem_thp 7\nshmem 4096\n", "shmem"), 4096);
     }
 
     #[test]

@@ -52,6 +52,19 @@ pub struct CgroupPressure {
     pub file_kb: u64,
     #[serde(default)]
     pub kernel_kb: u64,
+    /// From memory.stat: shmem (`shmem`, v1 and v2), which `file_kb`
+    /// includes and which is not page cache: it is the job's own memory,
+    /// counted in its processes' growth. 0 in recordings from before it
+    /// was read.
+    #[serde(default)]
+    pub shmem_kb: u64,
+}
+
+impl CgroupPressure {
+    /// Page cache proper: `file_kb` less shmem.
+    pub fn page_cache_kb(&self) -> u64 {
+        self.file_kb.saturating_sub(self.shmem_kb)
+    }
 }
 
 /// PSI memory: share of time some / all tasks stalled on memory.

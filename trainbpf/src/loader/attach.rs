@@ -169,13 +169,23 @@ pub(super) fn attach_memory(
     } else {
         "page_alloc"
     };
+    // The page probes know a thread by its kernel stack, and a new task
+    // may run on a dead one's: without a word of each new task they would
+    // drop its pages (pages.rs, `task_new`), so without it they stay off.
+    let new_task = attach_tp_btf(ebpf, btf, "task_new", "task_newtask");
     for (prog, tp) in [
         (alloc, "mm_page_alloc"),
         // Not mm_page_free_batched: a batched free passes through
         // free_pages_prepare too, so mm_page_free already saw it.
         ("page_free", "mm_page_free"),
     ] {
-        match attach_tp_btf(ebpf, btf, prog, tp) {
+        let attached = match &new_task {
+            Ok(()) => attach_tp_btf(ebpf, btf, prog, tp),
+            Err(e) => Err(format!(
+                "tp_btf:task_newtask, which the page probes need, could not attach: {e}"
+            )),
+        };
+        match attached {
             Ok(()) => pages.push(tp),
             Err(e) => fell(&format!("tp_btf:{tp}"), e),
         }

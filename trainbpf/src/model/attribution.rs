@@ -16,7 +16,7 @@ use crate::decode::{
     CgroupPressure, Pressure, ProcInfo, ProcKey, ShmKind, ShmLook, ShmObject, Smaps, SmapsSample,
 };
 
-use super::{Grower, Track};
+use super::{Grower, Track, timeline::Sample};
 
 /// Processes playing one role, shown together.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,20 +38,69 @@ pub struct SumCheck {
     pub cgroup_delta_kb: i64,
     /// Sum of the job's processes' honest growth over the same span.
     pub attributed_kb: i64,
-    /// What no process accounts for: page cache charged without a process
-    /// allocating it, kernel memory, or growth of processes that exited.
+    /// `cgroup_delta_kb - attributed_kb`: page cache, kernel memory, growth
+    /// of processes that exited.
     pub unattributed_kb: i64,
-    /// Of which, from the cgroup's own statistics: page cache and kernel
-    /// memory changes over the span.
+    /// Of which, from the cgroup's own statistics: page cache (shmem
+    /// included) and kernel memory changes over the span.
     pub file_delta_kb: Option<i64>,
     pub kernel_delta_kb: Option<i64>,
+    /// The cgroup's page cache, set apart; None where the cgroup's
+    /// statistics were not read.
+    pub page_cache: Option<CacheApart>,
+}
+
+/// The page cache in a job's cgroup, which is no process's growth: what
+/// was there when the span began (a dataset read before the job, a previous
+/// run's files), and how it moved, by the job's processes and otherwise
+/// (read by processes outside the job but charged here, or reclaimed).
+/// The honest growth is set against the cgroup's usage without it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheApart {
+    /// The cgroup's page cache (its file pages, shmem left out) at the
+    /// span's start, kB.
+    pub at_start_kb: i64,
+    /// Its change over the span.
+    pub delta_kb: i64,
+    /// What the job's processes brought in, less what they removed, in
+    /// their own context over the span (their `page_cache_kb`).
+    pub job_kb: i64,
+}
+
+impl CacheApart {
+    /// The rest of the change: page cache other processes brought in and
+    /// the cgroup was charged for, less what reclaim took back.
+    pub fn other_kb(&self) -> i64 {
+        self.delta_kb - self.job_kb
+    }
 }
 
 impl SumCheck {
     /// attributed / cgroup delta, 1.0 when they agree.
     pub fn ratio(&self) -> Option<f64> {
-        (self.cgroup_delta_kb != 0).then(|| self.attributed_kb as f64 / self.cgroup_delta_kb as f64)
+        ratio(self.attributed_kb, self.cgroup_delta_kb)
     }
+
+    /// The cgroup's usage change without its page cache's: what the job's
+    /// honest growth adds up to when nothing is missed.
+    pub fn without_cache_kb(&self) -> Option<i64> {
+        self.page_cache.map(|c| self.cgroup_delta_kb - c.delta_kb)
+    }
+
+    /// attributed / the change without page cache, 1.0 when they agree.
+    pub fn ratio_without_cache(&self) -> Option<f64> {
+        ratio(self.attributed_kb, self.without_cache_kb()?)
+    }
+
+    /// What no process accounts for, page cache apart: kernel memory,
+    /// shmem no process of the job made, growth of processes that exited.
+    pub fn unattributed_without_cache_kb(&self) -> Option<i64> {
+        Some(self.without_cache_kb()? - self.attributed_kb)
+    }
+}
+
+fn ratio(part: i64, whole: i64) -> Option<f64> {
+    (whole != 0).then(|| part as f64 / whole as f64)
 }
 
 /// Role of a process, from what the recorder saw of it.
@@ -158,26 +207,44 @@ impl Attribution {
         let Some((t0, first)) = &self.first else {
             return;
         };
+        let growth = |t: &Track, f: fn(&Sample) -> i64| {
+            let end = t.at_or_before(ts)?;
+            let base = t.at_or_before(*t0).map_or(0, |b| f(&b));
+            Some(f(&end) - base)
+        };
         let attributed = tracks
-            .iter()
-            .filter(|(_, t)| t.in_job && t.died_ns.is_none())
-            .filter_map(|(_, t)| {
-                let end = t.at_or_before(ts)?;
-                let base = t.at_or_before(*t0).map_or(0, |b| b.net_kb);
-                Some(end.net_kb - base)
-            })
+            .values()
+            .filter(|t| t.in_job && t.died_ns.is_none())
+            .filter_map(|t| growth(t, |s| s.net_kb))
             .sum();
-        self.peak = Some(sum_check(ts, first, p, attributed));
+        // Page cache outlives the process that read it in: the dead's
+        // count too (as long as their tracks are kept).
+        let cache = tracks
+            .values()
+            .filter(|t| t.in_job)
+            .filter_map(|t| growth(t, |s| s.cache_kb))
+            .sum();
+        self.peak = Some(sum_check(ts, first, p, attributed, cache));
     }
 }
 
-/// Compares `attributed` with the cgroup's change from `from` to `to`;
-/// `usage_at_kill` overrides the last sample's usage (the kernel's own
-/// figure at the kill).
-pub(super) fn sum_check(ts: u64, from: &Pressure, to: &Pressure, attributed: i64) -> SumCheck {
+/// Compares `attributed` with the cgroup's change from `from` to `to`,
+/// and sets the page cache apart, `job_cache` of it the job processes'.
+pub(super) fn sum_check(
+    ts: u64,
+    from: &Pressure,
+    to: &Pressure,
+    attributed: i64,
+    job_cache: i64,
+) -> SumCheck {
     let (a, b) = (from.cgroup.as_ref(), to.cgroup.as_ref());
     let delta = |f: fn(&CgroupPressure) -> u64| Some(f(b?) as i64 - f(a?) as i64);
     let cgroup_delta_kb = delta(|c| c.usage_kb).unwrap_or(0);
+    let page_cache = a.zip(b).map(|(a, b)| CacheApart {
+        at_start_kb: a.page_cache_kb() as i64,
+        delta_kb: b.page_cache_kb() as i64 - a.page_cache_kb() as i64,
+        job_kb: job_cache,
+    });
     SumCheck {
         ts_ns: ts,
         cgroup_delta_kb,
@@ -185,6 +252,7 @@ pub(super) fn sum_check(ts: u64, from: &Pressure, to: &Pressure, attributed: i64
         unattributed_kb: cgroup_delta_kb - attributed,
         file_delta_kb: delta(|c| c.file_kb),
         kernel_delta_kb: delta(|c| c.kernel_kb),
+        page_cache,
     }
 }
 
@@ -288,10 +356,47 @@ mod tests {
             }),
             ..Default::default()
         };
-        let s = sum_check(5, &cg(1000, 100), &cg(101_000, 3100), 95_000);
+        let s = sum_check(5, &cg(1000, 100), &cg(101_000, 3100), 95_000, 0);
         assert_eq!(s.cgroup_delta_kb, 100_000);
         assert_eq!(s.unattributed_kb, 5000);
         assert_eq!(s.file_delta_kb, Some(3000));
         assert!((s.ratio().unwrap() - 0.95).abs() < 1e-9);
+        assert_eq!(s.without_cache_kb(), Some(97_000));
+    }
+
+    /// Issue 24, finding 10: four writers copy 1 GiB each in a cgroup that
+    /// held 3 GiB of page cache (read in by the job's `cat`) at its limit:
+    /// most of that cache is reclaimed while they write. The cache is set
+    /// apart, and the writers' growth adds up to the rest.
+    #[test]
+    fn page_cache_is_set_apart_from_the_sum_check() {
+        const GIB: u64 = 1 << 20;
+        let cg = |usage_kb, file_kb, shmem_kb| Pressure {
+            cgroup: Some(CgroupPressure {
+                usage_kb,
+                file_kb,
+                shmem_kb,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        // At the start: an empty cgroup but for 64 MiB of shmem and 100 MiB
+        // of cache another run left. At the peak: 5 GiB of anonymous
+        // memory, the shmem, and 700 MiB left of the cat's 3 GiB.
+        let from = cg(164 << 10, 164 << 10, 64 << 10);
+        let to = cg(5 * GIB + (764 << 10), 764 << 10, 64 << 10);
+        let s = sum_check(5, &from, &to, 5 * GIB as i64, 3 * GIB as i64);
+        let c = s.page_cache.unwrap();
+        assert_eq!(c.at_start_kb, 100 << 10);
+        assert_eq!(c.delta_kb, 600 << 10);
+        assert_eq!(c.job_kb, 3 * GIB as i64);
+        assert_eq!(c.other_kb(), (600 << 10) - 3 * GIB as i64, "reclaimed");
+        // Counted against the job, the cache read 0.89; set apart, 1.0.
+        assert!((s.ratio().unwrap() - 0.895).abs() < 0.001);
+        assert_eq!(s.ratio_without_cache(), Some(1.0));
+        assert_eq!(s.unattributed_without_cache_kb(), Some(0));
+        // Without the cgroup's statistics, nothing to set apart.
+        let none = sum_check(5, &Pressure::default(), &to, 1, 1);
+        assert_eq!((none.page_cache, none.ratio_without_cache()), (None, None));
     }
 }

@@ -213,23 +213,32 @@ impl Builder {
             cg.usage_kb = u;
         }
         from.cgroup.as_ref()?;
+        let growth = |key: &ProcKey, t: &Track, f: fn(&Sample) -> i64| {
+            let end = t.at_or_before(k.ts_ns)?;
+            let base = match t.at_or_before(start) {
+                Some(b) => f(&b),
+                None if self.born_ns(*key).is_some_and(|b| b >= start) => 0,
+                None => f(&t.first_after(start)?),
+            };
+            Some(f(&end) - base)
+        };
+        let job = |key: &ProcKey, t: &Track| t.in_job || *key == k.victim.key();
         let attributed = self
             .tracks
             .iter()
-            .filter(|(key, t)| {
-                (t.in_job || **key == k.victim.key()) && t.died_ns.is_none_or(|d| d > k.ts_ns)
-            })
-            .filter_map(|(key, t)| {
-                let end = t.at_or_before(k.ts_ns)?;
-                let base = match t.at_or_before(start) {
-                    Some(b) => b.net_kb,
-                    None if self.born_ns(*key).is_some_and(|b| b >= start) => 0,
-                    None => t.first_after(start)?.net_kb,
-                };
-                Some(end.net_kb - base)
-            })
+            .filter(|(key, t)| job(key, t) && t.died_ns.is_none_or(|d| d > k.ts_ns))
+            .filter_map(|(key, t)| growth(key, t, |s| s.net_kb))
             .sum();
-        Some(attribution::sum_check(k.ts_ns, from, &to, attributed))
+        // The page cache of those that died in the window is still there.
+        let cache = self
+            .tracks
+            .iter()
+            .filter(|(key, t)| job(key, t))
+            .filter_map(|(key, t)| growth(key, t, |s| s.cache_kb))
+            .sum();
+        Some(attribution::sum_check(
+            k.ts_ns, from, &to, attributed, cache,
+        ))
     }
 
     /// Growth of one process from the window's start to `end`.

@@ -397,6 +397,11 @@ mod tests {
             unattributed_kb: 20_000,
             file_delta_kb: Some(12),
             kernel_delta_kb: None,
+            page_cache: Some(crate::model::CacheApart {
+                at_start_kb: 1000,
+                delta_kb: 12,
+                job_kb: 40,
+            }),
         };
         let group = crate::model::Group {
             role: "DataLoader workers".into(),
@@ -533,6 +538,11 @@ mod tests {
         assert_eq!(k["pressure"]["stall_ms"]["direct_reclaim"], 3300);
         assert_eq!(k["pressure"]["cgroup_limit_hits"], 3);
         assert_eq!(k["sum_check"]["unattributed"]["page_cache_delta_kb"], 12);
+        assert_eq!(k["sum_check"]["page_cache"]["other_kb"], -28);
+        assert_eq!(
+            k["sum_check"]["without_page_cache"],
+            json!({"cgroup_delta_kb": 299_988, "ratio": 0.933, "unattributed_kb": 19_988})
+        );
         assert_eq!(v["groups"][0]["peak_rss_kb"], 256_000);
         assert_eq!(v["groups"][0]["count"], 2);
         assert_eq!(v["shared_memory"][0]["kind"], "posix");

@@ -561,11 +561,18 @@ impl Grower {
 pub struct SumCheck {
     pub attributed_kb: i64,
     pub cgroup_delta_kb: i64,
+    /// The cgroup's page cache, set apart (extra): null where its
+    /// statistics were not read.
+    pub page_cache: Option<PageCache>,
     /// `attributed_kb / cgroup_delta_kb`, to 3 places; null when the
-    /// cgroup did not change.
+    /// cgroup did not change. Page cache counts against the job here:
+    /// `without_page_cache.ratio` does not.
     pub ratio: Option<f64>,
     pub unattributed: Unattributed,
     pub unattributed_kb: i64,
+    /// The same check with the page cache set apart (extra): null where
+    /// the cgroup's statistics were not read.
+    pub without_page_cache: Option<WithoutPageCache>,
 }
 
 impl SumCheck {
@@ -573,14 +580,59 @@ impl SumCheck {
         SumCheck {
             attributed_kb: s.attributed_kb,
             cgroup_delta_kb: s.cgroup_delta_kb,
-            ratio: s.ratio().map(|r| (r * 1000.0).round() / 1000.0),
+            page_cache: s.page_cache.map(|c| PageCache {
+                at_start_kb: c.at_start_kb,
+                delta_kb: c.delta_kb,
+                job_kb: c.job_kb,
+                other_kb: c.other_kb(),
+            }),
+            ratio: s.ratio().map(thousandths),
             unattributed: Unattributed {
                 kernel_delta_kb: s.kernel_delta_kb,
                 page_cache_delta_kb: s.file_delta_kb,
             },
             unattributed_kb: s.unattributed_kb,
+            without_page_cache: s.without_cache_kb().map(|w| WithoutPageCache {
+                cgroup_delta_kb: w,
+                ratio: s.ratio_without_cache().map(thousandths),
+                unattributed_kb: w - s.attributed_kb,
+            }),
         }
     }
+}
+
+fn thousandths(r: f64) -> f64 {
+    (r * 1000.0).round() / 1000.0
+}
+
+/// The job cgroup's page cache (its file pages, shmem left out), which is
+/// no process's growth.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct PageCache {
+    /// When the span began: read before the job, or left by others.
+    pub at_start_kb: i64,
+    /// Its change over the span: `job_kb + other_kb`.
+    pub delta_kb: i64,
+    /// Brought in, less removed, by the job's processes in their own
+    /// context (their `page_cache_kb`).
+    pub job_kb: i64,
+    /// The rest: brought in by other processes and charged to the cgroup,
+    /// less what reclaim took back.
+    pub other_kb: i64,
+}
+
+/// The sum check with the page cache set apart.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct WithoutPageCache {
+    /// The cgroup's usage change less its page cache's:
+    /// `cgroup_delta_kb - page_cache.delta_kb`.
+    pub cgroup_delta_kb: i64,
+    /// `attributed_kb` / this `cgroup_delta_kb`, to 3 places; null when it
+    /// is 0.
+    pub ratio: Option<f64>,
+    /// This `cgroup_delta_kb - attributed_kb`: kernel memory, shmem made by
+    /// no live job process, growth of processes that exited.
+    pub unattributed_kb: i64,
 }
 
 /// What the unattributed part is made of, where known.

@@ -79,29 +79,50 @@ pub(super) fn job_memory_section(out: &mut String, r: &Report, p: &Paint) {
     out.push('\n');
 }
 
-/// "The job's processes added 2.9 GiB; its cgroup's usage grew 3.0 GiB:
-/// 97% attributed; 90 MiB to no process (page cache +60 MiB, kernel +10 MiB)."
+/// "The job's processes added +5 GiB; its cgroup's usage moved +5.59 GiB,
+/// +5 GiB without page cache: 100% attributed; +0 KiB to no process
+/// (kernel +10 MiB). Page cache, set apart: 100 MiB at the start, +3 GiB
+/// brought in by the job's processes, -2.41 GiB by others or reclaim."
+/// Without the cgroup's statistics, the usage alone is compared.
 pub(crate) fn sum_check_line(s: &crate::model::SumCheck) -> String {
     let mut line = format!(
         "The job's processes added {}; its cgroup's usage moved {}",
         signed_kb(s.attributed_kb),
         signed_kb(s.cgroup_delta_kb)
     );
-    if let Some(r) = s.ratio() {
+    let (ratio, unattributed) = match (s.without_cache_kb(), s.unattributed_without_cache_kb()) {
+        (Some(w), Some(u)) => {
+            let _ = write!(line, ", {} without page cache", signed_kb(w));
+            (s.ratio_without_cache(), u)
+        }
+        _ => (s.ratio(), s.unattributed_kb),
+    };
+    if let Some(r) = ratio {
         let _ = write!(line, ": {:.0}% attributed", r * 100.0);
     }
-    let _ = write!(line, "; {} to no process", signed_kb(s.unattributed_kb));
-    let parts: Vec<String> = [
-        ("page cache", s.file_delta_kb),
-        ("kernel", s.kernel_delta_kb),
-    ]
-    .iter()
-    .filter_map(|(n, v)| v.map(|v| format!("{n} {}", signed_kb(v))))
-    .collect();
+    let _ = write!(line, "; {} to no process", signed_kb(unattributed));
+    let cache = match s.page_cache {
+        Some(_) => None,
+        None => s.file_delta_kb.map(|v| ("page cache", v)),
+    };
+    let parts: Vec<String> = [cache, s.kernel_delta_kb.map(|v| ("kernel", v))]
+        .iter()
+        .flatten()
+        .map(|(n, v)| format!("{n} {}", signed_kb(*v)))
+        .collect();
     if !parts.is_empty() {
         let _ = write!(line, " ({})", parts.join(", "));
     }
     line.push('.');
+    if let Some(c) = s.page_cache {
+        let _ = write!(
+            line,
+            " Page cache, set apart: {} at the start, {} brought in by the job's processes, {} by others or reclaim.",
+            human_kb(c.at_start_kb.max(0) as u64),
+            signed_kb(c.job_kb),
+            signed_kb(c.other_kb())
+        );
+    }
     line
 }
 
@@ -390,6 +411,49 @@ pub(super) fn footer(out: &mut String, r: &Report, p: &Paint) {
                 "recording stopped early at byte {}: {}; this report covers what came before",
                 s.offset, s.reason
             ))
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sum_check_line;
+    use crate::model::{CacheApart, SumCheck};
+
+    const GIB: i64 = 1 << 20;
+
+    fn check(page_cache: Option<CacheApart>) -> SumCheck {
+        SumCheck {
+            ts_ns: 1,
+            cgroup_delta_kb: 5 * GIB + (600 << 10),
+            attributed_kb: 5 * GIB,
+            unattributed_kb: 600 << 10,
+            file_delta_kb: Some(600 << 10),
+            kernel_delta_kb: Some(10 << 10),
+            page_cache,
+        }
+    }
+
+    /// Issue 24, finding 10: the page cache is its own line, not a shortfall
+    /// of the job's.
+    #[test]
+    fn page_cache_is_set_apart_in_the_sum_check_line() {
+        let line = sum_check_line(&check(Some(CacheApart {
+            at_start_kb: 100 << 10,
+            delta_kb: 600 << 10,
+            job_kb: 3 * GIB,
+        })));
+        assert_eq!(
+            line,
+            "The job's processes added +5 GiB; its cgroup's usage moved +5.59 GiB, +5 GiB without page cache: \
+             100% attributed; +0 KiB to no process (kernel +10 MiB). Page cache, set apart: 100 MiB at the \
+             start, +3 GiB brought in by the job's processes, -2.41 GiB by others or reclaim."
+        );
+        // Without the cgroup's statistics, as before.
+        assert_eq!(
+            sum_check_line(&check(None)),
+            "The job's processes added +5 GiB; its cgroup's usage moved +5.59 GiB: 90% attributed; \
+             +600 MiB to no process (page cache +600 MiB, kernel +10 MiB)."
         );
     }
 }
