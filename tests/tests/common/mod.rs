@@ -13,6 +13,11 @@ use std::{
 
 use serde_json::Value;
 
+/// A FUSE filesystem whose reads are never answered (issue 24, finding 8).
+mod stall_fs;
+#[allow(unused_imports, reason = "each test binary uses a different subset")]
+pub use stall_fs::StallFs;
+
 /// OOM kills, dmesg and recording sizes are machine-wide: one test at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
