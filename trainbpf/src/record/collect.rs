@@ -153,21 +153,27 @@ fn start_job(
                 }
                 seed(job, t)?;
                 c.job.insert(t);
-                let vars = c.identify_running(t);
-                if let Some(info) = crate::procfs::proc_info(t, vars.as_ref()) {
-                    c.user(UserBody::ProcInfo(info));
-                }
+                c.identify_running(t, true);
             }
-            let argv = crate::procfs::proc_info(*p, None)
+            // Its memory may be wedged (`procfs::guard`): read with a
+            // deadline, before the rings are drained at all.
+            let p = *p;
+            let argv = c
+                .readers
+                .run(crate::procfs::guard::DEADLINE, move || {
+                    crate::procfs::proc_info(p, None)
+                })
+                .ok()
+                .flatten()
                 .map(|i| i.cmdline.into_iter().map(OsString::from).collect())
                 .unwrap_or_default();
-            (*p, argv, None)
+            (p, argv, None)
         }
         Target::Cgroup(_) => {
             for t in attached.procs() {
                 seed(job, t)?;
                 c.job.insert(t);
-                c.identify_running(t);
+                c.identify_running(t, false);
             }
             (0, Vec::new(), None)
         }
@@ -460,6 +466,7 @@ impl Session {
         } = self;
         c.drain(&mut rings);
         gpu_late(&mut c, &mut gpu, &mut ebpf);
+        c.finish_identities();
         c.finish_shm();
         c.poll_stacks();
         c.poll_lost(&counters);

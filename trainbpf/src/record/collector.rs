@@ -43,6 +43,11 @@ pub(super) struct Collector {
     /// Processes whose identity is recorded, or inherited from a parent
     /// at a fork seen (`identify`).
     pub(super) identified: std::collections::HashSet<u32>,
+    /// Reads who a job process is off the draining thread (`identify`).
+    ident: crate::procfs::identity::Reader,
+    /// The workers every read of the job's memory and files runs on.
+    pub(super) readers: crate::procfs::guard::Readers,
+    last_reads: decode::JobReads,
     /// The job's main process, and how it ended as the kernel saw it (for
     /// an attached job, which the recorder cannot wait for).
     pub(super) root: u32,
@@ -78,6 +83,7 @@ impl Collector {
         flight: Option<crate::compact::Flight>,
         status: crate::status::Status,
     ) -> Collector {
+        let readers = crate::procfs::guard::Readers::new();
         Collector {
             writer,
             job_memcg,
@@ -94,6 +100,9 @@ impl Collector {
             reclaim_freed_kb: 0,
             job: Default::default(),
             identified: Default::default(),
+            ident: crate::procfs::identity::Reader::start(readers.clone()),
+            readers,
+            last_reads: Default::default(),
             root: 0,
             root_exit: None,
             sampler: crate::sampler::Sampler::start(),
@@ -190,13 +199,10 @@ impl Collector {
                 if self.job.len() < MAX_JOB_PROCS {
                     self.job.insert(tgid);
                 }
-                // Command line (and at an exec torchrun's rank, from the
-                // identity's read), for grouping; read now, while the
-                // process exists (a worker may live a second).
-                let vars = self.identify(kind, bytes, tgid);
-                if let Some(info) = crate::procfs::proc_info(tgid, vars.as_ref()) {
-                    self.user(UserBody::ProcInfo(info));
-                }
+                // Command line (and at an exec who it is), for grouping:
+                // asked for now, while the process exists (a worker may
+                // live a second), and recorded when read.
+                self.identify(kind, bytes, tgid, true);
             }
             common::KIND_EXIT => {
                 let tgid = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
@@ -220,7 +226,7 @@ impl Collector {
             // who it is, at its first memory record.
             common::KIND_MEM => {
                 let tgid = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
-                self.identify(kind, bytes, tgid);
+                self.identify(kind, bytes, tgid, false);
             }
             _ => {}
         }
@@ -288,6 +294,7 @@ impl Collector {
 
     pub(super) fn drain(&mut self, rings: &mut crate::rings::Rings) -> usize {
         let n = rings.drain(|bytes| self.on_record(bytes));
+        self.poll_identities();
         self.poll_shm();
         if self.stacks.is_some()
             && (self.stacks_due || self.last_stacks.elapsed() >= self.stacks_every)
@@ -363,6 +370,11 @@ impl Collector {
         if lost != self.last_lost {
             self.last_lost = lost.clone();
             self.user(UserBody::Lost(lost));
+        }
+        let reads = crate::procfs::guard::STATS.snapshot();
+        if reads != self.last_reads {
+            self.last_reads = reads.clone();
+            self.user(UserBody::JobReads(reads));
         }
     }
 
@@ -543,9 +555,6 @@ impl Collector {
         Ok(())
     }
 }
-
-/// The identity variables of a process's environment, as read.
-type IdentityVars = std::collections::BTreeMap<String, String>;
 
 /// Memory cgroups named from memory records (OOM records always are):
 /// each new one walks the hierarchy once.
