@@ -8,16 +8,23 @@ use std::{fs, time::Duration};
 use super::{Collector, MAX_JOB_PROCS};
 use crate::decode::{self, CgroupName, UserBody};
 use crate::job;
-use crate::procfs::identity::{Done, Request};
+use crate::procfs::{
+    guard::{Count, STATS},
+    identity::{Done, Request},
+};
 use crate::record::mono_ns;
 use trainbpf_common as common;
 
 impl Collector {
     /// Names a cgroup id once, while the directory still exists.
     pub(super) fn name_cgroup(&mut self, id: u64) {
-        if id == 0 || !self.known_cgroups.insert(id) {
+        if id == 0
+            || self.known_cgroups.contains(&id)
+            || !may_name(self.known_cgroups.len(), "cgroup")
+        {
             return;
         }
+        self.known_cgroups.insert(id);
         if let Some(path) = job::cgroup_path_by_id(id) {
             self.user(UserBody::Cgroup(CgroupName { id, path }));
         }
@@ -102,9 +109,13 @@ impl Collector {
     /// Names a signal sender's executable now: it may be gone by report
     /// time. Once per process.
     pub(super) fn name_exe(&mut self, tgid: u32) {
-        if tgid == 0 || !self.known_exes.insert(tgid) {
+        if tgid == 0
+            || self.known_exes.contains(&tgid)
+            || !may_name(self.known_exes.len(), "executable")
+        {
             return;
         }
+        self.known_exes.insert(tgid);
         let exe = fs::read_link(format!("/proc/{tgid}/exe"))
             .map(|p| p.display().to_string())
             .unwrap_or_default();
@@ -116,5 +127,41 @@ impl Collector {
                     .and_then(|v| v.split_whitespace().next()?.parse().ok())
             });
         self.user(UserBody::Exe(decode::ExeName { tgid, exe, uid }));
+    }
+}
+
+/// Whether a cache of names holding `held` has room for one more; when
+/// not, the name goes unrecorded, counted (a job that signals from, or
+/// allocates in, more of them than this would grow the recorder's memory
+/// and the recording without end).
+fn may_name(held: usize, what: &str) -> bool {
+    if held < MAX_NAMES {
+        return true;
+    }
+    STATS.add(Count::NamesCut, 1);
+    STATS.note(|| format!("a {what} left unnamed: {MAX_NAMES} are named already"));
+    false
+}
+
+/// Names kept per kind: signal senders' executables, cgroups.
+const MAX_NAMES: usize = 4096;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_names_caches_are_bounded_and_say_so() {
+        assert!(may_name(MAX_NAMES - 1, "cgroup"));
+        let before = STATS.snapshot().names_cut;
+        assert!(!may_name(MAX_NAMES, "executable"));
+        let after = STATS.snapshot();
+        assert!(after.names_cut > before);
+        assert!(
+            after
+                .notes
+                .iter()
+                .any(|n| n.contains("executable left unnamed"))
+        );
     }
 }
