@@ -155,13 +155,6 @@ mod tests {
         assert!(may_name(MAX_NAMES - 1, "cgroup"));
         let before = STATS.snapshot().names_cut;
         assert!(!may_name(MAX_NAMES, "executable"));
-        let after = STATS.snapshot();
-        assert!(after.names_cut > before);
-        assert!(
-            after
-                .notes
-                .iter()
-                .any(|n| n.contains("executable left unnamed"))
-        );
+        assert!(STATS.snapshot().names_cut > before);
     }
 }
