@@ -390,18 +390,6 @@ c.kill()
 c.wait()
 "#;
 
-/// The recorder and what it started, killed however the test ends (the
-/// wedge dies once the filesystem, dropped after this, is gone).
-struct Recorder(Child);
-
-impl Drop for Recorder {
-    fn drop(&mut self) {
-        kill_started(&descendants(self.0.id()));
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 // Issue 24, finding 8: a job that wedged its own memory map stopped the
 // recording: the command line of its processes was read on the thread
 // that drains the rings, and that read waited as long as the job wished.
@@ -421,6 +409,8 @@ fn a_job_that_wedges_its_memory_map_does_not_stop_the_recording() {
     ]);
     let fs = StallFs::mount(&dir.path("stall"));
     let (rec, done, go) = (dir.path("wedge.rec"), dir.path("done"), dir.path("go"));
+    // Killed however the test ends (the wedge dies once the filesystem,
+    // dropped after this, is gone).
     let mut recorder = Recorder(
         Command::new(bin())
             .arg("record")

@@ -267,6 +267,18 @@ pub fn kill_started(procs: &[Started]) {
     }
 }
 
+/// A recorder a test started itself, with its job: killed, with what it
+/// started, however the test ends.
+pub struct Recorder(pub std::process::Child);
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        kill_started(&descendants(self.0.id()));
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Runs `cmd` to completion with its output captured, or kills it (by its
 /// own pid) once `limit` has passed and returns None: a guard against a
 /// hang, not a timing.

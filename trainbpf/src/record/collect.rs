@@ -69,7 +69,7 @@ pub(super) async fn collect(
     c.live = outputs
         .start(has_memcg, c.page_kb())
         .map_err(io_err("starting the --metrics server"))?;
-    c.stacks = stacks.map(crate::stacks::Collector::new);
+    c.stacks = stacks.map(crate::stacks::Stacks::start);
     let rings =
         crate::rings::Rings::new(events, precious).map_err(io_err("polling the ring buffers"))?;
     // SAFETY: the fd is owned by the value moved in, and stays open until
@@ -468,7 +468,7 @@ impl Session {
         gpu_late(&mut c, &mut gpu, &mut ebpf);
         c.finish_identities();
         c.finish_shm();
-        c.poll_stacks();
+        c.finish_stacks();
         c.poll_lost(&counters);
         c.kernel_log(kernel_log.as_mut());
         c.live_tick(true);
