@@ -174,7 +174,7 @@ mod tests {
             c.insert(a, code(1 << 20));
             a += 1;
         }
-        assert!(a as u64 >= READ_BUDGET / (1 << 20) - 1);
+        assert!(a >= READ_BUDGET / (1 << 20) - 1);
         assert!(c.may_read(1).is_err(), "and stays spent");
         assert_eq!(STATS.snapshot().py_budget_spent, before + 1);
     }

@@ -287,4 +287,41 @@ mod tests {
             "f_lasti is the low half"
         );
     }
+
+    /// Past a pass's bound, frames keep only their code objects'
+    /// addresses, the stack says so, and the cut is counted.
+    #[test]
+    fn a_pass_names_a_bounded_number_of_frames() {
+        use crate::python::offsets::table;
+        let desc = describe_offsets(&table(3, 11).unwrap(), 0);
+        let mut st = PyStack {
+            len: 3,
+            frames: [[0; 2]; PY_MAX_FRAMES],
+        };
+        for (i, f) in st.frames.iter_mut().take(3).enumerate() {
+            *f = [0x1000 * (i as u64 + 1), 0];
+        }
+        let before = crate::procfs::guard::STATS.snapshot().py_frames_cut;
+        let mut left = 1;
+        let mut asked = 0;
+        let (frames, note) = name_pairs(&desc, PY_OK, &st, &mut left, |code, instr| {
+            asked += 1;
+            (
+                Ok(PyFrame {
+                    code,
+                    instr,
+                    file: "a.py".into(),
+                    function: "f".into(),
+                    line: Some(1),
+                }),
+                None,
+            )
+        });
+        assert_eq!((asked, left), (1, 0));
+        assert_eq!(frames.len(), 3);
+        assert_eq!(frames[0].function.as_deref(), Some("f"));
+        assert!(frames[1].function.is_none() && frames[1].addr == 0x2000);
+        assert!(note.is_some_and(|n| n.starts_with("2 Python frames not named")));
+        assert!(crate::procfs::guard::STATS.snapshot().py_frames_cut >= before + 2);
+    }
 }
