@@ -31,9 +31,10 @@ pub const DEADLINE: Duration = Duration::from_secs(2);
 /// How long reading a mapped file's symbols and line tables may take: a
 /// large library's DWARF takes seconds the first time.
 pub const FILES_DEADLINE: Duration = Duration::from_secs(15);
-/// Workers that may be blocked in an abandoned read at once (each a
-/// thread with its stack): past this, reads are refused until one of them
-/// returns.
+/// Workers of one pool that may be blocked in an abandoned read at once
+/// (each a thread with its stack; the recorder has two pools, the
+/// identities' and the stacks'): past this, the pool refuses reads until
+/// one of them returns.
 pub const MAX_STUCK: usize = 4;
 /// Idle workers kept for the next read.
 const MAX_IDLE: usize = 2;
@@ -223,7 +224,7 @@ impl Readers {
             let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
             if back.stuck.swap(false, Ordering::Relaxed) {
                 st.stuck -= 1;
-                STATS.stuck.store(st.stuck as u64, Ordering::Relaxed);
+                STATS.stuck.fetch_sub(1, Ordering::Relaxed);
             }
             if st.idle.len() < MAX_IDLE {
                 st.idle.push(back);
@@ -244,7 +245,7 @@ impl Readers {
                 }
                 worker.stuck.store(true, Ordering::Relaxed);
                 st.stuck += 1;
-                STATS.stuck.store(st.stuck as u64, Ordering::Relaxed);
+                STATS.stuck.fetch_add(1, Ordering::Relaxed);
                 STATS.stalled.fetch_add(1, Ordering::Relaxed);
                 Err(Stall::TimedOut(deadline))
             }

@@ -481,6 +481,15 @@ impl Session {
         }
         c.finish()?;
         let _ = c.writer.get_ref().sync_all();
+        // A read abandoned past its deadline may still wait in the kernel;
+        // most such waits end with this process, but a page of a FUSE file
+        // in the server's hands holds it until the server answers or goes.
+        let stuck = crate::procfs::guard::STATS.snapshot().stuck;
+        if stuck > 0 {
+            eprintln!(
+                "trainbpf: {stuck} read(s) of the job's memory are still blocked in the kernel; the recording is complete (report: job_reads), and this process may end only when they do"
+            );
+        }
         Ok((status, c.writer.into_inner()))
     }
 }
