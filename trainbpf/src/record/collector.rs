@@ -301,6 +301,9 @@ impl Collector {
         let Some(st) = self.stacks.as_mut() else {
             return;
         };
+        // The rings are read this far: the stacks' thread may read the
+        // kernel's map (its stacks' execs and forks are sent already).
+        st.send(Msg::Tick);
         for (ts, body) in st.poll() {
             let (kind, bytes) = decode::encode_user(ts, body);
             self.writer.record(kind, &bytes);

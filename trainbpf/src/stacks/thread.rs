@@ -36,6 +36,12 @@ pub enum Msg {
     /// A kill: drain now, while the processes' maps are there to resolve
     /// their stacks by.
     Due,
+    /// The draining thread has read the rings this far: the kernel's map
+    /// may be read now. Its stacks were taken before what it has read of
+    /// the rings, so each stack's exec and fork are known when it is
+    /// named (a stack read ahead of its process's exec would be named
+    /// with the interpreter the exec then discards).
+    Tick,
     /// A stack at death waits (`Stacks::death`).
     Death,
     /// The recording ends: a last drain.
@@ -149,24 +155,19 @@ impl Stacks {
     }
 }
 
-/// The thread: the messages in order, and a drain each `STACKS_EVERY` or
-/// more (the map's read kept to about 1% of a core), and at once after a
-/// kill, an exec or an exit.
+/// The thread: the messages in order, and a drain at a tick each
+/// `STACKS_EVERY` or more (the map's read kept to about 1% of a core), and
+/// at the first tick after a kill, an exec or an exit.
 fn run(mut c: Collector, msgs: &Receiver<Msg>, out: &Sender<Out>) {
     let mut every = STACKS_EVERY;
     let mut last = Instant::now();
     let mut due = false;
     loop {
-        let first = match msgs.recv_timeout(every.saturating_sub(last.elapsed())) {
-            Ok(m) => Some(m),
-            Err(RecvTimeoutError::Timeout) => None,
-            Err(RecvTimeoutError::Disconnected) => return,
-        };
+        let Ok(first) = msgs.recv() else { return };
+        c.name_deaths();
+        let mut tick = false;
         // Everything queued, in order, before the drain.
-        for m in first
-            .into_iter()
-            .chain(std::iter::from_fn(|| msgs.try_recv().ok()))
-        {
+        for m in std::iter::once(first).chain(std::iter::from_fn(|| msgs.try_recv().ok())) {
             match m {
                 Msg::Fork { child, parent } => c.on_fork(child, parent),
                 Msg::Exec(p) => {
@@ -178,6 +179,7 @@ fn run(mut c: Collector, msgs: &Receiver<Msg>, out: &Sender<Out>) {
                     due = true;
                 }
                 Msg::Due => due = true,
+                Msg::Tick => tick = true,
                 Msg::Death => c.name_deaths(),
                 Msg::Finish => {
                     drain(&mut c, out);
@@ -186,7 +188,7 @@ fn run(mut c: Collector, msgs: &Receiver<Msg>, out: &Sender<Out>) {
                 }
             }
         }
-        if due || last.elapsed() >= every {
+        if tick && (due || last.elapsed() >= every) {
             due = false;
             every = drain(&mut c, out);
             last = Instant::now();
