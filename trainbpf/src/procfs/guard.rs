@@ -197,6 +197,18 @@ impl Readers {
         deadline: Duration,
         f: impl FnOnce() -> T + Send + 'static,
     ) -> Result<T, Stall> {
+        self.run_or_late(deadline, f, drop)
+    }
+
+    /// [`Readers::run`], and where the caller gave up but `f` does end
+    /// (a read that was slow, not stuck), its result goes to `late`, on
+    /// the worker, instead of being lost.
+    pub fn run_or_late<T: Send + 'static>(
+        &self,
+        deadline: Duration,
+        f: impl FnOnce() -> T + Send + 'static,
+        late: impl FnOnce(T) + Send + 'static,
+    ) -> Result<T, Stall> {
         let worker = {
             let mut st = self.lock();
             if st.stuck >= MAX_STUCK {
@@ -219,17 +231,27 @@ impl Readers {
         let state = self.state.clone();
         let job: Job = Box::new(move || {
             let r = f();
-            // The caller may have given up on it: then nobody receives.
-            let _ = res_tx.send(r);
             let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
-            if back.stuck.swap(false, Ordering::Relaxed) {
+            // Under the lock, so that the caller's giving up and this
+            // answer are one or the other.
+            let given_up = back.stuck.swap(false, Ordering::Relaxed);
+            let r = if given_up {
                 st.stuck -= 1;
                 STATS.stuck.fetch_sub(1, Ordering::Relaxed);
-            }
+                Some(r)
+            } else {
+                // Room for one: never waits.
+                let _ = res_tx.send(r);
+                None
+            };
             if st.idle.len() < MAX_IDLE {
                 st.idle.push(back);
             }
             // Else its sender goes with this closure, and the thread ends.
+            drop(st);
+            if let Some(r) = r {
+                late(r);
+            }
         });
         if worker.tx.send(job).is_err() {
             return Err(Stall::Failed);
@@ -317,6 +339,31 @@ mod tests {
         assert_eq!(r.run(DEADLINE, || 2), Ok(2));
         for tx in release {
             tx.send(()).unwrap();
+        }
+    }
+
+    /// A read that was slow, not stuck: given up on, and its answer goes
+    /// to `late` when it comes.
+    #[test]
+    fn a_slow_read_answers_late() {
+        let r = Readers::new();
+        let (go, wait) = mpsc::channel::<()>();
+        let (late_tx, late_rx) = mpsc::channel::<u32>();
+        let got = r.run_or_late(
+            Duration::from_millis(20),
+            move || {
+                let _ = wait.recv();
+                7
+            },
+            move |v| late_tx.send(v).unwrap(),
+        );
+        assert!(matches!(got, Err(Stall::TimedOut(_))));
+        go.send(()).unwrap();
+        assert_eq!(late_rx.recv_timeout(Duration::from_secs(10)), Ok(7));
+        let t = Instant::now();
+        while r.stuck() > 0 {
+            assert!(t.elapsed() < Duration::from_secs(5));
+            thread::sleep(Duration::from_millis(5));
         }
     }
 

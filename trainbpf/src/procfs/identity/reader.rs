@@ -67,7 +67,7 @@ impl Reader {
                 let mut stalled = HashSet::new();
                 // Ends when the collector drops its sender.
                 while let Ok(req) = req_rx.recv() {
-                    let done = read_guarded(&readers, req, &mut stalled);
+                    let done = read_guarded(&readers, req, &mut stalled, &done_tx);
                     if done_tx.send(done).is_err() {
                         return;
                     }
@@ -137,7 +137,12 @@ impl Reader {
 
 /// One request, on a worker with a deadline; a process whose read stalled
 /// once is not read again.
-fn read_guarded(readers: &Readers, req: Request, stalled: &mut HashSet<u32>) -> Done {
+fn read_guarded(
+    readers: &Readers,
+    req: Request,
+    stalled: &mut HashSet<u32>,
+    done: &SyncSender<Done>,
+) -> Done {
     let nothing = Done {
         ts: req.ts,
         identity: None,
@@ -157,7 +162,16 @@ fn read_guarded(readers: &Readers, req: Request, stalled: &mut HashSet<u32>) -> 
         });
         return nothing;
     }
-    match readers.run(DEADLINE, move || read(req)) {
+    // A read that was slow rather than stuck is still recorded, when it
+    // comes (under the process and time it names).
+    let late = done.clone();
+    match readers.run_or_late(
+        DEADLINE,
+        move || read(req),
+        move |d| {
+            let _ = late.send(d);
+        },
+    ) {
         Ok(d) => d,
         Err(e) => {
             if matches!(e, Stall::TimedOut(_)) && stalled.len() < MAX_STALLED {
