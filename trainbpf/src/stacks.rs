@@ -80,7 +80,7 @@ pub struct Collector {
     /// Processes that exited since the last drain: their keys go after it.
     exited: Vec<ProcKey>,
     /// Processes that exec'd since the last drain.
-    execed: Vec<u32>,
+    execed: Vec<(u32, u64)>,
     /// Processes to locate an interpreter in after the next drain.
     locate: Vec<ProcKey>,
     /// Each process's named native frames, by address: what names its
@@ -137,12 +137,12 @@ impl Collector {
     /// one located. Forgotten after the next drain (which names what it
     /// took before), and located anew at once, so that its first stacks
     /// already carry Python frames (a miss is tried again from its stacks).
-    pub fn on_exec(&mut self, proc: ProcKey) {
+    pub fn on_exec(&mut self, proc: ProcKey, ts: u64) {
         // The old program's files and names would misname the new one's
         // stack at death.
         self.known.remove(&proc);
         self.mapped.remove(&proc);
-        self.execed.push(proc.tgid);
+        self.execed.push((proc.tgid, ts));
         self.locate.push(proc);
     }
 
@@ -194,9 +194,12 @@ impl Collector {
         for p in procs {
             if !self.exited.contains(&p) {
                 self.name_deaths();
-                self.pythons.ensure(p, &mut self.maps.py_procs);
+                self.pythons.ensure_soon(p, &mut self.maps.py_procs);
             }
         }
+        // And the others not located yet, before the naming, which can
+        // take long.
+        self.pythons.retry(&mut self.maps.py_procs);
         for (k, v, gpu) in moved {
             let proc = ProcKey {
                 tgid: k.tgid,
@@ -233,8 +236,8 @@ impl Collector {
         for p in exited {
             self.forget(p);
         }
-        for tgid in std::mem::take(&mut self.execed) {
-            self.pythons.forget_tgid(tgid, &mut self.maps.py_procs);
+        for (tgid, ts) in std::mem::take(&mut self.execed) {
+            self.pythons.forget_tgid(tgid, ts, &mut self.maps.py_procs);
         }
         self.pythons.retry(&mut self.maps.py_procs);
         for p in std::mem::take(&mut self.locate) {
@@ -263,7 +266,19 @@ impl Collector {
     }
 
     /// Reads and resolves the frames of the deltas at `idx`, all of `tgid`.
+    /// The Python frames first: they read only the process's memory, and
+    /// the code objects they read name its stack at death once it is gone;
+    /// the native frames' symbols can take long the first time (a
+    /// library's line tables), and the process may be gone by then.
     fn name(&mut self, tgid: u32, idx: &[usize], out: &mut [StackDelta]) {
+        let python: Vec<(Vec<crate::decode::stacks::Frame>, Option<String>)> = idx
+            .iter()
+            .map(|&i| {
+                let d = &out[i];
+                self.pythons
+                    .frames(d.proc, d.py_id, d.py_state, &self.maps.py_stacks)
+            })
+            .collect();
         let mut ips: Vec<Vec<u64>> = Vec::with_capacity(idx.len());
         let mut ok: Vec<usize> = Vec::with_capacity(idx.len());
         for &i in idx {
@@ -368,21 +383,24 @@ impl Collector {
             }
             out[i].frames = Some(f);
         }
-        for &i in idx {
+        for (&i, (py, note)) in idx.iter().zip(python) {
             // Even for a process gone: what it said of its interpreter.
-            self.python(&mut out[i]);
+            self.python(&mut out[i], py, note);
             let d = &out[i];
             self.named
                 .insert((d.proc, (d.stack_id, d.py_id, d.py_state), d.gpu));
         }
     }
 
-    /// Puts a stack's Python frames (named now) in place of the
-    /// interpreter's own native frames, or says why there are none.
-    fn python(&mut self, d: &mut StackDelta) {
-        let (py, note) = self
-            .pythons
-            .frames(d.proc, d.py_id, d.py_state, &self.maps.py_stacks);
+    /// Puts a stack's Python frames (named before its native ones) in
+    /// place of the interpreter's own native frames, or says why there are
+    /// none.
+    fn python(
+        &mut self,
+        d: &mut StackDelta,
+        py: Vec<crate::decode::stacks::Frame>,
+        note: Option<String>,
+    ) {
         if !py.is_empty() {
             let native = d.frames.take().unwrap_or_default();
             let interp = self.pythons.interpreter_path(d.proc).unwrap_or_default();

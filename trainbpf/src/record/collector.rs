@@ -181,7 +181,7 @@ impl Collector {
                         start_ns: start(16),
                     };
                     if kind == common::KIND_EXEC {
-                        st.send(Msg::Exec(proc));
+                        st.send(Msg::Exec(proc, start(8)));
                     } else if bytes.len() >= size_of::<common::ForkEvent>() {
                         let parent = decode::ProcKey {
                             tgid: u32::from_le_bytes(bytes[24..28].try_into().unwrap_or_default()),

@@ -11,7 +11,8 @@
 //! again, and its frames say why.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
+    sync::mpsc::{self, Receiver, Sender},
     time::{Duration, Instant},
 };
 
@@ -39,6 +40,9 @@ pub const MAX_FRAMES_PER_PASS: usize = 4096;
 /// again from the process's stacks, this far apart, this many times.
 const MAX_TRIES: u32 = 10;
 const RETRY_AFTER: Duration = Duration::from_millis(100);
+/// For a process whose stacks are coming in without Python frames: a
+/// drain's naming can take long, and each stack taken meanwhile has none.
+const RETRY_SOON: Duration = Duration::from_millis(20);
 
 enum State {
     Found(Box<Interpreter>),
@@ -60,7 +64,19 @@ pub struct Pythons {
     readers: Readers,
     /// Frames named per process in this drain (`begin_pass`).
     named: HashMap<ProcKey, usize>,
+    /// Interpreters whose read was given up on (`guarded`), and where
+    /// those that were slow rather than stuck come back.
+    lost: HashSet<ProcKey>,
+    late: (Sender<Late>, Receiver<Late>),
+    /// When each process's state was set (CLOCK_MONOTONIC, as the
+    /// kernel's records): an exec read after it discards only what came
+    /// before it.
+    since: HashMap<ProcKey, u64>,
 }
+
+/// Interpreters handed back after their read's deadline: each with its
+/// process.
+type Late = Vec<(ProcKey, Box<Interpreter>)>;
 
 /// An interpreter whose read stalled: lost with its worker, and not
 /// looked for again.
@@ -89,6 +105,23 @@ impl Pythons {
             max,
             readers,
             named: HashMap::new(),
+            lost: HashSet::new(),
+            late: mpsc::channel(),
+            since: HashMap::new(),
+        }
+    }
+
+    /// Takes back the interpreters of reads that were slow, not stuck:
+    /// those processes are read again.
+    fn adopt_late(&mut self) {
+        while let Ok(back) = self.late.1.try_recv() {
+            for (p, i) in back {
+                if self.lost.remove(&p)
+                    && let Some(slot) = self.procs.get_mut(&p)
+                {
+                    *slot = State::Found(i);
+                }
+            }
         }
     }
 
@@ -96,15 +129,31 @@ impl Pythons {
     /// named in it.
     pub fn begin_pass(&mut self) {
         self.named.clear();
+        self.adopt_late();
     }
 
     /// Locates `p`'s interpreter if not done yet (or tried again, after a
     /// miss), and hands it to the kernel's walker.
     pub fn ensure(&mut self, p: ProcKey, map: &mut BpfHashMap<MapData, ProcId, PyProc>) {
+        self.ensure_after(p, map, RETRY_AFTER);
+    }
+
+    /// [`Pythons::ensure`] for a process whose new stacks came without
+    /// Python frames: tried again sooner after a miss.
+    pub fn ensure_soon(&mut self, p: ProcKey, map: &mut BpfHashMap<MapData, ProcId, PyProc>) {
+        self.ensure_after(p, map, RETRY_SOON);
+    }
+
+    fn ensure_after(
+        &mut self,
+        p: ProcKey,
+        map: &mut BpfHashMap<MapData, ProcId, PyProc>,
+        retry_after: Duration,
+    ) {
         match self.procs.get(&p) {
             Some(State::Found(_)) => return,
             Some(State::Failed { tries, last, .. })
-                if *tries >= MAX_TRIES || last.elapsed() < RETRY_AFTER =>
+                if *tries >= MAX_TRIES || last.elapsed() < retry_after =>
             {
                 return;
             }
@@ -142,6 +191,7 @@ impl Pythons {
             }
         };
         self.procs.insert(p, state);
+        self.since.insert(p, crate::record::mono_ns());
     }
 
     /// A job process forked: the kernel handed a located parent's
@@ -191,6 +241,7 @@ impl Pythons {
             (Ok(Ok(_)), _) => return,
         };
         self.procs.insert(child, state);
+        self.since.insert(child, crate::record::mono_ns());
         self.parents.insert(child, parent);
     }
 
@@ -256,13 +307,25 @@ impl Pythons {
         let mut own = self.take(p);
         let mut par = parent.and_then(|pp| self.take(pp));
         let (had_own, had_par) = (own.is_some(), par.is_some());
-        let r = self.readers.run(DEADLINE, move || {
-            if let Some(i) = own.as_mut() {
-                i.look();
-            }
-            let t = f(&mut own, &mut par);
-            (own, par, t)
-        });
+        let late = self.late.0.clone();
+        let r = self.readers.run_or_late(
+            DEADLINE,
+            move || {
+                if let Some(i) = own.as_mut() {
+                    i.look();
+                }
+                let t = f(&mut own, &mut par);
+                (own, par, t)
+            },
+            // Slow, not stuck: the interpreters come back.
+            move |(own, par, _)| {
+                let back = [(Some(p), own), (parent, par)]
+                    .into_iter()
+                    .filter_map(|(k, i)| Some((k?, i?)))
+                    .collect();
+                let _ = late.send(back);
+            },
+        );
         let back = |s: &mut Self, k: Option<ProcKey>, i: Option<Box<Interpreter>>| {
             if let (Some(k), Some(i)) = (k, i)
                 && let Some(slot) = s.procs.get_mut(&k)
@@ -281,6 +344,7 @@ impl Pythons {
                 for (k, had) in [(Some(p), had_own), (parent, had_par)] {
                     if let (Some(k), true) = (k, had) {
                         self.procs.insert(k, stalled(&e));
+                        self.lost.insert(k);
                     }
                 }
                 Err(e)
@@ -298,6 +362,7 @@ impl Pythons {
         state: u32,
         stacks: &BpfHashMap<MapData, u64, PyStack>,
     ) -> (Vec<Frame>, Option<String>) {
+        self.adopt_late();
         let parent = self.parents.get(&p).copied();
         let parent_found =
             parent.is_some_and(|pp| matches!(self.procs.get(&pp), Some(State::Found(_))));
@@ -387,6 +452,7 @@ impl Pythons {
         state: u32,
         st: &PyStack,
     ) -> (Vec<Frame>, Option<String>) {
+        self.adopt_late();
         let desc = match self.procs.get(&p) {
             Some(State::Found(i)) if state != PY_NONE => describe(i),
             Some(State::Found(_)) => return (Vec::new(), None),
@@ -417,22 +483,33 @@ impl Pythons {
     pub fn forget(&mut self, p: ProcKey, map: &mut BpfHashMap<MapData, ProcId, PyProc>) {
         self.parents.remove(&p);
         self.named.remove(&p);
+        self.lost.remove(&p);
+        self.since.remove(&p);
         if self.procs.remove(&p).is_some() {
             let _ = map.remove(&proc_id(p));
         }
     }
 
-    /// Forgets every process of `tgid` (its exit, or an exec that replaced
-    /// its program), in the kernel's map too.
-    pub fn forget_tgid(&mut self, tgid: u32, map: &mut BpfHashMap<MapData, ProcId, PyProc>) {
+    /// Forgets every process of `tgid` whose state was set before `before`
+    /// (an exec at that time replaced its program), in the kernel's map
+    /// too. One located or tried since ran the new program already: the
+    /// exec is read after the stacks it took, and it stays.
+    pub fn forget_tgid(
+        &mut self,
+        tgid: u32,
+        before: u64,
+        map: &mut BpfHashMap<MapData, ProcId, PyProc>,
+    ) {
         let gone: Vec<ProcKey> = self
             .procs
             .keys()
-            .filter(|k| k.tgid == tgid)
+            .filter(|k| k.tgid == tgid && self.since.get(k).is_none_or(|&at| at < before))
             .copied()
             .collect();
         for p in gone {
             self.parents.remove(&p);
+            self.lost.remove(&p);
+            self.since.remove(&p);
             self.procs.remove(&p);
             let _ = map.remove(&proc_id(p));
         }

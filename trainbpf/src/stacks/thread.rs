@@ -31,7 +31,8 @@ pub enum Msg {
         child: ProcKey,
         parent: ProcKey,
     },
-    Exec(ProcKey),
+    /// A process exec'd, at this time (the kernel record's).
+    Exec(ProcKey, u64),
     Exit(ProcKey),
     /// A kill: drain now, while the processes' maps are there to resolve
     /// their stacks by.
@@ -170,8 +171,8 @@ fn run(mut c: Collector, msgs: &Receiver<Msg>, out: &Sender<Out>) {
         for m in std::iter::once(first).chain(std::iter::from_fn(|| msgs.try_recv().ok())) {
             match m {
                 Msg::Fork { child, parent } => c.on_fork(child, parent),
-                Msg::Exec(p) => {
-                    c.on_exec(p);
+                Msg::Exec(p, ts) => {
+                    c.on_exec(p, ts);
                     due = true;
                 }
                 Msg::Exit(p) => {
