@@ -38,8 +38,10 @@ pub const FILES_DEADLINE: Duration = Duration::from_secs(15);
 pub const MAX_STUCK: usize = 4;
 /// Idle workers kept for the next read.
 const MAX_IDLE: usize = 2;
-/// Notes kept of what stalled or was skipped (the first ones).
+/// Notes kept of what stalled or was skipped (the first ones), and the
+/// longest one.
 const MAX_NOTES: usize = 16;
+const MAX_NOTE: usize = 512;
 
 /// Why a read was not made, or not waited for.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -120,7 +122,7 @@ impl Stats {
     pub fn note(&self, note: impl FnOnce() -> String) {
         let mut n = self.notes.lock().unwrap_or_else(|e| e.into_inner());
         if n.len() < MAX_NOTES {
-            let s = crate::stacks::bounded(&note());
+            let s = bounded(&note());
             if !n.contains(&s) {
                 n.push(s);
             }
@@ -143,6 +145,24 @@ impl Stats {
             notes: self.notes.lock().unwrap_or_else(|e| e.into_inner()).clone(),
         }
     }
+}
+
+/// A note cut to `MAX_NOTE` bytes (at a char boundary), control
+/// characters replaced: what a process chose (its paths, its names) can
+/// be in it.
+fn bounded(s: &str) -> String {
+    let mut end = s.len().min(MAX_NOTE);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut out: String = s[..end]
+        .chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect();
+    if end < s.len() {
+        out.push('…');
+    }
+    out
 }
 
 type Job = Box<dyn FnOnce() + Send>;
