@@ -292,3 +292,206 @@ fn record_all_names_a_pods_container() {
     assert_eq!(c["namespace"], "ml", "{p}");
     assert!(p["rank"].is_null(), "{p}");
 }
+
+/// A job process that wedges its own memory map: a thread reads a page of
+/// a file whose filesystem never answers (the FUSE server is the test's),
+/// through /proc/self/mem, which holds the map's lock for reading while it
+/// waits; a second thread then asks for the lock for writing, and from
+/// then on every reader of the lock waits behind it. A vfork'd child
+/// shares the map (a vfork takes no lock), and reading the child's
+/// command line or environment, as the recorder does at its fork, waits
+/// as long as the server does. Nothing of it can end before the server
+/// does: the first read is in the server's hands, past a kill.
+const WEDGE_C: &str = r#"
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+static void *page;
+
+static void *reader(void *arg) {
+    (void)arg;
+    int fd = open("/proc/self/mem", O_RDONLY);
+    char c;
+    if (pread(fd, &c, 1, (off_t)(unsigned long)page) < 0)
+        return NULL;
+    return NULL;
+}
+
+static void *writer(void *arg) {
+    (void)arg;
+    usleep(300000);
+    mmap(NULL, 1 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return NULL;
+}
+
+static void say(const char *s, size_t n) {
+    if (write(1, s, n) < 0)
+        _exit(1);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2)
+        return 2;
+    int fd = open(argv[1], O_RDONLY);
+    if (fd < 0) {
+        perror("open");
+        return 1;
+    }
+    page = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (page == MAP_FAILED) {
+        perror("mmap");
+        return 1;
+    }
+    /* Both threads exist before the lock is held: a thread's stack is
+       mapped, which would wait too. Nothing below allocates. */
+    pthread_t a, b;
+    pthread_create(&b, NULL, writer, NULL);
+    pthread_create(&a, NULL, reader, NULL);
+    usleep(800000);
+    say("wedged\n", 7);
+    /* The child waits as it is: until it execs or exits it holds this
+       process in vfork (a killable wait), and its exit would wait for
+       the lock too. */
+    if (vfork() == 0)
+        for (;;)
+            pause();
+    for (;;)
+        pause();
+}
+"#;
+
+/// The job: starts the wedge, then, while the wedge holds, forks a few
+/// short-lived processes and a grower that the memory limit kills; says
+/// so in a file, and once the test says go (the filesystem gone, so the
+/// wedge can die) kills the wedge and its child, and ends.
+const WEDGE_JOB: &str = r#"
+import os, signal, subprocess, sys, time
+wedge, stalled, done, go = sys.argv[1:5]
+c = subprocess.Popen([wedge, stalled], stdout=subprocess.PIPE)
+assert c.stdout.readline() == b"wedged\n"
+time.sleep(1)
+with open(f"/proc/{c.pid}/task/{c.pid}/children") as f:
+    kids = [int(p) for p in f.read().split()]
+assert len(kids) == 1, kids
+for _ in range(5):
+    subprocess.run(["/bin/sleep", "0.05"], check=True)
+g = subprocess.run([sys.executable, "-c",
+                    "hold = []\nwhile True: hold.append(bytearray(b'x') * (8 << 20))"])
+with open(done, "w") as f:
+    f.write(str(g.returncode))
+while not os.path.exists(go):
+    time.sleep(0.1)
+os.kill(kids[0], signal.SIGKILL)
+c.kill()
+c.wait()
+"#;
+
+// Issue 24, finding 8: a job that wedged its own memory map stopped the
+// recording: the command line of its processes was read on the thread
+// that drains the rings, and that read waited as long as the job wished.
+#[test]
+fn a_job_that_wedges_its_memory_map_does_not_stop_the_recording() {
+    require_root();
+    let _g = serial();
+    let dir = TempDir::new("identity-wedge");
+    let wedge = dir.path("wedge");
+    let src = dir.path("wedge.c");
+    std::fs::write(&src, WEDGE_C).unwrap();
+    cc(&[
+        "-pthread",
+        "-o",
+        wedge.to_str().unwrap(),
+        src.to_str().unwrap(),
+    ]);
+    let fs = StallFs::mount(&dir.path("stall"));
+    let (rec, done, go) = (dir.path("wedge.rec"), dir.path("done"), dir.path("go"));
+    // Killed however the test ends (the wedge dies once the filesystem,
+    // dropped after this, is gone).
+    let mut recorder = Recorder(
+        Command::new(bin())
+            .arg("record")
+            .arg("-o")
+            .arg(&rec)
+            .args(["--memory-limit", "200M", "--", python(), "-c", WEDGE_JOB])
+            .arg(&wedge)
+            .arg(fs.file())
+            .arg(&done)
+            .arg(&go)
+            .env_remove("SUDO_UID")
+            .env_remove("SUDO_GID")
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("starting trainbpf record"),
+    );
+    let started = std::time::Instant::now();
+    while !done.exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the job did not get past its wedge"
+        );
+        assert!(
+            recorder.0.try_wait().unwrap().is_none(),
+            "the recorder ended early"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!(
+        "the job's grower ended with {:?}; the filesystem got {} reads, none answered",
+        std::fs::read_to_string(&done).unwrap(),
+        fs.reads()
+    );
+    assert!(fs.reads() > 0, "the wedge never read its page");
+    // The recorder writes what it drained at least once a second.
+    std::thread::sleep(Duration::from_millis(2500));
+    let mid = report_json(&rec);
+    let sleeps = procs(&mid).iter().filter(|p| p["comm"] == "sleep").count();
+    let killed = kills(&mid).iter().any(|k| k["victim"]["in_job"] == true);
+    eprintln!(
+        "while the wedge holds, {:.1} s in: the recording has {sleeps} of the 5 sleeps, and {} the kill",
+        started.elapsed().as_secs_f64(),
+        if killed { "has" } else { "lacks" }
+    );
+    assert!(
+        killed && sleeps == 5,
+        "the recording stopped at the wedge: {sleeps} of 5 later processes, the kill {}",
+        if killed { "recorded" } else { "missing" }
+    );
+
+    // The wedge can end once the filesystem is gone; the job then ends,
+    // and the recorder with it.
+    drop(fs);
+    std::fs::write(&go, b"").unwrap();
+    let ending = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = recorder.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            ending.elapsed() < Duration::from_secs(30),
+            "the recorder did not end with the job"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    eprintln!(
+        "the recorder ended {:.1} s after the job was told to: {status}",
+        ending.elapsed().as_secs_f64()
+    );
+    let r = report_json(&rec);
+    let reads = &r["job_reads"];
+    eprintln!("job_reads: {reads}");
+    assert!(
+        u(&reads["stalled"]) >= 1,
+        "the read that waited is counted: {reads}"
+    );
+    let text = report_text(&rec);
+    let said = text
+        .lines()
+        .find(|l| l.starts_with("reads of the job's memory and files:"))
+        .unwrap_or_else(|| panic!("the text says nothing of the reads: {text}"));
+    eprintln!("text: {said}");
+    assert!(said.contains("1 stalled"), "{said}");
+}

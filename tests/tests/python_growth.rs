@@ -268,3 +268,146 @@ fn an_unreadable_interpreter_says_why() {
         }
     }
 }
+
+/// A process the recorder takes for a CPython (it has `_PyRuntime` and
+/// `Py_Version` symbols) whose version word lies on a page the process
+/// mapped over from a file on a FUSE filesystem that never answers: the
+/// recorder's first read of it, locating the interpreter, would wait for
+/// good, past a kill. It then grows, so that its growth stacks are named
+/// (and the interpreter looked for), and waits for the test's word.
+const FUSE_PY_C: &str = r#"
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+__attribute__((used)) char _PyRuntime[4096];
+/* The version on a page of its own, which nothing here reads. */
+__attribute__((used, aligned(4096), section(".pyversion")))
+const unsigned int Py_Version = 0x030b07f0;
+__attribute__((used, section(".pyversion"))) const char pyversion_pad[4092] = {1};
+
+int main(int argc, char **argv) {
+    if (argc < 3)
+        return 2;
+    int fd = open(argv[1], O_RDONLY);
+    if (fd < 0) {
+        perror("open");
+        return 1;
+    }
+    void *page = (void *)((unsigned long)&Py_Version & ~4095UL);
+    if (mmap(page, 4096, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0) == MAP_FAILED) {
+        perror("mmap");
+        return 1;
+    }
+    for (int i = 0; i < 48; i++) {
+        char *p = malloc(1 << 20);
+        memset(p, i, 1 << 20);
+        usleep(20000);
+    }
+    while (access(argv[2], F_OK) != 0)
+        usleep(50000);
+    return 0;
+}
+"#;
+
+// Issue 24, finding 8: a process's CPython state on a page of a FUSE file
+// was read through /proc/PID/mem on the thread that drains the rings: the
+// read waited for the filesystem's server for good, and the recording
+// stopped with it (the recorder could not even be killed until the
+// filesystem went).
+#[test]
+fn an_interpreter_on_fuse_is_not_read_and_the_recording_goes_on() {
+    require_root();
+    let _g = serial();
+    let dir = TempDir::new("pyfuse");
+    let src = dir.path("fakepy.c");
+    std::fs::write(&src, FUSE_PY_C).unwrap();
+    let exe = dir.path("fakepy");
+    cc(&["-o", exe.to_str().unwrap(), src.to_str().unwrap()]);
+    let (rec, go) = (dir.path("fuse.rec"), dir.path("go"));
+    // The filesystem goes before the recorder is waited for, however the
+    // test ends (dropped first: declared after it): a read stuck on it
+    // ends only when it goes.
+    let mut recorder;
+    let fs = StallFs::mount(&dir.path("stall"));
+    recorder = Recorder(
+        std::process::Command::new(bin())
+            .arg("record")
+            .arg("-o")
+            .arg(&rec)
+            .args(["--stacks", "-q", "--"])
+            .arg(&exe)
+            .arg(fs.file())
+            .arg(&go)
+            .env_remove("SUDO_UID")
+            .env_remove("SUDO_GID")
+            .stdin(std::process::Stdio::null())
+            .spawn()
+            .expect("starting trainbpf record"),
+    );
+    // Loading the probes takes a few seconds, then the job grows for one.
+    std::thread::sleep(std::time::Duration::from_secs(6));
+    std::fs::write(&go, b"").unwrap();
+    let ended = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = recorder.0.try_wait().unwrap() {
+            break Some(s);
+        }
+        if ended.elapsed() > std::time::Duration::from_secs(30) {
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let reads = fs.reads();
+    eprintln!(
+        "the filesystem got {reads} reads; the recorder {}",
+        match status {
+            Some(s) => format!(
+                "ended {:.1} s after the job: {s}",
+                ended.elapsed().as_secs_f64()
+            ),
+            None => "had not ended 30 s after the job".into(),
+        }
+    );
+    if status.is_none() {
+        // Its read ends only when the filesystem goes; then the job, which
+        // waited behind it for its own memory map, can end too.
+        drop(fs);
+        drop(recorder);
+        panic!(
+            "the recorder did not end with the job: its read of the job's memory never came back"
+        );
+    }
+    drop(fs);
+    assert_eq!(reads, 0, "nothing read the page on FUSE");
+    let r = report_json(&rec);
+    let p = procs(&r)
+        .iter()
+        .find(|p| p["comm"] == "fakepy")
+        .unwrap_or_else(|| panic!("no fakepy process: {}", r["processes"]));
+    let errors: Vec<String> = p["stacks"]
+        .as_array()
+        .map(|s| {
+            s.iter()
+                .filter_map(|s| s["error"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    eprintln!("its stacks say: {errors:#?}");
+    let j = &r["job_reads"];
+    eprintln!("job_reads: {j}");
+    assert!(
+        u(&j["fuse_skipped"]) >= 1,
+        "the skipped read is counted: {j}"
+    );
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("Py_Version") && e.contains("fuse")),
+        "a stack says its Python frames were not read, and why: {p}"
+    );
+}

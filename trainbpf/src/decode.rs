@@ -27,9 +27,9 @@ pub mod stacks;
 /// The collector's own records, JSON.
 mod user;
 pub use events::{
-    CgroupName, Compaction, EbpfLog, Event, ExeName, ExitStatus, JobExit, JobStart, LeakWarning,
-    Lost, OomControl, OomRecord, OomRecordKind, ProcKey, Rss, SignalReceived, SignalRecord,
-    SmapsSample, Task, Terminal, Timed, tty_path,
+    CgroupName, Compaction, EbpfLog, Event, ExeName, ExitStatus, JobExit, JobReads, JobStart,
+    LeakWarning, Lost, OomControl, OomRecord, OomRecordKind, ProcKey, Rss, SignalReceived,
+    SignalRecord, SmapsSample, Task, Terminal, Timed, tty_path,
 };
 pub use identity::ProcIdentity;
 pub use samples::{
@@ -65,6 +65,9 @@ pub const KIND_EBPF_LOG: u16 = 130;
 /// A process's distributed identity: rank, run, Slurm ids, cgroups
 /// ([`identity::ProcIdentity`]).
 pub const KIND_IDENTITY: u16 = 131;
+/// What reading the job's memory and files cost and skipped
+/// ([`JobReads`], `procfs::guard`).
+pub const KIND_JOB_READS: u16 = 140;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum DecodeError {
@@ -143,7 +146,7 @@ pub fn decode(kind: u16, bytes: &[u8], page_kb: u64) -> Result<Timed, DecodeErro
         KIND_JOB_START | KIND_JOB_EXIT | KIND_LOST | KIND_CGROUP | KIND_NOTE | KIND_EXE
         | KIND_PRESSURE | KIND_SMAPS | KIND_PROC_INFO | KIND_SHM | KIND_COMPACTED
         | KIND_LEAK_WARNING | KIND_SIGNAL_RECEIVED | KIND_STACKS | KIND_STACK_AT_DEATH
-        | KIND_EBPF_LOG | KIND_IDENTITY => user::decode(kind, bytes)?,
+        | KIND_EBPF_LOG | KIND_IDENTITY | KIND_JOB_READS => user::decode(kind, bytes)?,
         other => return Err(DecodeError::UnknownKind(other)),
     };
     Ok(Timed {

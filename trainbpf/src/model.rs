@@ -169,6 +169,7 @@ struct Builder {
     done: Vec<OpenKill>,
     job: Option<Job>,
     lost: Lost,
+    job_reads: crate::decode::JobReads,
     compaction: Option<crate::decode::Compaction>,
     leak_warnings: Vec<(u64, crate::decode::LeakWarning)>,
     ebpf_log: EbpfLogReport,
@@ -215,6 +216,7 @@ impl Builder {
             done: Vec::new(),
             job: None,
             lost: Lost::default(),
+            job_reads: Default::default(),
             compaction: None,
             leak_warnings: Vec::new(),
             ebpf_log: EbpfLogReport {
@@ -280,7 +282,7 @@ impl Builder {
                 comm,
                 ..
             } => {
-                self.identities.on_fork(child, parent);
+                self.identities.on_fork(ts, child, parent);
                 self.on_fork(ts, child, parent, comm)
             }
             Event::Exec {
@@ -326,6 +328,7 @@ impl Builder {
                 }
             }
             Event::Lost(l) => self.lost = l,
+            Event::JobReads(r) => self.job_reads = r,
             Event::Compacted(c) => self.compaction = Some(c),
             Event::LeakWarning(w) => self.leak_warnings.push((ts, w)),
             Event::EbpfLog(m) => self.ebpf_log.push(ts, m),
@@ -342,7 +345,7 @@ impl Builder {
             // The GPU ledger is kept elsewhere (model/gpu.rs, in progress).
             Event::Gpu(_) => {}
             Event::ProcInfo(i) => self.on_proc_info(i),
-            Event::Identity(rec) => self.on_identity(rec),
+            Event::Identity(rec) => self.on_identity(ts, rec),
             Event::Shm(look) => self.attribution.on_shm(ts, look),
             Event::Stacks(s) => {
                 let (gpu, growth) = s.stacks.into_iter().partition(|d| d.gpu);
@@ -425,6 +428,7 @@ impl Builder {
             smaps_cost_us: self.attribution.smaps_cost_us,
             top_memory: top,
             lost: self.lost,
+            job_reads: self.job_reads,
             series,
             undecodable: 0,
             stopped_early: None,

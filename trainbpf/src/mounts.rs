@@ -38,6 +38,19 @@ pub fn parse_mountinfo(text: &str) -> Vec<Mount> {
     out
 }
 
+/// Each mounted filesystem's device (`makedev` of mountinfo's decimal
+/// `maj:min`) and type, from a mountinfo text.
+pub fn fs_types_by_dev(text: &str) -> Vec<(u64, String)> {
+    text.lines()
+        .filter_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            let (major, minor) = left.split(' ').nth(2)?.split_once(':')?;
+            let dev = libc::makedev(major.parse().ok()?, minor.parse().ok()?);
+            Some((dev, right.split(' ').next()?.to_string()))
+        })
+        .collect()
+}
+
 /// mountinfo writes space, tab, newline and backslash as `\ooo`.
 fn unescape(s: &str) -> String {
     let b = s.as_bytes();

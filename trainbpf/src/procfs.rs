@@ -3,8 +3,12 @@
 //! unique and proportional memory (USS/PSS), and the parsers the
 //! shared-memory look (`shm_look.rs`) reads SysV segments and mappings with.
 
-use std::{collections::HashMap, fs};
+use std::{collections::HashMap, fs, io::Read as _};
 
+/// Which of a process's mappings lie on FUSE, not to be read.
+pub mod backing;
+/// Reads of what the job controls, on workers with a deadline.
+pub mod guard;
 /// A process's rank, run, Slurm step and cgroups, read at its exec.
 pub mod identity;
 
@@ -13,6 +17,10 @@ use procfs_core::{FromBufRead, process::MemoryMaps};
 /// Defined with the recording's events; re-exported for `sampler.rs`.
 use crate::decode::samples::{ProcInfo, ShmKind, ShmObject, Smaps};
 
+/// The most of a command line read: the kernel allows a quarter of the
+/// stack limit, megabytes, and each process's is recorded.
+pub const MAX_CMDLINE_BYTES: u64 = 32 << 10;
+
 /// The command line, and torchrun's rank from the identity variables read
 /// at an exec (`identity::read`; a fork's are its parent's, and none are
 /// read for it).
@@ -20,12 +28,23 @@ pub fn proc_info(
     tgid: u32,
     vars: Option<&std::collections::BTreeMap<String, String>>,
 ) -> Option<ProcInfo> {
-    let raw = fs::read(format!("/proc/{tgid}/cmdline")).ok()?;
-    let cmdline = raw
+    let mut raw = Vec::new();
+    fs::File::open(format!("/proc/{tgid}/cmdline"))
+        .ok()?
+        .take(MAX_CMDLINE_BYTES + 1)
+        .read_to_end(&mut raw)
+        .ok()?;
+    let cut = raw.len() as u64 > MAX_CMDLINE_BYTES;
+    raw.truncate(MAX_CMDLINE_BYTES as usize);
+    let mut cmdline: Vec<String> = raw
         .split(|&b| b == 0)
         .filter(|a| !a.is_empty())
         .map(|a| String::from_utf8_lossy(a).into_owned())
         .collect();
+    // Said where it was cut.
+    if cut && let Some(last) = cmdline.last_mut() {
+        last.push('…');
+    }
     let var = |name: &str| vars?.get(name).and_then(|v| v.parse().ok());
     Some(ProcInfo {
         tgid,

@@ -24,6 +24,7 @@
 //! pairs come back to userspace, where
 //! [`Interpreter::resolve`] names them while the process lives.
 
+mod cache;
 mod debug_offsets;
 mod find;
 mod linetable;
@@ -34,7 +35,7 @@ pub mod offsets;
 mod testdata;
 mod walk;
 
-use std::{collections::HashMap, io};
+use std::io;
 
 pub use offsets::{Layout, PyOffsets};
 
@@ -70,6 +71,20 @@ pub enum PyError {
         #[source]
         source: io::Error,
     },
+    #[error(
+        "{what} at {addr:#x} lies on a {fs} filesystem, whose server may never answer: not read"
+    )]
+    Stalls {
+        what: &'static str,
+        addr: u64,
+        fs: String,
+    },
+    #[error("{path} lies on a {fs} filesystem, whose server may never answer: not read")]
+    FileStalls { path: String, fs: String },
+    #[error(
+        "more than {limit} bytes of this process's code objects read: no more are (a bound on what one process makes the recorder read)"
+    )]
+    Budget { limit: u64 },
     #[error("{what} is a null pointer")]
     Null { what: &'static str },
     #[error("{what} at {addr:#x} is not what it should be: {reason}")]
@@ -111,16 +126,8 @@ pub struct ThreadStack {
     pub frames: Result<Vec<PyFrame>, PyError>,
 }
 
-/// What a code object says, once read.
-#[derive(Clone, Debug)]
-struct Code {
-    file: String,
-    function: String,
-    first_line: i32,
-    table: Vec<u8>,
-    /// The words from `co_filename` on, as they were when read.
-    fingerprint: [u8; 24],
-}
+/// A process's memory, opened for reading.
+pub struct Memory(mem::Mem);
 
 /// A process's interpreter, found and ready to read.
 pub struct Interpreter {
@@ -131,16 +138,23 @@ pub struct Interpreter {
     runtime: u64,
     offsets: PyOffsets,
     mem: mem::Mem,
-    /// Code objects by address, checked on each use (`walk::code`).
-    codes: HashMap<u64, Code>,
+    /// Code objects by address, checked on each use (`walk::code`), and
+    /// the bounds on what is read of them (`cache.rs`).
+    codes: cache::Codes,
     code_type: Option<u64>,
 }
 
 impl Interpreter {
     /// Finds the CPython `pid` runs and the offsets to read it with.
     pub fn find(pid: u32) -> Result<Interpreter, PyError> {
-        let found = find::locate(pid)?;
-        let mem = mem::Mem::open(pid)?;
+        let backing =
+            crate::procfs::backing::Backing::of(pid).map_err(|source| PyError::Process {
+                pid,
+                what: "read its maps",
+                source,
+            })?;
+        let found = find::locate(pid, &backing)?;
+        let mem = mem::Mem::open_with(pid, backing)?;
         let version = match found.py_version {
             Some(at) => {
                 let hex = mem.u32(at, "Py_Version")?;
@@ -171,7 +185,7 @@ impl Interpreter {
             runtime: found.runtime,
             offsets,
             mem,
-            codes: HashMap::new(),
+            codes: Default::default(),
             code_type: None,
         })
     }
@@ -181,17 +195,34 @@ impl Interpreter {
     /// child makes its own (each is checked on use), so nothing is looked
     /// up again but the child's memory.
     pub fn forked(&self, child: u32) -> Result<Interpreter, PyError> {
-        Ok(Interpreter {
+        Ok(self.forked_on(child, Self::open_memory(child)?))
+    }
+
+    /// The memory of `pid`, opened (what [`Interpreter::forked_on`] needs:
+    /// the part of a fork's look-up that reads the process).
+    pub fn open_memory(pid: u32) -> Result<Memory, PyError> {
+        mem::Mem::open(pid).map(Memory)
+    }
+
+    /// [`Interpreter::forked`] with the child's memory opened already.
+    pub fn forked_on(&self, child: u32, mem: Memory) -> Interpreter {
+        Interpreter {
             pid: child,
             path: self.path.clone(),
             version: self.version,
             bias: self.bias,
             runtime: self.runtime,
             offsets: self.offsets,
-            mem: mem::Mem::open(child)?,
+            mem: mem.0,
             codes: self.codes.clone(),
             code_type: self.code_type,
-        })
+        }
+    }
+
+    /// Looks again at what backs the process's memory, where the last look
+    /// is old: a page mapped from FUSE since is not read either.
+    pub fn look(&mut self) {
+        self.mem.look();
     }
 
     pub fn pid(&self) -> u32 {

@@ -20,9 +20,16 @@ mod delta;
 mod mapped;
 mod py;
 mod symbolize;
+mod thread;
 pub use delta::Deltas;
 pub use py::Pythons;
 pub use symbolize::{Native, bounded};
+pub use thread::{Msg, Stacks};
+
+use crate::procfs::{
+    backing::Backing,
+    guard::{FILES_DEADLINE, Readers},
+};
 
 /// Entries of the kernel's maps: stacks (each 127 frames, about 1 KiB),
 /// (process, stack) totals, and processes' highs.
@@ -63,7 +70,9 @@ pub struct Collector {
     maps: StackMaps,
     deltas: Deltas,
     gpu_deltas: Deltas,
-    native: Native,
+    /// Every read of a job process (its maps, files and memory) runs on
+    /// these, with a deadline (`procfs::guard`).
+    readers: Readers,
     pythons: Pythons,
     /// (process, stack, GPU map or not) whose frames were recorded: each
     /// map's first record of a stack carries its frames.
@@ -71,7 +80,7 @@ pub struct Collector {
     /// Processes that exited since the last drain: their keys go after it.
     exited: Vec<ProcKey>,
     /// Processes that exec'd since the last drain.
-    execed: Vec<u32>,
+    execed: Vec<(u32, u64)>,
     /// Processes to locate an interpreter in after the next drain.
     locate: Vec<ProcKey>,
     /// Each process's named native frames, by address: what names its
@@ -80,6 +89,11 @@ pub struct Collector {
     /// Each process's executable files, held open: what names the frames
     /// of its stack at death that its growth stacks never ran.
     mapped: mapped::ByProc,
+    /// Stacks at death waiting to be named, and where they go named.
+    deaths: Option<(
+        std::sync::mpsc::Receiver<Box<trainbpf_common::DeathStack>>,
+        death::DeathOut,
+    )>,
 }
 
 /// What an errno from `bpf_get_stackid` means, for the report.
@@ -95,19 +109,20 @@ pub fn stack_error(id: i32) -> String {
 }
 
 impl Collector {
-    pub fn new(maps: StackMaps) -> Collector {
+    pub fn new(maps: StackMaps, readers: Readers) -> Collector {
         Collector {
             maps,
             deltas: Deltas::default(),
             gpu_deltas: Deltas::default(),
-            native: Native::new(),
-            pythons: Pythons::new(PY_PROC_ENTRIES as usize),
+            pythons: Pythons::new(PY_PROC_ENTRIES as usize, readers.clone()),
+            readers,
             named: HashSet::new(),
             exited: Vec::new(),
             execed: Vec::new(),
             locate: Vec::new(),
             known: HashMap::new(),
             mapped: mapped::ByProc::new(),
+            deaths: None,
         }
     }
 
@@ -122,12 +137,12 @@ impl Collector {
     /// one located. Forgotten after the next drain (which names what it
     /// took before), and located anew at once, so that its first stacks
     /// already carry Python frames (a miss is tried again from its stacks).
-    pub fn on_exec(&mut self, proc: ProcKey) {
+    pub fn on_exec(&mut self, proc: ProcKey, ts: u64) {
         // The old program's files and names would misname the new one's
         // stack at death.
         self.known.remove(&proc);
         self.mapped.remove(&proc);
-        self.execed.push(proc.tgid);
+        self.execed.push((proc.tgid, ts));
         self.locate.push(proc);
     }
 
@@ -148,6 +163,7 @@ impl Collector {
     /// named.
     pub fn drain(&mut self) -> (Option<StackSample>, std::time::Duration) {
         let t = thread_cpu();
+        self.pythons.begin_pass();
         let now: Vec<(StackKey, StackVal)> = self.maps.agg.iter().filter_map(Result::ok).collect();
         let gpu_now: Vec<(StackKey, StackVal)> =
             self.maps.gpu_agg.iter().filter_map(Result::ok).collect();
@@ -177,9 +193,13 @@ impl Collector {
         procs.dedup();
         for p in procs {
             if !self.exited.contains(&p) {
-                self.pythons.ensure(p, &mut self.maps.py_procs);
+                self.name_deaths();
+                self.pythons.ensure_soon(p, &mut self.maps.py_procs);
             }
         }
+        // And the others not located yet, before the naming, which can
+        // take long.
+        self.pythons.retry(&mut self.maps.py_procs);
         for (k, v, gpu) in moved {
             let proc = ProcKey {
                 tgid: k.tgid,
@@ -205,6 +225,8 @@ impl Collector {
             out.push(d);
         }
         for (tgid, idx) in todo {
+            // A dying process first: it may soon be unreadable.
+            self.name_deaths();
             self.name(tgid, &idx, &mut out);
         }
         let exited = std::mem::take(&mut self.exited);
@@ -214,11 +236,12 @@ impl Collector {
         for p in exited {
             self.forget(p);
         }
-        for tgid in std::mem::take(&mut self.execed) {
-            self.pythons.forget_tgid(tgid, &mut self.maps.py_procs);
+        for (tgid, ts) in std::mem::take(&mut self.execed) {
+            self.pythons.forget_tgid(tgid, ts, &mut self.maps.py_procs);
         }
         self.pythons.retry(&mut self.maps.py_procs);
         for p in std::mem::take(&mut self.locate) {
+            self.hold_files(p);
             self.pythons.ensure(p, &mut self.maps.py_procs);
         }
         (
@@ -227,8 +250,35 @@ impl Collector {
         )
     }
 
+    /// Holds the files a process just exec'd runs (its executable, the
+    /// loader): a process that dies before its first stacks are named
+    /// still has its stack at death named from them.
+    fn hold_files(&mut self, p: ProcKey) {
+        let mut held = self.mapped.remove(&p).unwrap_or_default();
+        let tgid = p.tgid;
+        if let Ok(held) = self.readers.run(FILES_DEADLINE, move || {
+            let b = Backing::of(tgid).ok();
+            held.refresh(tgid, b.as_ref());
+            held
+        }) {
+            self.mapped.insert(p, held);
+        }
+    }
+
     /// Reads and resolves the frames of the deltas at `idx`, all of `tgid`.
+    /// The Python frames first: they read only the process's memory, and
+    /// the code objects they read name its stack at death once it is gone;
+    /// the native frames' symbols can take long the first time (a
+    /// library's line tables), and the process may be gone by then.
     fn name(&mut self, tgid: u32, idx: &[usize], out: &mut [StackDelta]) {
+        let python: Vec<(Vec<crate::decode::stacks::Frame>, Option<String>)> = idx
+            .iter()
+            .map(|&i| {
+                let d = &out[i];
+                self.pythons
+                    .frames(d.proc, d.py_id, d.py_state, &self.maps.py_stacks)
+            })
+            .collect();
         let mut ips: Vec<Vec<u64>> = Vec::with_capacity(idx.len());
         let mut ok: Vec<usize> = Vec::with_capacity(idx.len());
         for &i in idx {
@@ -254,7 +304,7 @@ impl Collector {
                 }
             }
         }
-        let refs: Vec<&[u64]> = ips.iter().map(Vec::as_slice).collect();
+        let ips_owned = ips.clone();
         // Still the same process? One whose exit was seen may have its pid
         // reused already, and would resolve against another program.
         let alive = idx
@@ -266,23 +316,42 @@ impl Collector {
         let parent = proc
             .and_then(|p| self.pythons.parent_of(p))
             .filter(|pp| !self.exited.contains(pp) && crate::procfs::alive(pp.tgid));
-        let resolved = if alive {
-            if let Some(&i) = idx.first() {
-                self.mapped.entry(out[i].proc).or_default().refresh(tgid);
-            }
-            self.native.resolve(tgid, &refs)
-        } else if let Some(pp) = parent {
-            self.native.resolve(pp.tgid, &refs).map(|mut v| {
-                for (_, why) in &mut v {
-                    let note =
-                        "native frames named through the parent's maps (the process was gone)";
-                    *why = Some(match why.take() {
-                        Some(e) => bounded(&format!("{e}; {note}")),
-                        None => note.into(),
-                    });
+        let resolved = if let (true, Some(proc)) = (alive, proc) {
+            // The process's files are held for its stack at death, and its
+            // frames resolved, on a worker: both read what it maps.
+            let mut held = self.mapped.remove(&proc).unwrap_or_default();
+            let r = self.readers.run(FILES_DEADLINE, move || {
+                let b = Backing::of(tgid).ok();
+                held.refresh(tgid, b.as_ref());
+                let r = symbolize::resolve_here(tgid, &ips_owned, b.as_ref());
+                (held, r)
+            });
+            match r {
+                Ok((held, r)) => {
+                    self.mapped.insert(proc, held);
+                    r
                 }
-                v
-            })
+                Err(e) => Err(bounded(&format!("native frames not read: {e}"))),
+            }
+        } else if let Some(pp) = parent {
+            let ppid = pp.tgid;
+            self.readers
+                .run(FILES_DEADLINE, move || {
+                    let b = Backing::of(ppid).ok();
+                    symbolize::resolve_here(ppid, &ips_owned, b.as_ref())
+                })
+                .unwrap_or_else(|e| Err(bounded(&format!("native frames not read: {e}"))))
+                .map(|mut v| {
+                    for (_, why) in &mut v {
+                        let note =
+                            "native frames named through the parent's maps (the process was gone)";
+                        *why = Some(match why.take() {
+                            Some(e) => bounded(&format!("{e}; {note}")),
+                            None => note.into(),
+                        });
+                    }
+                    v
+                })
         } else {
             Err("the process was gone before its stack was resolved".into())
         };
@@ -314,21 +383,24 @@ impl Collector {
             }
             out[i].frames = Some(f);
         }
-        for &i in idx {
+        for (&i, (py, note)) in idx.iter().zip(python) {
             // Even for a process gone: what it said of its interpreter.
-            self.python(&mut out[i]);
+            self.python(&mut out[i], py, note);
             let d = &out[i];
             self.named
                 .insert((d.proc, (d.stack_id, d.py_id, d.py_state), d.gpu));
         }
     }
 
-    /// Puts a stack's Python frames (named now) in place of the
-    /// interpreter's own native frames, or says why there are none.
-    fn python(&mut self, d: &mut StackDelta) {
-        let (py, note) = self
-            .pythons
-            .frames(d.proc, d.py_id, d.py_state, &self.maps.py_stacks);
+    /// Puts a stack's Python frames (named before its native ones) in
+    /// place of the interpreter's own native frames, or says why there are
+    /// none.
+    fn python(
+        &mut self,
+        d: &mut StackDelta,
+        py: Vec<crate::decode::stacks::Frame>,
+        note: Option<String>,
+    ) {
         if !py.is_empty() {
             let native = d.frames.take().unwrap_or_default();
             let interp = self.pythons.interpreter_path(d.proc).unwrap_or_default();

@@ -13,6 +13,11 @@ use std::{
 
 use serde_json::Value;
 
+/// A FUSE filesystem whose reads are never answered (issue 24, finding 8).
+mod stall_fs;
+#[allow(unused_imports, reason = "each test binary uses a different subset")]
+pub use stall_fs::StallFs;
+
 /// OOM kills, dmesg and recording sizes are machine-wide: one test at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -259,6 +264,18 @@ pub fn kill_started(procs: &[Started]) {
             // SAFETY: plain kill(2) on a process this test started.
             unsafe { libc::kill(p.pid as i32, libc::SIGKILL) };
         }
+    }
+}
+
+/// A recorder a test started itself, with its job: killed, with what it
+/// started, however the test ends.
+pub struct Recorder(pub std::process::Child);
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        kill_started(&descendants(self.0.id()));
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 

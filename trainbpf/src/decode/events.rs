@@ -233,6 +233,53 @@ impl Lost {
     }
 }
 
+/// What reading the job's memory, `/proc` entries and mapped files cost
+/// and skipped (`procfs::guard`): cumulative, the last record wins. The
+/// job can make such a read wait as long as it likes; each is made off the
+/// thread that drains the rings, with a deadline, and every bound hit is
+/// counted here.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JobReads {
+    /// Reads abandoned past their deadline (their worker may stay blocked
+    /// in the kernel).
+    pub stalled: u64,
+    /// Workers still blocked in such a read when this was written.
+    pub stuck: u64,
+    /// Reads not made because too many earlier ones were still blocked.
+    pub refused: u64,
+    /// Reads skipped because the memory or file lies on a FUSE
+    /// filesystem, whose server (perhaps the job) may never answer.
+    pub fuse_skipped: u64,
+    /// Processes whose identity and command line went unread: the queue of
+    /// such reads was full.
+    pub queue_full: u64,
+    /// Times a process's cache of CPython code objects was cleared, full.
+    pub py_cache_cleared: u64,
+    /// Processes whose budget of bytes read for CPython names and line
+    /// tables ran out: their later frames are not named.
+    pub py_budget_spent: u64,
+    /// Python frames left unnamed because a naming pass's bound was
+    /// reached.
+    pub py_frames_cut: u64,
+    /// Executables and cgroups not named: their cache was full.
+    pub names_cut: u64,
+    /// The first few reads that stalled or were skipped: process, what,
+    /// why.
+    pub notes: Vec<String>,
+}
+
+impl JobReads {
+    /// Anything to say.
+    pub fn any(&self) -> bool {
+        *self
+            != JobReads {
+                stuck: self.stuck,
+                ..JobReads::default()
+            }
+    }
+}
+
 /// A process's executable, read from /proc while it lived (for signal
 /// senders: systemd-oomd, earlyoom, kubelet, a shell).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -304,6 +351,8 @@ pub enum Event {
     },
     /// A signal sent to a job process, and who sent it.
     Signal(Box<SignalRecord>),
+    /// What reading the job cost and skipped ([`JobReads`]).
+    JobReads(JobReads),
     /// A process's `oom_score_adj` changed.
     OomAdj {
         proc: ProcKey,

@@ -4,11 +4,11 @@
 use serde::{Deserialize, Serialize};
 
 use super::{
-    CgroupName, Compaction, DecodeError, EbpfLog, Event, ExeName, JobExit, JobStart, KIND_CGROUP,
-    KIND_COMPACTED, KIND_EBPF_LOG, KIND_EXE, KIND_IDENTITY, KIND_JOB_EXIT, KIND_JOB_START,
-    KIND_LEAK_WARNING, KIND_LOST, KIND_NOTE, KIND_PRESSURE, KIND_PROC_INFO, KIND_SHM,
-    KIND_SIGNAL_RECEIVED, KIND_SMAPS, KIND_STACK_AT_DEATH, KIND_STACKS, LeakWarning, Lost,
-    Pressure, ProcInfo, ShmLook, ShmObject, SignalReceived, SmapsSample, json,
+    CgroupName, Compaction, DecodeError, EbpfLog, Event, ExeName, JobExit, JobReads, JobStart,
+    KIND_CGROUP, KIND_COMPACTED, KIND_EBPF_LOG, KIND_EXE, KIND_IDENTITY, KIND_JOB_EXIT,
+    KIND_JOB_READS, KIND_JOB_START, KIND_LEAK_WARNING, KIND_LOST, KIND_NOTE, KIND_PRESSURE,
+    KIND_PROC_INFO, KIND_SHM, KIND_SIGNAL_RECEIVED, KIND_SMAPS, KIND_STACK_AT_DEATH, KIND_STACKS,
+    LeakWarning, Lost, Pressure, ProcInfo, ShmLook, ShmObject, SignalReceived, SmapsSample, json,
 };
 
 /// The JSON body of a userspace record.
@@ -42,6 +42,7 @@ pub enum UserBody {
     StackAtDeath(super::stacks::StackAtDeath),
     EbpfLog(EbpfLog),
     Identity(super::ProcIdentity),
+    JobReads(JobReads),
 }
 
 impl UserBody {
@@ -64,6 +65,7 @@ impl UserBody {
             UserBody::StackAtDeath(_) => KIND_STACK_AT_DEATH,
             UserBody::EbpfLog(_) => KIND_EBPF_LOG,
             UserBody::Identity(_) => KIND_IDENTITY,
+            UserBody::JobReads(_) => KIND_JOB_READS,
         }
     }
 }
@@ -101,6 +103,7 @@ pub(super) fn decode(kind: u16, bytes: &[u8]) -> Result<(u64, Event), DecodeErro
         (KIND_STACK_AT_DEATH, UserBody::StackAtDeath(s)) => Event::StackAtDeath(s),
         (KIND_EBPF_LOG, UserBody::EbpfLog(l)) => Event::EbpfLog(l),
         (KIND_IDENTITY, UserBody::Identity(i)) => Event::Identity(i),
+        (KIND_JOB_READS, UserBody::JobReads(r)) => Event::JobReads(r),
         _ => {
             return Err(DecodeError::Json {
                 kind,

@@ -4,7 +4,7 @@
 //! paths the recorder kept at each exec (`decode::ProcIdentity`); a fork
 //! is its parent until it execs.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::decode::{ProcIdentity, ProcKey};
 
@@ -149,6 +149,14 @@ fn origin(path: &str) -> Origin {
     cgroup_path::parse(p)
 }
 
+/// What a fork is given of its parent's identity.
+fn inherit(p: &Identity) -> Identity {
+    Identity {
+        inherited: p.rank.is_some(),
+        ..p.clone()
+    }
+}
+
 /// The runtime a pod's container scope names (systemd driver).
 fn runtime_in(path: &str) -> Option<&'static str> {
     let last = path
@@ -168,10 +176,20 @@ fn runtime_in(path: &str) -> Option<&'static str> {
 #[derive(Default)]
 pub(super) struct Identities {
     by_proc: HashMap<ProcKey, Identity>,
+    /// Each process's forks, and when: the recorder reads an identity off
+    /// the thread that drains the rings, so its record can come after
+    /// forks that followed the exec it describes, and still reaches them.
+    forks: HashMap<ProcKey, Vec<(ProcKey, u64)>>,
+    nforks: usize,
+    /// Processes with a record of their own, which a parent's late one
+    /// does not replace.
+    own: HashSet<ProcKey>,
 }
 
 /// Processes whose identity is kept: a long `--all` sees many.
 const MAX_IDENTITIES: usize = 65536;
+/// Forks remembered for a late record.
+const MAX_FORKS: usize = 65536;
 
 impl Identities {
     fn insert(&mut self, key: ProcKey, id: Identity) {
@@ -181,27 +199,70 @@ impl Identities {
     }
 
     /// A fork is its parent until it execs.
-    pub(super) fn on_fork(&mut self, child: ProcKey, parent: ProcKey) {
+    pub(super) fn on_fork(&mut self, ts: u64, child: ProcKey, parent: ProcKey) {
         if let Some(p) = self.by_proc.get(&parent) {
-            let id = Identity {
-                inherited: p.rank.is_some(),
-                ..p.clone()
-            };
-            self.insert(child, id);
+            self.insert(child, inherit(p));
+        }
+        if self.nforks < MAX_FORKS {
+            self.forks.entry(parent).or_default().push((child, ts));
+            self.nforks += 1;
         }
     }
 
     /// What its exec said replaces what it inherited; `parent` tells a
-    /// rank's own process from what runs under it.
-    pub(super) fn on_record(&mut self, key: ProcKey, parent: Option<ProcKey>, rec: &ProcIdentity) {
+    /// rank's own process from what runs under it. `ts`: the exec's time;
+    /// the forks made since, which have not exec'd themselves, are passed
+    /// it on, however late it comes.
+    pub(super) fn on_record(
+        &mut self,
+        ts: u64,
+        key: ProcKey,
+        parent: Option<ProcKey>,
+        rec: &ProcIdentity,
+    ) {
         let mut id = Identity::from_record(rec);
         let parent = parent.and_then(|p| self.by_proc.get(&p));
         id.inherited = id.rank.is_some()
             && parent.is_some_and(|p| (p.rank, p.rank_from) == (id.rank, id.rank_from));
-        if id.is_empty() {
-            self.by_proc.remove(&key);
-        } else {
-            self.insert(key, id);
+        if self.own.len() < MAX_IDENTITIES {
+            self.own.insert(key);
+        }
+        self.set(key, (!id.is_empty()).then_some(id));
+        self.pass_on(key, ts);
+    }
+
+    fn set(&mut self, key: ProcKey, id: Option<Identity>) {
+        match id {
+            Some(id) => self.insert(key, id),
+            None => {
+                self.by_proc.remove(&key);
+            }
+        }
+    }
+
+    /// Gives `from`'s identity to its forks since `since` (and theirs)
+    /// that have none of their own.
+    fn pass_on(&mut self, from: ProcKey, since: u64) {
+        let mut work = vec![from];
+        let mut steps = 0;
+        while let Some(p) = work.pop() {
+            let id = self.by_proc.get(&p).map(inherit);
+            let kids: Vec<ProcKey> = self
+                .forks
+                .get(&p)
+                .into_iter()
+                .flatten()
+                .filter(|(c, at)| *at >= since && !self.own.contains(c))
+                .map(|(c, _)| *c)
+                .collect();
+            for c in kids {
+                steps += 1;
+                if steps > MAX_FORKS {
+                    return;
+                }
+                self.set(c, id.clone());
+                work.push(c);
+            }
         }
     }
 
@@ -344,10 +405,16 @@ mod tests {
         let mut ids = Identities::default();
         let (launcher, rank1, worker, helper) = (key(1), key(2), key(3), key(4));
         // torchrun's agent has no rank; its worker execs with one.
-        ids.on_record(launcher, None, &rec(&[("TORCHELASTIC_RUN_ID", "r")], &[]));
-        ids.on_fork(rank1, launcher);
+        ids.on_record(
+            0,
+            launcher,
+            None,
+            &rec(&[("TORCHELASTIC_RUN_ID", "r")], &[]),
+        );
+        ids.on_fork(0, rank1, launcher);
         assert_eq!(ids.get(&rank1).unwrap().rank, None);
         ids.on_record(
+            0,
             rank1,
             Some(launcher),
             &rec(&[("RANK", "1"), ("WORLD_SIZE", "2")], &[]),
@@ -358,7 +425,7 @@ mod tests {
             (Some(1), false, None)
         );
         // A DataLoader worker: forked, never exec'd.
-        ids.on_fork(worker, rank1);
+        ids.on_fork(0, worker, rank1);
         let w = ids.get(&worker).unwrap();
         assert_eq!(
             (w.rank, w.world_size, w.inherited),
@@ -366,17 +433,18 @@ mod tests {
         );
         // A helper that execs with the same environment is of rank 1 too;
         // one that execs with a clean environment is no rank's.
-        ids.on_fork(helper, rank1);
-        ids.on_record(helper, Some(rank1), &rec(&[("RANK", "1")], &[]));
+        ids.on_fork(0, helper, rank1);
+        ids.on_record(0, helper, Some(rank1), &rec(&[("RANK", "1")], &[]));
         assert!(ids.get(&helper).unwrap().inherited);
-        ids.on_record(helper, Some(rank1), &rec(&[], &[]));
+        ids.on_record(0, helper, Some(rank1), &rec(&[], &[]));
         assert_eq!(ids.get(&helper), None);
         // Under srun, torchrun's agent is task 0 and its first worker
         // rank 0: the worker is a rank of its own.
         let (agent, worker0) = (key(5), key(6));
-        ids.on_record(agent, None, &rec(&[("SLURM_PROCID", "0")], &[]));
-        ids.on_fork(worker0, agent);
+        ids.on_record(0, agent, None, &rec(&[("SLURM_PROCID", "0")], &[]));
+        ids.on_fork(0, worker0, agent);
         ids.on_record(
+            0,
             worker0,
             Some(agent),
             &rec(&[("RANK", "0"), ("SLURM_PROCID", "0")], &[]),
@@ -387,8 +455,38 @@ mod tests {
             (Some(0), Some("RANK"), false)
         );
         // An unknown parent passes nothing on.
-        ids.on_fork(key(9), key(8));
+        ids.on_fork(0, key(9), key(8));
         assert_eq!(ids.get(&key(9)), None);
+    }
+
+    /// The recorder reads identities off the draining thread: one can be
+    /// recorded after forks that followed its exec. Those forks get it;
+    /// one forked before the exec keeps what it had, and one that exec'd
+    /// keeps its own.
+    #[test]
+    fn a_late_record_reaches_the_forks_made_since_its_exec() {
+        let mut ids = Identities::default();
+        let (rank, before, after, grandchild, own) = (key(1), key(2), key(3), key(4), key(5));
+        ids.on_record(10, rank, None, &rec(&[("RANK", "7")], &[]));
+        ids.on_fork(15, before, rank);
+        // The rank execs again at 20 with rank 1; its record comes after
+        // three forks made since.
+        ids.on_fork(21, after, rank);
+        ids.on_fork(22, grandchild, after);
+        ids.on_fork(23, own, rank);
+        ids.on_record(24, own, Some(rank), &rec(&[("RANK", "9")], &[]));
+        ids.on_record(20, rank, None, &rec(&[("RANK", "1")], &[]));
+        let rank_of = |ids: &Identities, k: ProcKey| ids.get(&k).and_then(|i| i.rank);
+        assert_eq!(rank_of(&ids, rank), Some(1));
+        assert_eq!(rank_of(&ids, after), Some(1));
+        assert!(ids.get(&after).unwrap().inherited);
+        assert_eq!(rank_of(&ids, grandchild), Some(1));
+        assert_eq!(rank_of(&ids, before), Some(7), "forked before the exec");
+        assert_eq!(rank_of(&ids, own), Some(9), "its own exec's");
+        // A late record that says nothing takes the forks' away too.
+        ids.on_record(20, rank, None, &rec(&[], &[]));
+        assert_eq!(rank_of(&ids, after), None);
+        assert_eq!(rank_of(&ids, before), Some(7));
     }
 
     /// Through the whole model: a rank execs, forks a worker that never

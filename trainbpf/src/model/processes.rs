@@ -492,7 +492,7 @@ impl Builder {
 
     /// Who a process is: its exec's record, under the process it names
     /// (by start time, or the pid's current process).
-    pub(super) fn on_identity(&mut self, rec: crate::decode::ProcIdentity) {
+    pub(super) fn on_identity(&mut self, ts: u64, rec: crate::decode::ProcIdentity) {
         let start_ns = match rec.start_ns {
             0 => self.current.get(&rec.tgid).copied().unwrap_or(0),
             s => s,
@@ -502,7 +502,7 @@ impl Builder {
             start_ns,
         };
         let parent = self.job_procs.get(&key).and_then(|p| p.parent);
-        self.identities.on_record(key, parent, &rec);
+        self.identities.on_record(ts, key, parent, &rec);
     }
 
     /// The job's processes for the report; the caller orders them.

@@ -42,6 +42,8 @@ pub struct Report {
     pub top_memory: Vec<MemoryUser>,
     /// The collector's last (cumulative) lost-event counts.
     pub lost: Lost,
+    /// What reading the job's memory and files cost and skipped.
+    pub job_reads: crate::decode::JobReads,
     /// Memory over the whole run, bounded, for charts.
     pub series: Series,
     /// Records in the file that did not decode: set by the caller from

@@ -10,6 +10,10 @@ use crate::decode::identity::{
     IDENTITY_VARS, MAX_CGROUP_BYTES, MAX_CGROUPS, MAX_VAR_BYTES, ProcIdentity,
 };
 
+/// The reads, on a thread of their own, for the collector.
+mod reader;
+pub use reader::{Done, Reader, Request};
+
 /// The most of /proc/PID/environ read. The environment is fixed at exec
 /// and launchers put their variables among the first; a job that sets
 /// hundreds of kilobytes of others may lose its rank past this.

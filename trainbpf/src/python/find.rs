@@ -12,6 +12,7 @@ use std::{
 use object::{Object as _, ObjectSegment as _, ObjectSymbol as _};
 
 use super::PyError;
+use crate::procfs::backing::Backing;
 
 /// One file-backed mapping of /proc/PID/maps.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -70,8 +71,9 @@ fn is_libpython(path: &str) -> bool {
         .is_some_and(|b| b.starts_with("libpython3") && b.contains(".so"))
 }
 
-/// Finds the interpreter `pid` runs.
-pub fn locate(pid: u32) -> Result<Located, PyError> {
+/// Finds the interpreter `pid` runs; a file on FUSE (`backing`) is not
+/// read.
+pub fn locate(pid: u32, backing: &Backing) -> Result<Located, PyError> {
     let proc_err = |what, source| PyError::Process { pid, what, source };
     let maps = fs::read_to_string(format!("/proc/{pid}/maps"))
         .map_err(|e| proc_err("read its maps", e))?;
@@ -94,6 +96,16 @@ pub fn locate(pid: u32) -> Result<Located, PyError> {
             .iter()
             .filter(|m| (m.dev, m.inode) == (first.dev, first.inode))
             .collect();
+        if let Some(fs) = backing.dev(first.dev) {
+            crate::procfs::guard::STATS.add(crate::procfs::guard::Count::FuseSkipped, 1);
+            crate::procfs::guard::STATS.note(|| {
+                format!("pid {pid}: its interpreter's file lies on a {fs} filesystem: not read")
+            });
+            return Err(PyError::FileStalls {
+                path: first.path.clone(),
+                fs: fs.to_string(),
+            });
+        }
         match in_file(pid, &whole) {
             Ok(found) => return Ok(found),
             Err(e) if is_libpython(&first.path) => lib_error = Some(e),

@@ -3,29 +3,89 @@
 //! The descriptor is bound to the address space it was opened on: if the
 //! process exits and its pid is reused, reads fail rather than land in the
 //! new process.
+//!
+//! The process can make such a read wait for good: a page of a file on a
+//! FUSE filesystem whose server never answers (and the read then waits
+//! past a kill). What backs each page is looked at first
+//! (`procfs::backing`), and a page on FUSE is not read; the callers read
+//! on a `procfs::guard` worker, whose deadline covers a mapping made
+//! since the look.
 
-use std::{fs::File, os::unix::fs::FileExt as _};
+use std::{
+    fs::File,
+    os::unix::fs::FileExt as _,
+    time::{Duration, Instant},
+};
 
 use super::PyError;
+use crate::procfs::{
+    backing::Backing,
+    guard::{Count, STATS},
+};
+
+/// How long a look at what backs the memory is used before another.
+const LOOK_EVERY: Duration = Duration::from_secs(1);
 
 pub struct Mem {
+    pid: u32,
     file: File,
+    backing: Backing,
+    looked: Instant,
 }
 
 impl Mem {
     pub fn open(pid: u32) -> Result<Mem, PyError> {
+        let backing = Backing::of(pid).map_err(|source| PyError::Process {
+            pid,
+            what: "read its maps",
+            source,
+        })?;
+        Mem::open_with(pid, backing)
+    }
+
+    /// With what backs its memory, looked at just now.
+    pub fn open_with(pid: u32, backing: Backing) -> Result<Mem, PyError> {
         let file = File::open(format!("/proc/{pid}/mem")).map_err(|source| PyError::Process {
             pid,
             what: "open its memory",
             source,
         })?;
-        Ok(Mem { file })
+        Ok(Mem {
+            pid,
+            file,
+            backing,
+            looked: Instant::now(),
+        })
+    }
+
+    /// Looks again at what backs the memory, if the last look is old: a
+    /// mapping made since is then not read either.
+    pub fn look(&mut self) {
+        if self.looked.elapsed() < LOOK_EVERY {
+            return;
+        }
+        if let Ok(b) = Backing::of(self.pid) {
+            self.backing = b;
+        }
+        self.looked = Instant::now();
     }
 
     /// Fills `buf` from `addr`; `what` names the field, for the error.
     pub fn read(&self, addr: u64, buf: &mut [u8], what: &'static str) -> Result<(), PyError> {
         if addr == 0 {
             return Err(PyError::Null { what });
+        }
+        if let Some(fs) = self.backing.at(addr, buf.len() as u64) {
+            STATS.add(Count::FuseSkipped, 1);
+            let pid = self.pid;
+            STATS.note(|| {
+                format!("pid {pid}: its CPython state lies on a {fs} filesystem: not read")
+            });
+            return Err(PyError::Stalls {
+                what,
+                addr,
+                fs: fs.to_string(),
+            });
         }
         self.file
             .read_exact_at(buf, addr)

@@ -4,8 +4,12 @@
 //! and instruction; then the code object resolved to file, function and
 //! line.
 
+use std::sync::Arc;
+
 use super::{
-    Code, Interpreter, PyError, PyFrame, ThreadStack, linetable,
+    Interpreter, PyError, PyFrame, ThreadStack,
+    cache::Code,
+    linetable,
     objects::{bytes, string, type_name, type_of},
     offsets::{Layout, NONE, PyOffsets},
 };
@@ -13,9 +17,6 @@ use super::{
 /// Bounds on a walk: a chain longer than this is a loop or a misread.
 const MAX_THREADS: usize = 4096;
 pub const MAX_DEPTH: usize = 1024;
-/// Code objects kept; a process with more running code is rare, and
-/// clearing costs only re-reads.
-const MAX_CODES: usize = 1 << 16;
 /// `offsetof(struct pthread, tid)` in glibc on x86-64 (2.36).
 const GLIBC_PTHREAD_TID: u64 = 0x2d0;
 /// 3.12's `FRAME_OWNED_BY_CSTACK`: the shim frame an entry from C pushes.
@@ -157,7 +158,7 @@ impl Interpreter {
     pub fn resolve(&mut self, code: u64, instr: u64) -> Result<PyFrame, PyError> {
         let o = self.offsets;
         let info = self.code(code)?;
-        Ok(frame_of(&o, info, code, instr))
+        Ok(frame_of(&o, &info, code, instr))
     }
 
     /// As `resolve`, for a process that may be gone (a stack at death):
@@ -177,24 +178,22 @@ impl Interpreter {
     /// A code object's names and line table, read once. A code object a
     /// probe saw may have been freed since and its address reused: the
     /// three pointers from `co_filename` on (names and table, fixed for a
-    /// code object's life) are read again each time and must match.
-    fn code(&mut self, addr: u64) -> Result<&Code, PyError> {
+    /// code object's life) are read again each time and must match. What
+    /// is read and kept is bounded per process (`cache.rs`).
+    fn code(&mut self, addr: u64) -> Result<Arc<Code>, PyError> {
         let mut raw = [0u8; 24];
         self.mem.read(
             addr.wrapping_add(self.offsets.code_filename),
             &mut raw,
             "a code object's names",
         )?;
-        let fresh = self.codes.get(&addr).is_some_and(|c| c.fingerprint == raw);
-        if !fresh {
-            if self.codes.len() >= MAX_CODES {
-                self.codes.clear();
-            }
-            let mut code = self.read_code(addr)?;
-            code.fingerprint = raw;
-            self.codes.insert(addr, code);
+        if let Some(c) = self.codes.get(&addr).filter(|c| c.fingerprint == raw) {
+            return Ok(c.clone());
         }
-        Ok(&self.codes[&addr])
+        self.codes.may_read(self.pid)?;
+        let mut code = self.read_code(addr)?;
+        code.fingerprint = raw;
+        Ok(self.codes.insert(addr, code))
     }
 
     fn read_code(&mut self, addr: u64) -> Result<Code, PyError> {
@@ -228,13 +227,7 @@ impl Interpreter {
             ptr(o.code_linetable, "co_linetable")?,
             "co_linetable",
         )?;
-        Ok(Code {
-            file,
-            function,
-            first_line,
-            table,
-            fingerprint: [0; 24],
-        })
+        Ok(Code::new(file, function, first_line, table))
     }
 }
 

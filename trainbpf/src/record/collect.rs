@@ -69,7 +69,7 @@ pub(super) async fn collect(
     c.live = outputs
         .start(has_memcg, c.page_kb())
         .map_err(io_err("starting the --metrics server"))?;
-    c.stacks = stacks.map(crate::stacks::Collector::new);
+    c.stacks = stacks.map(crate::stacks::Stacks::start);
     let rings =
         crate::rings::Rings::new(events, precious).map_err(io_err("polling the ring buffers"))?;
     // SAFETY: the fd is owned by the value moved in, and stays open until
@@ -160,21 +160,27 @@ fn start_job(
                 }
                 seed(job, t)?;
                 c.job.insert(t);
-                let vars = c.identify_running(t);
-                if let Some(info) = crate::procfs::proc_info(t, vars.as_ref()) {
-                    c.user(UserBody::ProcInfo(info));
-                }
+                c.identify_running(t, true);
             }
-            let argv = crate::procfs::proc_info(*p, None)
+            // Its memory may be wedged (`procfs::guard`): read with a
+            // deadline, before the rings are drained at all.
+            let p = *p;
+            let argv = c
+                .readers
+                .run(crate::procfs::guard::DEADLINE, move || {
+                    crate::procfs::proc_info(p, None)
+                })
+                .ok()
+                .flatten()
                 .map(|i| i.cmdline.into_iter().map(OsString::from).collect())
                 .unwrap_or_default();
-            (*p, argv, None)
+            (p, argv, None)
         }
         Target::Cgroup(_) => {
             for t in attached.procs() {
                 seed(job, t)?;
                 c.job.insert(t);
-                c.identify_running(t);
+                c.identify_running(t, false);
             }
             (0, Vec::new(), None)
         }
@@ -467,8 +473,9 @@ impl Session {
         } = self;
         c.drain(&mut rings);
         gpu_late(&mut c, &mut gpu, &mut ebpf);
+        c.finish_identities();
         c.finish_shm();
-        c.poll_stacks();
+        c.finish_stacks();
         c.poll_lost(&counters);
         c.kernel_log(kernel_log.as_mut());
         c.live_tick(true);
@@ -481,6 +488,15 @@ impl Session {
         }
         c.finish()?;
         let _ = c.writer.get_ref().sync_all();
+        // A read abandoned past its deadline may still wait in the kernel;
+        // most such waits end with this process, but a page of a FUSE file
+        // in the server's hands holds it until the server answers or goes.
+        let stuck = crate::procfs::guard::STATS.snapshot().stuck;
+        if stuck > 0 {
+            eprintln!(
+                "trainbpf: {stuck} read(s) of the job's memory are still blocked in the kernel; the recording is complete (report: job_reads), and this process may end only when they do"
+            );
+        }
         Ok((status, c.writer.into_inner()))
     }
 }

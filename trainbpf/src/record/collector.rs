@@ -15,6 +15,7 @@ use super::{RecordError, io_err, mono_ns};
 use crate::{
     decode::{self, ExitStatus, Lost, UserBody},
     recording::Writer,
+    stacks::Msg,
 };
 
 /// Naming what the records point at: cgroups, executables, identities.
@@ -43,6 +44,11 @@ pub(super) struct Collector {
     /// Processes whose identity is recorded, or inherited from a parent
     /// at a fork seen (`identify`).
     pub(super) identified: std::collections::HashSet<u32>,
+    /// Reads who a job process is off the draining thread (`identify`).
+    ident: crate::procfs::identity::Reader,
+    /// The workers every read of the job's memory and files runs on.
+    pub(super) readers: crate::procfs::guard::Readers,
+    last_reads: decode::JobReads,
     /// The job's main process, and how it ended as the kernel saw it (for
     /// an attached job, which the recorder cannot wait for).
     pub(super) root: u32,
@@ -56,13 +62,9 @@ pub(super) struct Collector {
     procfs_every: Duration,
     /// The terminal's status line (src/status.rs).
     pub(super) status: crate::status::Status,
-    /// `--stacks`: the growth stacks' drain, and when it last ran.
-    pub(super) stacks: Option<crate::stacks::Collector>,
-    last_stacks: Instant,
-    stacks_every: Duration,
-    /// A kill or an exit was seen: drain the stacks now, while the
-    /// processes' maps are still there to resolve them by.
-    stacks_due: bool,
+    /// `--stacks`: the growth stacks' thread (`stacks/thread.rs`), which
+    /// names them off this one.
+    pub(super) stacks: Option<crate::stacks::Stacks>,
     /// Job processes that mapped a driver library not yet probed, most of
     /// them held until it is (`GpuProbes::on_mapped`): taken after each
     /// drain.
@@ -78,6 +80,7 @@ impl Collector {
         flight: Option<crate::compact::Flight>,
         status: crate::status::Status,
     ) -> Collector {
+        let readers = crate::procfs::guard::Readers::new();
         Collector {
             writer,
             job_memcg,
@@ -94,6 +97,9 @@ impl Collector {
             reclaim_freed_kb: 0,
             job: Default::default(),
             identified: Default::default(),
+            ident: crate::procfs::identity::Reader::start(readers.clone()),
+            readers,
+            last_reads: Default::default(),
             root: 0,
             root_exit: None,
             sampler: crate::sampler::Sampler::start(),
@@ -102,9 +108,6 @@ impl Collector {
             last_procfs: Instant::now(),
             procfs_every: PROCFS_EVERY,
             stacks: None,
-            last_stacks: Instant::now(),
-            stacks_every: STACKS_EVERY,
-            stacks_due: false,
             gpu_maps: Vec::new(),
             live: None,
         }
@@ -166,8 +169,9 @@ impl Collector {
             common::KIND_FORK | common::KIND_EXEC => {
                 let tgid = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
                 // A stack taken before an exec resolves only against the
-                // old program: drain at once, to narrow the window in
-                // which one is read against the new one.
+                // old program: the stacks' thread drains at once, to
+                // narrow the window in which one is read against the new
+                // one.
                 if let Some(st) = &mut self.stacks {
                     let start = |at: usize| {
                         u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap_or_default())
@@ -177,26 +181,25 @@ impl Collector {
                         start_ns: start(16),
                     };
                     if kind == common::KIND_EXEC {
-                        st.on_exec(proc);
-                        self.stacks_due = true;
+                        st.send(Msg::Exec(proc, start(8)));
                     } else if bytes.len() >= size_of::<common::ForkEvent>() {
                         let parent = decode::ProcKey {
                             tgid: u32::from_le_bytes(bytes[24..28].try_into().unwrap_or_default()),
                             start_ns: start(32),
                         };
-                        st.on_fork(proc, parent);
+                        st.send(Msg::Fork {
+                            child: proc,
+                            parent,
+                        });
                     }
                 }
                 if self.job.len() < MAX_JOB_PROCS {
                     self.job.insert(tgid);
                 }
-                // Command line (and at an exec torchrun's rank, from the
-                // identity's read), for grouping; read now, while the
-                // process exists (a worker may live a second).
-                let vars = self.identify(kind, bytes, tgid);
-                if let Some(info) = crate::procfs::proc_info(tgid, vars.as_ref()) {
-                    self.user(UserBody::ProcInfo(info));
-                }
+                // Command line (and at an exec who it is), for grouping:
+                // asked for now, while the process exists (a worker may
+                // live a second), and recorded when read.
+                self.identify(kind, bytes, tgid, true);
             }
             common::KIND_EXIT => {
                 let tgid = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
@@ -204,8 +207,7 @@ impl Collector {
                 self.identified.remove(&tgid);
                 if let Some(st) = &mut self.stacks {
                     let start_ns = u64::from_le_bytes(bytes[16..24].try_into().unwrap_or_default());
-                    st.on_exit(decode::ProcKey { tgid, start_ns });
-                    self.stacks_due = true;
+                    st.send(Msg::Exit(decode::ProcKey { tgid, start_ns }));
                 }
                 if tgid == self.root
                     && let Ok(decode::Timed {
@@ -220,7 +222,7 @@ impl Collector {
             // who it is, at its first memory record.
             common::KIND_MEM => {
                 let tgid = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
-                self.identify(kind, bytes, tgid);
+                self.identify(kind, bytes, tgid, false);
             }
             _ => {}
         }
@@ -249,7 +251,9 @@ impl Collector {
             self.name_cgroup(memcg_id);
         }
         if kind == common::KIND_OOM_VICTIM || kind == common::KIND_OOM_KILL {
-            self.stacks_due = true;
+            if let Some(st) = &mut self.stacks {
+                st.send(Msg::Due);
+            }
             self.shm.trigger(decode::ShmTrigger::Kill);
         }
         if (kind == common::KIND_OOM_VICTIM || kind == common::KIND_OOM_KILL)
@@ -265,9 +269,9 @@ impl Collector {
         }
     }
 
-    /// A job thread's stacks at a fatal signal: named at once (the
-    /// process is on its way out) and recorded named; the kernel's raw
-    /// record is not kept.
+    /// A job thread's stacks at a fatal signal: named at once on the
+    /// stacks' thread (the process is on its way out) and recorded named;
+    /// the kernel's raw record is not kept.
     fn on_death_stack(&mut self, bytes: &[u8]) {
         let (Some(st), true) = (
             self.stacks.as_mut(),
@@ -280,44 +284,39 @@ impl Collector {
         // (integers only), so any bytes are a valid value.
         let ev: common::DeathStack =
             unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<common::DeathStack>()) };
-        let ts = ev.hdr.ts_ns;
-        let named = st.at_death(&ev);
-        let (kind, out) = decode::encode_user(ts, UserBody::StackAtDeath(named));
-        self.writer.record(kind, &out);
+        st.death(ev);
     }
 
     pub(super) fn drain(&mut self, rings: &mut crate::rings::Rings) -> usize {
         let n = rings.drain(|bytes| self.on_record(bytes));
+        self.poll_identities();
         self.poll_shm();
-        if self.stacks.is_some()
-            && (self.stacks_due || self.last_stacks.elapsed() >= self.stacks_every)
-        {
-            self.poll_stacks();
-        }
+        self.poll_stacks();
         n
     }
 
-    /// Drains the kernel's growth-stack totals into a record: each second,
-    /// and at once after a kill or an exit (the victim's last stacks are
-    /// resolved while its maps are still there).
-    pub(super) fn poll_stacks(&mut self) {
-        self.stacks_due = false;
+    /// Records what the stacks' thread named since the last time (growth
+    /// stacks, stacks at death), each stamped as it made it. Never waits.
+    fn poll_stacks(&mut self) {
         let Some(st) = self.stacks.as_mut() else {
             return;
         };
-        // Stamped when the map is read, not once its stacks are named:
-        // naming a process's first stacks (its interpreter located, its
-        // files' symbols loaded) can take long on a busy machine, and a
-        // kill's growers count what was recorded by shortly after it.
-        let ts = mono_ns();
-        let (sample, read) = st.drain();
-        // A stack is resolved only while its process lives: drain often,
-        // but keep reading the map (two syscalls a key) to about 1% of a
-        // core, and never less often than once a second.
-        self.stacks_every = (read * 100).clamp(STACKS_EVERY, Duration::from_secs(1));
-        self.last_stacks = Instant::now();
-        if let Some(sample) = sample {
-            let (kind, bytes) = decode::encode_user(ts, UserBody::Stacks(sample));
+        // The rings are read this far: the stacks' thread may read the
+        // kernel's map (its stacks' execs and forks are sent already).
+        st.send(Msg::Tick);
+        for (ts, body) in st.poll() {
+            let (kind, bytes) = decode::encode_user(ts, body);
+            self.writer.record(kind, &bytes);
+        }
+    }
+
+    /// At the end: the stacks' last drain, waited for briefly.
+    pub(super) fn finish_stacks(&mut self) {
+        let Some(st) = self.stacks.as_mut() else {
+            return;
+        };
+        for (ts, body) in st.finish(Duration::from_secs(10)) {
+            let (kind, bytes) = decode::encode_user(ts, body);
             self.writer.record(kind, &bytes);
         }
     }
@@ -363,6 +362,11 @@ impl Collector {
         if lost != self.last_lost {
             self.last_lost = lost.clone();
             self.user(UserBody::Lost(lost));
+        }
+        let reads = crate::procfs::guard::STATS.snapshot();
+        if reads != self.last_reads {
+            self.last_reads = reads.clone();
+            self.user(UserBody::JobReads(reads));
         }
     }
 
@@ -544,17 +548,12 @@ impl Collector {
     }
 }
 
-/// The identity variables of a process's environment, as read.
-type IdentityVars = std::collections::BTreeMap<String, String>;
-
 /// Memory cgroups named from memory records (OOM records always are):
 /// each new one walks the hierarchy once.
 const MAX_NAMED_CGROUPS: usize = 256;
 /// Frame buffer size that forces a flush before the timer: bounds the
 /// recorder's memory in a burst.
 pub(super) const FLUSH_BYTES: usize = 256 << 10;
-/// How often the growth stacks are drained at most (`--stacks`).
-const STACKS_EVERY: Duration = Duration::from_millis(100);
 /// How often USS/PSS and shared memory are sampled.
 const PROCFS_EVERY: Duration = Duration::from_secs(5);
 /// Bounds on the collector's own bookkeeping of the job's processes.

@@ -88,6 +88,8 @@ pub struct JsonReport {
     /// The recorded command; null if the recording holds no job-start
     /// record.
     pub job: Option<processes::Job>,
+    /// What reading the job's memory and files cost and skipped.
+    pub job_reads: recording::JobReads,
     /// One entry per OOM kill, in time order; empty if none.
     pub kills: Vec<kills::Kill>,
     /// What the leaks' `projected_oom_s` and `limit_kb` come from; null when
@@ -152,6 +154,7 @@ impl JsonReport {
             gpu: gpu::Gpu::new(r),
             groups: r.groups.iter().map(processes::Group::new).collect(),
             job: r.job.as_ref().map(|j| processes::Job::new(j, r.title())),
+            job_reads: recording::JobReads::new(r),
             kills: r.kills.iter().map(|k| kills::Kill::new(r, k)).collect(),
             leak_projection: leaks::LeakProjection::new(r),
             leak_warnings: leaks::LeakWarning::all(r),

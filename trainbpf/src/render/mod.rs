@@ -334,6 +334,7 @@ pub(crate) mod fixture {
                 dropped_disk_full: 0,
                 ..Default::default()
             },
+            job_reads: Default::default(),
             series: Default::default(),
             undecodable: 2,
             stopped_early: None,

@@ -9,11 +9,15 @@ use std::collections::HashMap;
 
 use trainbpf_common::{DeathStack, STACK_DEPTH};
 
-use super::{Collector, py, stack_error, symbolize::bounded};
+use super::{
+    Collector, py, stack_error,
+    symbolize::{bounded, resolve_here},
+};
 use crate::decode::{
     ProcKey,
     stacks::{Frame, MAX_FRAMES, StackAtDeath},
 };
+use crate::procfs::{backing::Backing, guard::FILES_DEADLINE};
 
 /// Native frames remembered per process from its growth stacks.
 pub const MAX_KNOWN_PER_PROC: usize = 1 << 16;
@@ -43,7 +47,30 @@ fn fill(frames: &mut [Frame], known: Option<&HashMap<u64, Frame>>) -> usize {
     unnamed
 }
 
+/// Where the named stacks at death go, with their time.
+pub type DeathOut = Box<dyn FnMut(u64, StackAtDeath) + Send>;
+
 impl Collector {
+    /// Stacks at death come on `rx` and go, named, to `out`
+    /// (`thread.rs`): named between two processes of a drain too
+    /// ([`Collector::name_deaths`]), while the dying process may still be
+    /// read.
+    pub fn on_death(&mut self, rx: std::sync::mpsc::Receiver<Box<DeathStack>>, out: DeathOut) {
+        self.deaths = Some((rx, out));
+    }
+
+    /// Names the stacks at death that wait.
+    pub fn name_deaths(&mut self) {
+        let Some((rx, mut out)) = self.deaths.take() else {
+            return;
+        };
+        while let Ok(ev) = rx.try_recv() {
+            let named = self.at_death(&ev);
+            out(ev.hdr.ts_ns, named);
+        }
+        self.deaths = Some((rx, out));
+    }
+
     /// A thread's stacks at a fatal signal, named now.
     pub fn at_death(&mut self, ev: &DeathStack) -> StackAtDeath {
         let proc = ProcKey {
@@ -109,7 +136,14 @@ impl Collector {
         }
         let alive = !self.exited.contains(&proc) && crate::procfs::alive(proc.tgid);
         let live = if alive {
-            self.native.resolve(proc.tgid, &[ips])
+            // Its maps and files, read on a worker with a deadline.
+            let (tgid, ips) = (proc.tgid, vec![ips.to_vec()]);
+            self.readers
+                .run(FILES_DEADLINE, move || {
+                    let b = Backing::of(tgid).ok();
+                    resolve_here(tgid, &ips, b.as_ref())
+                })
+                .unwrap_or_else(|e| Err(bounded(&format!("native frames not read: {e}"))))
         } else {
             Err("the process was gone".into())
         };
@@ -123,9 +157,25 @@ impl Collector {
             Err(e) => *why = Some(e),
         }
         if fill(&mut frames, self.known.get(&proc)) > 0
-            && let Some(m) = self.mapped.get(&proc)
+            && let Some(m) = self.mapped.remove(&proc)
         {
-            m.name(&mut frames);
+            // The held files: read on a worker too (a file on a network
+            // filesystem can stall; none on FUSE is held).
+            let named = self.readers.run(FILES_DEADLINE, move || {
+                m.name(&mut frames);
+                (m, frames)
+            });
+            match named {
+                Ok((m, f)) => {
+                    self.mapped.insert(proc, m);
+                    frames = f;
+                }
+                Err(e) => {
+                    *why = Some(bounded(&format!("its files not read: {e}")));
+                    frames = ips.iter().take(MAX_FRAMES).map(|&a| bare(a)).collect();
+                    fill(&mut frames, self.known.get(&proc));
+                }
+            }
         }
         remember(self.known.entry(proc).or_default(), &frames);
         frames

@@ -17,7 +17,7 @@ use blazesym::symbolize::{
 };
 
 use super::symbolize::bounded;
-use crate::decode::stacks::Frame;
+use crate::{decode::stacks::Frame, procfs::backing::Backing};
 
 /// Executable mappings held per process (a Python with its extension
 /// modules maps a few dozen files).
@@ -49,8 +49,9 @@ pub struct Mapped {
 
 impl Mapped {
     /// Reads `tgid`'s executable file mappings and opens those not held
-    /// yet (a library loaded since the last look is added).
-    pub fn refresh(&mut self, tgid: u32) {
+    /// yet (a library loaded since the last look is added). A file on FUSE
+    /// (`backing`) is not opened: its server may never answer.
+    pub fn refresh(&mut self, tgid: u32, backing: Option<&Backing>) {
         let Ok(text) = std::fs::read_to_string(format!("/proc/{tgid}/maps")) else {
             return;
         };
@@ -64,6 +65,11 @@ impl Mapped {
             };
             let path = it.nth(2).unwrap_or("");
             if !perms.contains('x') || !path.starts_with('/') {
+                continue;
+            }
+            if let (Some(b), Some(m)) = (backing, crate::procfs::maps_line(line))
+                && b.dev(m.dev).is_some()
+            {
                 continue;
             }
             let Some((s, e)) = range.split_once('-') else {
@@ -144,7 +150,7 @@ mod tests {
     #[test]
     fn names_a_frame_from_the_held_file() {
         let mut m = Mapped::default();
-        m.refresh(std::process::id());
+        m.refresh(std::process::id(), None);
         assert!(!m.maps.is_empty());
         let ip = names_a_frame_from_the_held_file as *const () as usize as u64;
         let mut frames = vec![Frame {

@@ -9,7 +9,31 @@ use blazesym::symbolize::{
     source::{Process, Source},
 };
 
-use crate::decode::stacks::{Frame, MAX_FRAME_TEXT, MAX_FRAMES};
+use crate::{
+    decode::stacks::{Frame, MAX_FRAME_TEXT, MAX_FRAMES},
+    procfs::{
+        backing::Backing,
+        guard::{Count, STATS},
+    },
+};
+
+thread_local! {
+    /// Each `guard` worker's own symbolizer (blazesym's is not `Send`):
+    /// its caches stay with the thread, which the pool hands out again.
+    static NATIVE: Native = Native::new();
+}
+
+/// [`Native::resolve`] on a `guard` worker, with its own symbolizer; the
+/// frames in files on FUSE (`backing`, looked at by the caller) are not
+/// looked up.
+pub fn resolve_here(
+    pid: u32,
+    stacks: &[Vec<u64>],
+    backing: Option<&Backing>,
+) -> Result<Vec<Resolved>, String> {
+    let refs: Vec<&[u64]> = stacks.iter().map(Vec::as_slice).collect();
+    NATIVE.with(|n| n.resolve(pid, &refs, backing))
+}
 
 /// Cuts a name or path to `MAX_FRAME_TEXT` bytes (at a char boundary) and
 /// replaces control characters: what a process's files hold reaches a
@@ -66,17 +90,36 @@ impl Native {
     /// The frames of stacks of one live process (`ips`: innermost first,
     /// as the kernel took them). A frame that did not resolve keeps its
     /// address, with no function; a process gone already is an error.
-    /// With each stack, why none of its frames resolved, if none did.
-    pub fn resolve(&self, pid: u32, stacks: &[&[u64]]) -> Result<Vec<Resolved>, String> {
+    /// With each stack, why none of its frames resolved, if none did. A
+    /// frame in a file on FUSE (`backing`) is not looked up: its server
+    /// may never answer.
+    pub fn resolve(
+        &self,
+        pid: u32,
+        stacks: &[&[u64]],
+        backing: Option<&Backing>,
+    ) -> Result<Vec<Resolved>, String> {
         let src = Source::Process(Process::new(pid.into()));
         let mut out = Vec::with_capacity(stacks.len());
         for ips in stacks {
-            let addrs = lookup_addrs(ips);
+            let mut addrs = lookup_addrs(ips);
+            let mut skipped: Option<(usize, String)> = None;
+            for a in addrs.iter_mut() {
+                if let Some(fs) = backing.and_then(|b| b.at(*a, 1)) {
+                    let s = skipped.get_or_insert_with(|| (0, fs.to_string()));
+                    s.0 += 1;
+                    // Address 0 is mapped nowhere: nothing is read for it.
+                    *a = 0;
+                }
+            }
             let syms = self
                 .symbolizer
                 .symbolize(&src, Input::AbsAddr(&addrs))
                 .map_err(|e| bounded(&format!("process {pid}: {e}")))?;
             let why = syms.iter().all(|s| matches!(s, Symbolized::Unknown(_))).then(|| {
+                if let Some((_, fs)) = &skipped {
+                    return format!("unsymbolized: in files on a {fs} filesystem, not read");
+                }
                 match syms.first() {
                     Some(Symbolized::Unknown(Reason::Unmapped)) => {
                         "unsymbolized: not mapped when resolved (taken before an exec, or unmapped since)".to_string()
@@ -107,6 +150,24 @@ impl Native {
                     },
                 })
                 .collect();
+            let why = match (why, skipped) {
+                (None, Some((n, fs))) => {
+                    STATS.add(Count::FuseSkipped, 1);
+                    STATS.note(|| {
+                        format!(
+                            "pid {pid}: native frames in files on a {fs} filesystem: not looked up"
+                        )
+                    });
+                    Some(format!(
+                        "{n} frames unsymbolized: in files on a {fs} filesystem, not read"
+                    ))
+                }
+                (why, Some(_)) => {
+                    STATS.add(Count::FuseSkipped, 1);
+                    why
+                }
+                (why, None) => why,
+            };
             out.push((frames, why));
         }
         Ok(out)
@@ -132,10 +193,33 @@ mod tests {
     }
 
     /// This test's own process: a function of it resolves by name.
+    /// A frame in a file on FUSE is not looked up, and the stack says so.
+    #[test]
+    fn frames_on_fuse_are_not_looked_up() {
+        let ip = frames_on_fuse_are_not_looked_up as *const () as usize as u64;
+        let me = std::process::id();
+        let maps = std::fs::read_to_string(format!("/proc/{me}/maps")).unwrap();
+        let line = maps
+            .lines()
+            .find(|l| crate::procfs::maps_line(l).is_some_and(|m| m.start <= ip && ip < m.end))
+            .unwrap();
+        let m = crate::procfs::maps_line(line).unwrap();
+        let (major, minor) = (libc::major(m.dev), libc::minor(m.dev));
+        let mountinfo = format!("1 0 {major}:{minor} / / rw - fuse.test test rw\n");
+        let b = Backing::parse(line, &mountinfo);
+        let r = Native::new().resolve(me, &[&[ip]], Some(&b)).unwrap();
+        assert_eq!(r[0].0[0].function, None);
+        assert_eq!(r[0].0[0].addr, ip, "the address is kept");
+        let why = r[0].1.as_deref().unwrap_or("");
+        assert!(why.contains("fuse.test"), "{why}");
+    }
+
     #[test]
     fn resolves_a_live_process() {
         let ip = resolves_a_live_process as *const () as usize as u64;
-        let frames = Native::new().resolve(std::process::id(), &[&[ip]]).unwrap();
+        let frames = Native::new()
+            .resolve(std::process::id(), &[&[ip]], None)
+            .unwrap();
         let f = frames[0].0[0].function.as_deref().unwrap_or("");
         assert!(f.contains("resolves_a_live_process"), "{f}");
     }

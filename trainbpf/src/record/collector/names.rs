@@ -3,72 +3,119 @@
 //! executable, and who a job process is (rank, run, Slurm step,
 //! container) at its exec.
 
-use std::fs;
+use std::{fs, time::Duration};
 
-use super::{Collector, IdentityVars, MAX_JOB_PROCS};
+use super::{Collector, MAX_JOB_PROCS};
 use crate::decode::{self, CgroupName, UserBody};
 use crate::job;
+use crate::procfs::{
+    guard::{Count, STATS},
+    identity::{Done, Request},
+};
 use crate::record::mono_ns;
 use trainbpf_common as common;
 
 impl Collector {
     /// Names a cgroup id once, while the directory still exists.
     pub(super) fn name_cgroup(&mut self, id: u64) {
-        if id == 0 || !self.known_cgroups.insert(id) {
+        if id == 0
+            || self.known_cgroups.contains(&id)
+            || !may_name(self.known_cgroups.len(), "cgroup")
+        {
             return;
         }
+        self.known_cgroups.insert(id);
         if let Some(path) = job::cgroup_path_by_id(id) {
             self.user(UserBody::Cgroup(CgroupName { id, path }));
         }
     }
 
-    /// Records who a process is (rank, run, Slurm step, container) at its
+    /// Asks who a process is (rank, run, Slurm step, container) at its
     /// exec, and at the first record of one whose exec the recorder did
-    /// not see. A fork is its parent until it execs: the model passes the
-    /// parent's on, and nothing is read. Stamped with the kernel record's
-    /// time, so that it sorts with the exec it belongs to. Returns the
-    /// variables read, for the command line's record.
-    pub(super) fn identify(&mut self, kind: u16, bytes: &[u8], tgid: u32) -> Option<IdentityVars> {
+    /// not see; and, with `info`, its command line (at a fork and an
+    /// exec). A fork is its parent until it execs: the model passes the
+    /// parent's on, and no identity is read. The reads run off this thread
+    /// (`procfs::identity::Reader`) and are recorded when they come
+    /// (`poll_identities`), the identity stamped with the kernel record's
+    /// time, so that it sorts with the exec it belongs to.
+    pub(super) fn identify(&mut self, kind: u16, bytes: &[u8], tgid: u32, info: bool) {
         let exec = kind == common::KIND_EXEC;
-        if !exec && self.identified.contains(&tgid) {
-            return None;
-        }
-        if self.identified.len() < MAX_JOB_PROCS {
+        let known = self.identified.contains(&tgid);
+        if !known && self.identified.len() < MAX_JOB_PROCS {
             self.identified.insert(tgid);
         }
-        if kind == common::KIND_FORK || bytes.len() < size_of::<common::Header>() {
-            return None;
+        let whole = bytes.len() >= size_of::<common::Header>();
+        let identity = whole && kind != common::KIND_FORK && (exec || !known);
+        if !identity && !info {
+            return;
         }
-        let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap_or_default());
-        self.write_identity(tgid, word(8), word(16))
+        let word = |at: usize| {
+            bytes
+                .get(at..at + 8)
+                .map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or_default()))
+        };
+        let ts = if whole { word(8) } else { mono_ns() };
+        self.ident.request(Request {
+            tgid,
+            ts,
+            start_ns: word(16),
+            identity,
+            info,
+        });
     }
 
-    /// A process found running when an attach began.
-    pub(in crate::record) fn identify_running(&mut self, tgid: u32) -> Option<IdentityVars> {
+    /// A process found running when an attach began: who it is, and with
+    /// `info` its command line.
+    pub(in crate::record) fn identify_running(&mut self, tgid: u32, info: bool) {
         if self.identified.len() < MAX_JOB_PROCS && self.identified.insert(tgid) {
-            return self.write_identity(tgid, mono_ns(), 0);
+            self.ident.request(Request {
+                tgid,
+                ts: mono_ns(),
+                start_ns: 0,
+                identity: true,
+                info,
+            });
         }
-        None
     }
 
-    fn write_identity(&mut self, tgid: u32, ts: u64, start_ns: u64) -> Option<IdentityVars> {
-        let id = crate::procfs::identity::read(tgid, start_ns)?;
-        let vars = id.vars.clone();
-        let body = UserBody::Identity(id);
-        if let Some(o) = &mut self.live {
-            o.live.on_user(&body);
+    /// Records the identities and command lines read since the last time.
+    pub(super) fn poll_identities(&mut self) {
+        for d in self.ident.poll() {
+            self.write_read(d);
         }
-        let (kind, out) = decode::encode_user(ts, body);
-        self.writer.record(kind, &out);
-        Some(vars)
+    }
+
+    /// At the end: the reads still in flight, waited for briefly.
+    pub(in crate::record) fn finish_identities(&mut self) {
+        for d in self.ident.finish(Duration::from_secs(1)) {
+            self.write_read(d);
+        }
+    }
+
+    fn write_read(&mut self, d: Done) {
+        if let Some(id) = d.identity {
+            let body = UserBody::Identity(id);
+            if let Some(o) = &mut self.live {
+                o.live.on_user(&body);
+            }
+            let (kind, out) = decode::encode_user(d.ts, body);
+            self.writer.record(kind, &out);
+        }
+        if let Some(info) = d.info {
+            self.user(UserBody::ProcInfo(info));
+        }
     }
 
     /// Names a signal sender's executable now: it may be gone by report
     /// time. Once per process.
     pub(super) fn name_exe(&mut self, tgid: u32) {
-        if tgid == 0 || !self.known_exes.insert(tgid) {
+        if tgid == 0
+            || self.known_exes.contains(&tgid)
+            || !may_name(self.known_exes.len(), "executable")
+        {
             return;
         }
+        self.known_exes.insert(tgid);
         let exe = fs::read_link(format!("/proc/{tgid}/exe"))
             .map(|p| p.display().to_string())
             .unwrap_or_default();
@@ -80,5 +127,34 @@ impl Collector {
                     .and_then(|v| v.split_whitespace().next()?.parse().ok())
             });
         self.user(UserBody::Exe(decode::ExeName { tgid, exe, uid }));
+    }
+}
+
+/// Whether a cache of names holding `held` has room for one more; when
+/// not, the name goes unrecorded, counted (a job that signals from, or
+/// allocates in, more of them than this would grow the recorder's memory
+/// and the recording without end).
+fn may_name(held: usize, what: &str) -> bool {
+    if held < MAX_NAMES {
+        return true;
+    }
+    STATS.add(Count::NamesCut, 1);
+    STATS.note(|| format!("a {what} left unnamed: {MAX_NAMES} are named already"));
+    false
+}
+
+/// Names kept per kind: signal senders' executables, cgroups.
+const MAX_NAMES: usize = 4096;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_names_caches_are_bounded_and_say_so() {
+        assert!(may_name(MAX_NAMES - 1, "cgroup"));
+        let before = STATS.snapshot().names_cut;
+        assert!(!may_name(MAX_NAMES, "executable"));
+        assert!(STATS.snapshot().names_cut > before);
     }
 }

@@ -280,6 +280,59 @@ impl Lost {
     }
 }
 
+/// What reading the job's memory, `/proc` entries and mapped files cost
+/// and skipped. The job can make such a read wait as long as it likes (a
+/// FUSE file that is never answered, a memory map whose lock it wedged):
+/// each is made off the thread that drains the rings, with a deadline.
+/// All 0 and no notes: nothing stalled or was skipped.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct JobReads {
+    /// Reads skipped because the memory or file lies on a FUSE
+    /// filesystem, whose server (perhaps the job's) may never answer.
+    pub fuse_skipped: u64,
+    /// Executables and cgroups left unnamed: their cache was full.
+    pub names_cut: u64,
+    /// The first few reads that stalled or were skipped: the process,
+    /// what, why.
+    pub notes: Vec<String>,
+    /// Processes whose budget of bytes read for CPython names and line
+    /// tables ran out: their later Python frames are not named.
+    pub py_budget_spent: u64,
+    /// Times a process's cache of CPython code objects was cleared,
+    /// full (`record --stacks`).
+    pub py_cache_cleared: u64,
+    /// Python frames left unnamed: a naming pass's bound was reached.
+    pub py_frames_cut: u64,
+    /// Processes whose identity and command line went unread: the queue
+    /// of such reads was full.
+    pub queue_full: u64,
+    /// Reads not made because too many earlier ones were still blocked.
+    pub refused: u64,
+    /// Reads abandoned past their deadline: the process's identity,
+    /// command line or stack frames went unread.
+    pub stalled: u64,
+    /// Reads still blocked when the recording ended.
+    pub stuck: u64,
+}
+
+impl JobReads {
+    pub fn new(r: &Report) -> JobReads {
+        let j = &r.job_reads;
+        JobReads {
+            fuse_skipped: j.fuse_skipped,
+            names_cut: j.names_cut,
+            notes: j.notes.clone(),
+            py_budget_spent: j.py_budget_spent,
+            py_cache_cleared: j.py_cache_cleared,
+            py_frames_cut: j.py_frames_cut,
+            queue_full: j.queue_full,
+            refused: j.refused,
+            stalled: j.stalled,
+            stuck: j.stuck,
+        }
+    }
+}
+
 /// Ring-buffer losses by ring.
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct ByRing {

@@ -369,6 +369,9 @@ pub(super) fn footer(out: &mut String, r: &Report, p: &Paint) {
             let _ = writeln!(out, "{}", p.yellow(&format!("{what} ({count} times)")));
         }
     }
+    for line in job_reads_lines(r) {
+        let _ = writeln!(out, "{}", p.yellow(&line));
+    }
     if r.lost.other_map_full > 0 {
         let _ = writeln!(
             out,
@@ -413,6 +416,50 @@ pub(super) fn footer(out: &mut String, r: &Report, p: &Paint) {
             ))
         );
     }
+}
+
+/// What reading the job's memory and files stalled on, skipped and cut
+/// short (`procfs::guard`): a line of counts, and the first few notes.
+pub(super) fn job_reads_lines(r: &Report) -> Vec<String> {
+    let j = &r.job_reads;
+    let parts: Vec<String> = [
+        (j.stalled, "stalled past their deadline and abandoned"),
+        (j.refused, "not made while earlier ones were blocked"),
+        (j.fuse_skipped, "skipped: on a FUSE filesystem"),
+        (j.queue_full, "dropped: too many waiting"),
+        (j.py_cache_cleared, "CPython code caches cleared, full"),
+        (
+            j.py_budget_spent,
+            "processes past their CPython read budget",
+        ),
+        (
+            j.py_frames_cut,
+            "Python frames left unnamed past a pass's bound",
+        ),
+        (
+            j.names_cut,
+            "executables or cgroups left unnamed, cache full",
+        ),
+    ]
+    .into_iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, what)| format!("{n} {what}"))
+    .collect();
+    if parts.is_empty() {
+        return Vec::new();
+    }
+    let mut out = vec![format!(
+        "reads of the job's memory and files: {}",
+        parts.join(", ")
+    )];
+    out.extend(j.notes.iter().take(3).map(|n| format!("  {}", esc(n))));
+    if j.notes.len() > 3 {
+        out.push(format!(
+            "  … and {} more (report --json: job_reads)",
+            j.notes.len() - 3
+        ));
+    }
+    out
 }
 
 #[cfg(test)]

@@ -1,0 +1,214 @@
+//! The growth stacks' collector on a thread of its own (issue 24, finding
+//! 8). Naming a stack reads the job: its maps, the files it maps (their
+//! symbols) and its memory (its CPython state), and the job can make such
+//! a read wait as long as it likes. The thread that drains the rings
+//! hands this one what it needs, in order (forks, execs, exits, stacks at
+//! death, a kill seen) and picks up the records it makes, never waiting
+//! for them; this one makes each read on a `procfs::guard` worker with a
+//! deadline, so that one process's stall does not stop the others'
+//! stacks.
+
+use std::{
+    sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError},
+    thread,
+    time::{Duration, Instant},
+};
+
+use trainbpf_common::DeathStack;
+
+use super::{Collector, StackMaps};
+use crate::{
+    decode::{ProcKey, UserBody},
+    procfs::guard::Readers,
+};
+
+/// How often the growth stacks are drained at most.
+const STACKS_EVERY: Duration = Duration::from_millis(100);
+
+/// What the draining thread tells the stacks' thread.
+pub enum Msg {
+    Fork {
+        child: ProcKey,
+        parent: ProcKey,
+    },
+    /// A process exec'd, at this time (the kernel record's).
+    Exec(ProcKey, u64),
+    Exit(ProcKey),
+    /// A kill: drain now, while the processes' maps are there to resolve
+    /// their stacks by.
+    Due,
+    /// The draining thread has read the rings this far: the kernel's map
+    /// may be read now. Its stacks were taken before what it has read of
+    /// the rings, so each stack's exec and fork are known when it is
+    /// named (a stack read ahead of its process's exec would be named
+    /// with the interpreter the exec then discards).
+    Tick,
+    /// A stack at death waits (`Stacks::death`).
+    Death,
+    /// The recording ends: a last drain.
+    Finish,
+}
+
+enum Out {
+    Record(u64, UserBody),
+    Finished,
+}
+
+/// The stacks' thread, as the draining thread holds it.
+pub struct Stacks {
+    /// `None` once the thread could not be started or is gone. Unbounded:
+    /// the messages are few per kernel record, and the thread never waits
+    /// longer than a read's deadline.
+    tx: Option<Sender<Msg>>,
+    /// Stacks at death, on a channel of their own: the process is on its
+    /// way out, and the thread names them between two processes of a
+    /// drain, not after it.
+    deaths: Sender<Box<DeathStack>>,
+    rx: Receiver<Out>,
+}
+
+impl Stacks {
+    /// With workers of its own: its reads come one at a time, so one
+    /// worker serves them all, and that worker's symbolizer keeps what it
+    /// read of each process (its maps and files), which names a stack at
+    /// death once the process is gone.
+    pub fn start(maps: StackMaps) -> Stacks {
+        let readers = Readers::new();
+        let (tx, msgs) = mpsc::channel::<Msg>();
+        let (deaths, urgent) = mpsc::channel::<Box<DeathStack>>();
+        let (out, rx) = mpsc::channel::<Out>();
+        let spawned = thread::Builder::new()
+            .name("trainbpf-stacks".into())
+            .spawn(move || {
+                let mut c = Collector::new(maps, readers);
+                let named = out.clone();
+                c.on_death(
+                    urgent,
+                    Box::new(move |ts, s| {
+                        let _ = named.send(Out::Record(ts, UserBody::StackAtDeath(s)));
+                    }),
+                );
+                run(c, &msgs, &out)
+            });
+        Stacks {
+            tx: spawned.ok().map(|_| tx),
+            deaths,
+            rx,
+        }
+    }
+
+    /// A job thread's stacks at a fatal signal, to name at once. Never
+    /// waits.
+    pub fn death(&mut self, ev: DeathStack) {
+        if self.deaths.send(Box::new(ev)).is_ok() {
+            self.send(Msg::Death);
+        }
+    }
+
+    /// Never waits.
+    pub fn send(&mut self, m: Msg) {
+        if let Some(tx) = &self.tx
+            && tx.send(m).is_err()
+        {
+            self.tx = None;
+        }
+    }
+
+    /// The records made since the last time, each with its time; never
+    /// waits.
+    pub fn poll(&mut self) -> Vec<(u64, UserBody)> {
+        let mut out = Vec::new();
+        loop {
+            match self.rx.try_recv() {
+                Ok(Out::Record(ts, body)) => out.push((ts, body)),
+                Ok(Out::Finished) | Err(TryRecvError::Disconnected) => {
+                    self.tx = None;
+                    return out;
+                }
+                Err(TryRecvError::Empty) => return out,
+            }
+        }
+    }
+
+    /// At the end: a last drain, waited for at most `within`; what it
+    /// made by then.
+    pub fn finish(&mut self, within: Duration) -> Vec<(u64, UserBody)> {
+        self.send(Msg::Finish);
+        let until = Instant::now() + within;
+        let mut out = Vec::new();
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(Out::Record(ts, body)) => out.push((ts, body)),
+                Ok(Out::Finished) | Err(RecvTimeoutError::Disconnected) => break,
+                Err(RecvTimeoutError::Timeout) => {
+                    crate::procfs::guard::STATS.note(|| {
+                        format!(
+                            "growth stacks: the last drain did not finish within {within:?}; its stacks are not recorded"
+                        )
+                    });
+                    break;
+                }
+            }
+        }
+        self.tx = None;
+        out
+    }
+}
+
+/// The thread: the messages in order, and a drain at a tick each
+/// `STACKS_EVERY` or more (the map's read kept to about 1% of a core), and
+/// at the first tick after a kill, an exec or an exit.
+fn run(mut c: Collector, msgs: &Receiver<Msg>, out: &Sender<Out>) {
+    let mut every = STACKS_EVERY;
+    let mut last = Instant::now();
+    let mut due = false;
+    loop {
+        let Ok(first) = msgs.recv() else { return };
+        c.name_deaths();
+        let mut tick = false;
+        // Everything queued, in order, before the drain.
+        for m in std::iter::once(first).chain(std::iter::from_fn(|| msgs.try_recv().ok())) {
+            match m {
+                Msg::Fork { child, parent } => c.on_fork(child, parent),
+                Msg::Exec(p, ts) => {
+                    c.on_exec(p, ts);
+                    due = true;
+                }
+                Msg::Exit(p) => {
+                    c.on_exit(p);
+                    due = true;
+                }
+                Msg::Due => due = true,
+                Msg::Tick => tick = true,
+                Msg::Death => c.name_deaths(),
+                Msg::Finish => {
+                    drain(&mut c, out);
+                    let _ = out.send(Out::Finished);
+                    return;
+                }
+            }
+        }
+        if tick && (due || last.elapsed() >= every) {
+            due = false;
+            every = drain(&mut c, out);
+            last = Instant::now();
+        }
+    }
+}
+
+/// Drains the kernel's totals into a record, stamped when the map is
+/// read (naming a process's first stacks can take long, and a kill's
+/// growers count what was recorded by shortly after it); returns when the
+/// next drain is due: a stack is resolved only while its process lives,
+/// so often, but the map's read (two syscalls a key) kept to about 1% of
+/// a core, and never less often than once a second.
+fn drain(c: &mut Collector, out: &Sender<Out>) -> Duration {
+    c.name_deaths();
+    let ts = crate::record::mono_ns();
+    let (sample, read) = c.drain();
+    if let Some(s) = sample {
+        let _ = out.send(Out::Record(ts, UserBody::Stacks(s)));
+    }
+    (read * 100).clamp(STACKS_EVERY, Duration::from_secs(1))
+}
