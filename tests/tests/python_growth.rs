@@ -23,12 +23,12 @@ def leak_step():
 
 
 def run():
-    while True:
+    while True:  # @loop
         leak_step()  # @run
-        time.sleep(0.01)
+        time.sleep(0.01)  # @sleep
 
 
-run()
+run()  # @main
 "#;
 
 fn line_of(tag: &str) -> u64 {
@@ -130,14 +130,36 @@ fn check_death(victim: &Value, text: &str) -> Result<(), String> {
         .filter(|f| f["kind"] == "python")
         .collect();
     let names: Vec<&str> = py.iter().filter_map(|f| f["function"].as_str()).collect();
-    if names.first() != Some(&"leak_step") || names.get(1) != Some(&"run") {
+    let lines: Vec<Option<u64>> = py.iter().map(|f| f["line"].as_u64()).collect();
+    let module = (names.last(), lines.last());
+    if module != (Some(&"<module>"), Some(&Some(line_of("main")))) {
         return Err(format!(
-            "the stack at death is not leak_step <- run:\n    {shown}"
+            "the stack at death does not start at <module>:{}:\n    {shown}",
+            line_of("main")
         ));
     }
-    if py[1]["line"].as_u64() != Some(line_of("run")) {
+    // Most of what the thread does is leak_step's memset, where the kill
+    // mostly lands. Near the limit, though, reclaim also evicts the
+    // interpreter's own code pages, and the fault that reads one back in
+    // can be the one the kill answers: a thread killed between two
+    // leak_step calls, in run's loop, has a true stack at death too, and
+    // then no frame of the memset.
+    let in_leak = names.first() == Some(&"leak_step")
+        && lines.first() == Some(&Some(line_of("leak")))
+        && names.get(1) == Some(&"run")
+        && lines.get(1) == Some(&Some(line_of("run")));
+    let in_loop = names.first() == Some(&"run")
+        && names.len() == 2
+        && lines
+            .first()
+            .copied()
+            .flatten()
+            .is_some_and(|l| (line_of("loop")..=line_of("sleep")).contains(&l))
+        && !shown.contains("memset");
+    if !in_leak && !in_loop {
         return Err(format!(
-            "run's line is not {}:\n    {shown}",
+            "the stack at death is neither leak_step:{} <- run:{} nor run's loop:\n    {shown}",
+            line_of("leak"),
             line_of("run")
         ));
     }
@@ -270,10 +292,10 @@ fn an_unreadable_interpreter_says_why() {
 }
 
 /// A process the recorder takes for a CPython (it has `_PyRuntime` and
-/// `Py_Version` symbols) whose version word lies on a page the process
-/// mapped over from a file on a FUSE filesystem that never answers: the
-/// recorder's first read of it, locating the interpreter, would wait for
-/// good, past a kill. It then grows, so that its growth stacks are named
+/// `Py_Version` symbols) whose version word and runtime state lie on a
+/// page the process mapped over from a file on a FUSE filesystem that
+/// never answers: the recorder's first read of it, locating the
+/// interpreter or walking its threads, would wait for good, past a kill. It then grows, so that its growth stacks are named
 /// (and the interpreter looked for), and waits for the test's word.
 const FUSE_PY_C: &str = r#"
 #define _GNU_SOURCE
@@ -284,11 +306,24 @@ const FUSE_PY_C: &str = r#"
 #include <sys/mman.h>
 #include <unistd.h>
 
-__attribute__((used)) char _PyRuntime[4096];
-/* The version on a page of its own, which nothing here reads. */
+/* The version and the runtime state on a page of their own, which
+   nothing here reads: whether the recorder locates the interpreter
+   before the page is mapped over (from the version it reads then) or
+   after, its next read of that page is one of the file on FUSE. */
+struct pypage {
+    unsigned int version;
+    char pad[60];
+    char runtime[2048];
+    char rest[4096 - 64 - 2048];
+};
+/* One whole page, laid out here rather than by the compiler, so that
+   nothing of the program's own (its .bss, read at exit) shares it. */
 __attribute__((used, aligned(4096), section(".pyversion")))
-const unsigned int Py_Version = 0x030b07f0;
-__attribute__((used, section(".pyversion"))) const char pyversion_pad[4092] = {1};
+struct pypage pypage = {0x030b07f0, {0}, {0}, {1}};
+__asm__(".globl Py_Version\n.type Py_Version, @object\n.size Py_Version, 4\n"
+        ".set Py_Version, pypage\n"
+        ".globl _PyRuntime\n.type _PyRuntime, @object\n.size _PyRuntime, 2048\n"
+        ".set _PyRuntime, pypage + 64\n");
 
 int main(int argc, char **argv) {
     if (argc < 3)
@@ -298,7 +333,7 @@ int main(int argc, char **argv) {
         perror("open");
         return 1;
     }
-    void *page = (void *)((unsigned long)&Py_Version & ~4095UL);
+    void *page = &pypage;
     if (mmap(page, 4096, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0) == MAP_FAILED) {
         perror("mmap");
         return 1;
@@ -314,11 +349,10 @@ int main(int argc, char **argv) {
 }
 "#;
 
-// Issue 24, finding 8: a process's CPython state on a page of a FUSE file
-// was read through /proc/PID/mem on the thread that drains the rings: the
-// read waited for the filesystem's server for good, and the recording
-// stopped with it (the recorder could not even be killed until the
-// filesystem went).
+// A process's CPython state on a page of a FUSE file, read through
+// /proc/PID/mem, waits for the filesystem's server for good: on the
+// thread that drains the rings it stopped the recording (and the recorder
+// could not be killed until the filesystem went).
 #[test]
 fn an_interpreter_on_fuse_is_not_read_and_the_recording_goes_on() {
     require_root();
@@ -400,14 +434,25 @@ fn an_interpreter_on_fuse_is_not_read_and_the_recording_goes_on() {
     eprintln!("its stacks say: {errors:#?}");
     let j = &r["job_reads"];
     eprintln!("job_reads: {j}");
+    // The recorder may locate the interpreter in the moment between the
+    // exec and the remap (from the version then on the job's own page):
+    // the kernel's walk of its threads then faults on the page, which
+    // nothing reads in, and the stacks say so. Otherwise the look-up
+    // itself finds the page on FUSE, skips it, counts it and says why.
+    let skipped = errors
+        .iter()
+        .any(|e| e.contains("lies on a fuse filesystem") && e.contains("not read"));
+    let faulted = errors
+        .iter()
+        .any(|e| e.contains("thread states could not be read"));
     assert!(
-        u(&j["fuse_skipped"]) >= 1,
-        "the skipped read is counted: {j}"
-    );
-    assert!(
-        errors
-            .iter()
-            .any(|e| e.contains("Py_Version") && e.contains("fuse")),
+        skipped || faulted,
         "a stack says its Python frames were not read, and why: {p}"
     );
+    if skipped {
+        assert!(
+            u(&j["fuse_skipped"]) >= 1,
+            "the skipped read is counted: {j}"
+        );
+    }
 }

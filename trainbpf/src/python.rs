@@ -219,6 +219,12 @@ impl Interpreter {
         }
     }
 
+    /// The next `look` looks again, however recent the last (a pass of
+    /// reads begins).
+    pub fn stale(&mut self) {
+        self.mem.stale();
+    }
+
     /// Looks again at what backs the process's memory, where the last look
     /// is old: a page mapped from FUSE since is not read either.
     pub fn look(&mut self) {

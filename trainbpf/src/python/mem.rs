@@ -23,14 +23,16 @@ use crate::procfs::{
     guard::{Count, STATS},
 };
 
-/// How long a look at what backs the memory is used before another.
+/// How long a look at what backs the memory is used before another,
+/// within one pass of reads (each pass looks afresh: `stale`).
 const LOOK_EVERY: Duration = Duration::from_secs(1);
 
 pub struct Mem {
     pid: u32,
     file: File,
     backing: Backing,
-    looked: Instant,
+    /// None: look again before the next read.
+    looked: Option<Instant>,
 }
 
 impl Mem {
@@ -54,20 +56,28 @@ impl Mem {
             pid,
             file,
             backing,
-            looked: Instant::now(),
+            looked: Some(Instant::now()),
         })
     }
 
     /// Looks again at what backs the memory, if the last look is old: a
     /// mapping made since is then not read either.
     pub fn look(&mut self) {
-        if self.looked.elapsed() < LOOK_EVERY {
+        if self.looked.is_some_and(|t| t.elapsed() < LOOK_EVERY) {
             return;
         }
         if let Ok(b) = Backing::of(self.pid) {
             self.backing = b;
         }
-        self.looked = Instant::now();
+        self.looked = Some(Instant::now());
+    }
+
+    /// The next `look` looks again, however recent the last: a pass of
+    /// reads begins, and the process may have mapped a file over what was
+    /// read before (its interpreter located first, its state mapped from
+    /// FUSE after).
+    pub fn stale(&mut self) {
+        self.looked = None;
     }
 
     /// Fills `buf` from `addr`; `what` names the field, for the error.

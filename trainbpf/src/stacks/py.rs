@@ -89,6 +89,41 @@ fn stalled(e: &Stall) -> State {
     }
 }
 
+/// A failed look-up's state. What the interpreter's file says (a version
+/// the recorder cannot read, a file it will not read) does not change on
+/// a retry, so it is final; and a retry that finds the process gone keeps
+/// the reason an earlier try gave, which says more than its absence.
+fn failed(prev: Option<&State>, e: &PyError, tries: u32) -> State {
+    let last = Instant::now();
+    if let (
+        PyError::Process { .. },
+        Some(State::Failed {
+            error, not_python, ..
+        }),
+    ) = (e, prev)
+    {
+        return State::Failed {
+            error: error.clone(),
+            not_python: *not_python,
+            tries: MAX_TRIES,
+            last,
+        };
+    }
+    let settled = matches!(
+        e,
+        PyError::UnsupportedVersion { .. }
+            | PyError::UnknownVersion { .. }
+            | PyError::Stalls { .. }
+            | PyError::FileStalls { .. }
+    );
+    State::Failed {
+        not_python: matches!(e, PyError::NotPython { .. }),
+        error: bounded(&e.to_string()),
+        tries: if settled { MAX_TRIES } else { tries },
+        last,
+    }
+}
+
 fn proc_id(p: ProcKey) -> ProcId {
     ProcId {
         tgid: p.tgid,
@@ -130,6 +165,11 @@ impl Pythons {
     pub fn begin_pass(&mut self) {
         self.named.clear();
         self.adopt_late();
+        for s in self.procs.values_mut() {
+            if let State::Found(i) = s {
+                i.stale();
+            }
+        }
     }
 
     /// Locates `p`'s interpreter if not done yet (or tried again, after a
@@ -179,12 +219,7 @@ impl Pythons {
                     last: Instant::now(),
                 },
             },
-            Ok(Err(e)) => State::Failed {
-                not_python: matches!(e, PyError::NotPython { .. }),
-                error: bounded(&e.to_string()),
-                tries,
-                last: Instant::now(),
-            },
+            Ok(Err(e)) => failed(self.procs.get(&p), &e, tries),
             Err(e) => {
                 STATS.note(|| format!("pid {tgid}: its interpreter not located: {e}"));
                 stalled(&e)
@@ -311,7 +346,7 @@ impl Pythons {
         let r = self.readers.run_or_late(
             DEADLINE,
             move || {
-                if let Some(i) = own.as_mut() {
+                for i in [own.as_mut(), par.as_mut()].into_iter().flatten() {
                     i.look();
                 }
                 let t = f(&mut own, &mut par);
@@ -519,4 +554,49 @@ impl Pythons {
 /// Counted where a pass's bound leaves frames unnamed (`frames.rs`).
 pub(super) fn frames_cut(n: usize) {
     STATS.add(Count::PyFramesCut, n as u64);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error_and_tries(s: &State) -> (&str, u32) {
+        match s {
+            State::Failed { error, tries, .. } => (error, *tries),
+            State::Found(_) => panic!("found"),
+        }
+    }
+
+    #[test]
+    fn an_unsupported_version_is_not_tried_again() {
+        let e = PyError::UnsupportedVersion {
+            version: "3.8".into(),
+            reason: "no offsets".into(),
+        };
+        let s = failed(None, &e, 1);
+        assert_eq!(
+            error_and_tries(&s),
+            ("CPython 3.8 is not supported: no offsets", MAX_TRIES)
+        );
+        // A miss before the library is mapped is tried again.
+        let s = failed(None, &PyError::NotPython { pid: 7 }, 1);
+        assert_eq!(error_and_tries(&s).1, 1);
+    }
+
+    #[test]
+    fn a_process_gone_on_a_retry_keeps_the_earlier_reason() {
+        let first = failed(None, &PyError::NotPython { pid: 7 }, 1);
+        let gone = PyError::Process {
+            pid: 7,
+            what: "stat its exe",
+            source: std::io::Error::from(std::io::ErrorKind::NotFound),
+        };
+        let s = failed(Some(&first), &gone, 2);
+        let (error, tries) = error_and_tries(&s);
+        assert!(error.contains("runs no CPython"), "{error}");
+        assert_eq!(tries, MAX_TRIES);
+        // Gone at the first try: that is the reason.
+        let s = failed(None, &gone, 1);
+        assert!(error_and_tries(&s).0.contains("cannot stat its exe"));
+    }
 }
