@@ -1,11 +1,11 @@
 //! Writes the fuzzer's starting corpus into DIR: the seed recording of
-//! `trainbpf::fuzzing::seed` (a job with a kill, every record kind), a few
+//! `trainbpf_report::fuzzing::seed` (a job with a kill, every record kind), a few
 //! damaged copies, and a small file of fake frame heads. Run by
 //! `cargo xtask fuzz` (docs/fuzzing.md).
 
 use std::{path::PathBuf, process::ExitCode};
 
-use trainbpf::fuzzing::{Rng, fake_frame_heads, mutate, seed};
+use trainbpf_report::fuzzing::{Rng, fake_frame_heads, mutate, seed};
 
 fn main() -> ExitCode {
     let Some(dir) = std::env::args_os().nth(1).map(PathBuf::from) else {

@@ -2,18 +2,23 @@
 //! generated from the JSON view structs (src/render/json.rs) against
 //! docs/report.schema.json, and each recording under
 //! tests/fixtures/reports/ against its expected output (NAME.json, byte for
-//! byte) and the schema.
+//! byte) and the schema. The JSON comes from the pipeline `report` runs,
+//! with `report`'s defaults; trainbpf's tests/report_cli.rs checks that the
+//! command prints the same.
 //!
 //! After a deliberate change (docs/report-json.md, "Versioning"):
-//! `UPDATE_SCHEMA=1 cargo test -p trainbpf --test report_json` rewrites the
-//! schema, and `UPDATE_FIXTURES=1` the expected outputs. Review the diff.
+//! `UPDATE_SCHEMA=1 cargo test -p trainbpf-report --test report_json`
+//! rewrites the schema, and `UPDATE_FIXTURES=1` the expected outputs.
+//! Review the diff.
 
 use std::{
+    fs::File,
+    io::BufReader,
     path::{Path, PathBuf},
-    process::Command,
 };
 
 use serde_json::Value;
+use trainbpf_report::pipeline::{self, Scope};
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -31,25 +36,15 @@ fn fixtures() -> Vec<PathBuf> {
     v
 }
 
-/// `trainbpf report --json REC`, as a user runs it, from the fixture's
-/// directory: `recordings[].path` is the path as given, the same on
+/// `trainbpf report --json NAME.rec`, as run from the fixture's directory
+/// without flags: `recordings[].path` is the file's name, the same on
 /// every checkout.
 fn report_json(rec: &Path) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_trainbpf"))
-        .args(["report", "--json"])
-        .arg(rec.file_name().unwrap())
-        .current_dir(rec.parent().unwrap())
-        .env_remove("NO_COLOR")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "report --json {}: {}\n{}",
-        rec.display(),
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    let f = File::open(rec).unwrap_or_else(|e| panic!("{}: {e}", rec.display()));
+    let mut report = pipeline::build_scoped(BufReader::new(f), pipeline::WINDOW, &Scope::default())
+        .unwrap_or_else(|e| panic!("report --json {}: {e}", rec.display()));
+    report.source.path = rec.file_name().unwrap().to_string_lossy().into_owned();
+    pipeline::json(&report).unwrap()
 }
 
 fn updating(var: &str) -> bool {
@@ -59,7 +54,7 @@ fn updating(var: &str) -> bool {
 #[test]
 fn checked_in_schema_is_the_generated_one() {
     let path = root().join("docs/report.schema.json");
-    let generated = trainbpf::render::json::schema_text();
+    let generated = trainbpf_report::render::json::schema_text();
     if updating("UPDATE_SCHEMA") {
         std::fs::write(&path, &generated).unwrap();
         return;
@@ -69,7 +64,7 @@ fn checked_in_schema_is_the_generated_one() {
         checked_in == generated,
         "{} differs from the schema the JSON view structs generate.\n\
          If the change to the JSON is deliberate, regenerate it with\n  \
-         UPDATE_SCHEMA=1 cargo test -p trainbpf --test report_json\n\
+         UPDATE_SCHEMA=1 cargo test -p trainbpf-report --test report_json\n\
          and review the diff (docs/report-json.md, \"Versioning\").",
         path.display()
     );
@@ -102,7 +97,7 @@ fn fixtures_give_the_checked_in_json() {
     assert!(
         differ.is_empty(),
         "report --json changed:\n{}\nIf that is deliberate, regenerate with\n  \
-         UPDATE_FIXTURES=1 cargo test -p trainbpf --test report_json\n\
+         UPDATE_FIXTURES=1 cargo test -p trainbpf-report --test report_json\n\
          and review the diff.",
         differ.join("\n")
     );
@@ -110,7 +105,7 @@ fn fixtures_give_the_checked_in_json() {
 
 #[test]
 fn fixtures_match_the_schema() {
-    let schema = trainbpf::render::json::schema().to_value();
+    let schema = trainbpf_report::render::json::schema().to_value();
     let validator = jsonschema::draft202012::new(&schema).expect("a valid JSON Schema");
     for rec in fixtures() {
         let v: Value = serde_json::from_str(&report_json(&rec)).unwrap();

@@ -10,13 +10,12 @@
 //!
 //! Nothing here may panic or allocate without bound, whatever the bytes.
 
-use std::time::Duration;
-
 use serde_json::json;
 use trainbpf_common as c;
 
 use crate::{
     decode::{self, pod_bytes},
+    pipeline,
     recording::{FRAME_MAGIC, MAGIC, MAX_FRAME, RecordingHeader, VERSION, Writer},
     render,
 };
@@ -29,7 +28,7 @@ pub fn check(data: &[u8]) {
 }
 
 fn pipeline(data: &[u8]) {
-    let Ok(report) = crate::report::build_from(data, Duration::from_secs(60)) else {
+    let Ok(report) = pipeline::build(data, pipeline::WINDOW) else {
         return;
     };
     let _ = render::json::render(&report);
@@ -192,7 +191,8 @@ fn comm<const N: usize>(s: &str) -> [u8; N] {
     b
 }
 
-pub(crate) fn hdr(kind: u16, tgid: u32, ts: u64) -> c::Header {
+/// The header of a record of job process `tgid` at `ts`, as the seed's.
+pub fn hdr(kind: u16, tgid: u32, ts: u64) -> c::Header {
     c::Header {
         kind,
         flags: c::FLAG_IN_JOB,
@@ -528,7 +528,7 @@ mod tests {
         assert!(n > 20, "{n} events");
         assert_eq!(r.undecodable, 0, "every seed record decodes");
         assert!(r.stop().is_none() && r.skipped().count == 0);
-        let report = crate::report::build_from(&seed[..], Duration::from_secs(60)).unwrap();
+        let report = crate::pipeline::build(&seed[..], crate::pipeline::WINDOW).unwrap();
         assert_eq!(report.kills.len(), 1, "the worker's kill");
         assert!(report.job.is_some());
         check(&seed);
@@ -543,7 +543,7 @@ mod tests {
         let len0 = u32::from_le_bytes(bytes[first + 4..first + 8].try_into().unwrap()) as usize;
         let second = first + 12 + len0;
         bytes[second + 40] ^= 0x20;
-        let report = crate::report::build_from(&bytes[..], Duration::from_secs(60)).unwrap();
+        let report = crate::pipeline::build(&bytes[..], crate::pipeline::WINDOW).unwrap();
         assert_eq!(report.skipped.count, 1);
         assert_eq!(report.skipped.ranges[0].offset, second as u64);
         assert_eq!(report.skipped.ranges[0].reason, "frame checksum mismatch");
