@@ -26,48 +26,49 @@ pub mod samples;
 pub mod stacks;
 /// The collector's own records, JSON.
 mod user;
+pub(crate) use events::tty_path;
 pub use events::{
     CgroupName, Compaction, EbpfLog, Event, ExeName, ExitStatus, JobExit, JobReads, JobStart,
     LeakWarning, Lost, OomControl, OomRecord, OomRecordKind, ProcKey, Rss, SignalReceived,
-    SignalRecord, SmapsSample, Task, Terminal, Timed, tty_path,
+    SignalRecord, SmapsSample, Task, Terminal, Timed,
 };
 pub use identity::ProcIdentity;
 pub use samples::{
     CgroupPressure, Pressure, ProcInfo, Psi, ShmFs, ShmKind, ShmLook, ShmObject, ShmTrigger, Smaps,
 };
-pub use user::{UserBody, UserRecord, encode_user};
+pub use user::{UserBody, encode_user};
 
 /// Record kinds written by the collector itself. Kernel kinds are below 100
 /// (`trainbpf_common::KIND_*`); these never collide with them.
-pub const KIND_JOB_START: u16 = 100;
-pub const KIND_JOB_EXIT: u16 = 101;
-pub const KIND_LOST: u16 = 102;
-pub const KIND_CGROUP: u16 = 103;
-pub const KIND_NOTE: u16 = 104;
-pub const KIND_EXE: u16 = 105;
-pub const KIND_PRESSURE: u16 = 106;
-pub const KIND_SMAPS: u16 = 107;
-pub const KIND_PROC_INFO: u16 = 108;
-pub const KIND_SHM: u16 = 109;
+pub(crate) const KIND_JOB_START: u16 = 100;
+pub(crate) const KIND_JOB_EXIT: u16 = 101;
+pub(crate) const KIND_LOST: u16 = 102;
+pub(crate) const KIND_CGROUP: u16 = 103;
+pub(crate) const KIND_NOTE: u16 = 104;
+pub(crate) const KIND_EXE: u16 = 105;
+pub(crate) const KIND_PRESSURE: u16 = 106;
+pub(crate) const KIND_SMAPS: u16 = 107;
+pub(crate) const KIND_PROC_INFO: u16 = 108;
+pub(crate) const KIND_SHM: u16 = 109;
 /// What the flight recording's compaction folded (110-119 are the GPU's).
 pub const KIND_COMPACTED: u16 = 120;
 /// A leak the recorder warned of while the job ran.
-pub const KIND_LEAK_WARNING: u16 = 121;
+pub(crate) const KIND_LEAK_WARNING: u16 = 121;
 /// A signal the recorder itself received, with its real sender, and
 /// whether it went on to the job ([`SignalReceived`]).
-pub const KIND_SIGNAL_RECEIVED: u16 = 124;
+pub(crate) const KIND_SIGNAL_RECEIVED: u16 = 124;
 /// Growth stacks drained from the kernel (`record --stacks`).
-pub const KIND_STACKS: u16 = 125;
+pub(crate) const KIND_STACKS: u16 = 125;
 /// A job thread's stacks at a fatal signal (`record --stacks`).
-pub const KIND_STACK_AT_DEATH: u16 = 126;
+pub(crate) const KIND_STACK_AT_DEATH: u16 = 126;
 /// A message a kernel program logged (`record --ebpf-log`, [`EbpfLog`]).
-pub const KIND_EBPF_LOG: u16 = 130;
+pub(crate) const KIND_EBPF_LOG: u16 = 130;
 /// A process's distributed identity: rank, run, Slurm ids, cgroups
 /// ([`identity::ProcIdentity`]).
-pub const KIND_IDENTITY: u16 = 131;
+pub(crate) const KIND_IDENTITY: u16 = 131;
 /// What reading the job's memory and files cost and skipped
 /// ([`JobReads`], `procfs::guard`).
-pub const KIND_JOB_READS: u16 = 140;
+pub(crate) const KIND_JOB_READS: u16 = 140;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum DecodeError {
@@ -118,11 +119,11 @@ fn key(h: &common::Header) -> ProcKey {
 
 /// The largest memory figure a record can give, in kB (1 PiB); more is
 /// damage, and is clamped.
-pub const MAX_KB: u64 = 1 << 40;
+pub(crate) const MAX_KB: u64 = 1 << 40;
 /// The latest time a record can give (CLOCK_MONOTONIC ns: 146 years of
 /// uptime); later is damage, and is clamped so that time arithmetic
 /// downstream cannot overflow.
-pub const MAX_TS_NS: u64 = 1 << 62;
+pub(crate) const MAX_TS_NS: u64 = 1 << 62;
 
 /// Decodes one record. `page_kb` converts page counts (from the recording
 /// header's page size) to kB.

@@ -49,7 +49,7 @@ fn pipeline(data: &[u8]) {
 /// version set to the one this build reads, and lengths clamped to what is
 /// there. Bytes that don't start with the recording magic become the
 /// payload of one frame after a plain header.
-pub fn fix_checksums(data: &[u8]) -> Vec<u8> {
+pub(crate) fn fix_checksums(data: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(data.len() + 64);
     let mut rest: &[u8];
     if data.len() >= 16 && &data[..8] == MAGIC {
@@ -431,7 +431,7 @@ impl Rng {
         Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
     }
 
-    pub fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x << 13;
         x ^= x >> 7;
@@ -441,7 +441,7 @@ impl Rng {
     }
 
     /// Uniform-ish in `0..n`; 0 when `n` is 0.
-    pub fn below(&mut self, n: usize) -> usize {
+    pub(crate) fn below(&mut self, n: usize) -> usize {
         if n == 0 {
             0
         } else {

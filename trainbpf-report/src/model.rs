@@ -34,16 +34,18 @@ mod attribution;
 mod badness;
 /// The GPU ledger: CUDA calls, NVML, Xid.
 pub mod gpu;
-pub use attribution::{CacheApart, Group, SumCheck};
+#[cfg(test)]
+pub(crate) use attribution::CacheApart;
+pub(crate) use attribution::{Group, SumCheck};
 mod before;
 pub use before::PressureBefore;
 /// Who made a cgroup (Docker, Kubernetes, systemd, Slurm), from its path.
 pub mod cgroup_path;
 /// The victim's stack at death (`record --stacks`).
-pub mod death_stacks;
+pub(crate) mod death_stacks;
 mod deaths;
 /// What most likely happened, its evidence and its fix, per kill.
-pub mod diagnosis;
+pub(crate) mod diagnosis;
 /// What the kernel programs logged (`record --ebpf-log`).
 mod ebpf_log;
 mod grid;
@@ -60,31 +62,33 @@ pub mod leaks;
 mod processes;
 /// The report: what the renderers read, and its lookups.
 mod report;
-pub use report::{LeftOut, Report};
+pub(crate) use report::LeftOut;
+pub use report::Report;
 /// /dev/shm filesystems over the run.
-pub mod shm;
+pub(crate) mod shm;
 /// Short-lived helpers folded into one line in the text and HTML.
-pub mod short_lived;
-pub use short_lived::ShortLived;
+pub(crate) mod short_lived;
+pub(crate) use short_lived::ShortLived;
 /// Growth stacks per process (`record --stacks`).
-pub mod stacks;
+pub(crate) mod stacks;
 mod timeline;
-pub use badness::{Candidate as RankedCandidate, Ranking, TotalSource};
-pub use deaths::{Cause, Death, Sender};
-pub use ebpf_log::{EbpfLogReport, MAX_MESSAGES as EBPF_LOG_KEPT};
-pub use leaks::{LeakOptions, LeakReport, Projection, Trend};
+pub(crate) use badness::{Candidate as RankedCandidate, Ranking, TotalSource};
+pub use deaths::Cause;
+pub(crate) use deaths::{Death, Sender};
+pub(crate) use ebpf_log::{EbpfLogReport, MAX_MESSAGES as EBPF_LOG_KEPT};
+pub use leaks::LeakOptions;
+pub(crate) use leaks::LeakReport;
 pub(crate) mod series;
 /// Decoded values the report carries as they are: part of the model's
 /// vocabulary, so that the renderers read them from the model alone.
-pub use crate::decode::{Compaction, EbpfLog, ExitStatus, LeakWarning, OomRecordKind};
+pub(crate) use crate::decode::{ExitStatus, LeakWarning, OomRecordKind};
 pub use growers::Grower;
 pub use kernel_log::kill_constraint;
 pub use kills::{Constraint, Kill, KillSource, TreeNode, Trigger, Victim};
-pub use processes::{Job, MemoryUser, Process, wait_status};
-pub use series::{
-    Bucket, Churn, Folded, Grid, KillWindow, Line, Pick, ProcLine, Series, WindowLine,
-};
-pub use stacks::{GrowthStack, Stacks};
+pub use processes::wait_status;
+pub(crate) use processes::{Job, MemoryUser, Process};
+pub(crate) use series::{Churn, KillWindow, Line, Pick, ProcLine, Series, WindowLine};
+pub(crate) use stacks::{GrowthStack, Stacks};
 
 use std::collections::{HashMap, VecDeque};
 
@@ -109,11 +113,11 @@ const SWEEP_NS: u64 = 10 * SEC;
 const MAX_PRINTK_LINES: usize = 4096;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ModelOptions {
+pub(crate) struct ModelOptions {
     /// How far before each kill to look for growth.
-    pub window_ns: u64,
+    pub(crate) window_ns: u64,
     /// What makes a climb a suspected leak.
-    pub leaks: LeakOptions,
+    pub(crate) leaks: LeakOptions,
 }
 
 impl Default for ModelOptions {
@@ -125,13 +129,13 @@ impl Default for ModelOptions {
     }
 }
 
-pub fn ns_to_s(ns: u64) -> f64 {
+pub(crate) fn ns_to_s(ns: u64) -> f64 {
     ns as f64 / SEC as f64
 }
 
 /// Builds the report from a stream of events; see the module docs for what
 /// is kept while streaming.
-pub fn build(
+pub(crate) fn build(
     header: &RecordingHeader,
     events: impl Iterator<Item = Timed>,
     opts: &ModelOptions,

@@ -22,14 +22,14 @@ mod testdata;
 mod window;
 mod writer;
 pub use reader::{MAX_SKIPS, Reader, Skip, Skipped, Stop};
-pub use writer::{BACKLOG_LIMIT, Notice, RETRY_EVERY, Rewind, SEAL_FRAME_AT, Writer, is_sample};
+pub use writer::{Notice, Rewind, Writer, is_sample};
 
-pub const MAGIC: &[u8; 8] = b"TRAINBPF";
-pub const FRAME_MAGIC: &[u8; 4] = b"TBFR";
-pub const VERSION: u32 = 1;
+pub(crate) const MAGIC: &[u8; 8] = b"TRAINBPF";
+pub(crate) const FRAME_MAGIC: &[u8; 4] = b"TBFR";
+pub(crate) const VERSION: u32 = 1;
 /// No header or frame is larger; a bigger length means corruption, and the
 /// reader must not try to allocate it.
-pub const MAX_FRAME: u32 = 16 << 20;
+pub(crate) const MAX_FRAME: u32 = 16 << 20;
 const MAX_HEADER: u32 = 1 << 20;
 
 /// Written once at the start: what was recorded, on what, and how.
@@ -105,7 +105,7 @@ impl ClockPair {
     }
 
     /// Wall-clock ns since the epoch for a CLOCK_MONOTONIC timestamp.
-    pub fn to_realtime_ns(&self, mono_ns: u64) -> u64 {
+    pub(crate) fn to_realtime_ns(self, mono_ns: u64) -> u64 {
         (self.realtime_ns as i128 + mono_ns as i128 - self.monotonic_ns as i128).max(0) as u64
     }
 }

@@ -40,7 +40,7 @@ pub fn escape(s: &str) -> Cow<'_, str> {
 }
 
 /// Joins process-derived strings (argv) with spaces, each escaped.
-pub fn escape_join(parts: &[String]) -> String {
+pub(crate) fn escape_join(parts: &[String]) -> String {
     parts
         .iter()
         .map(|p| escape(p))
@@ -64,7 +64,7 @@ pub fn sanitize(s: &str) -> Cow<'_, str> {
 }
 
 /// As [`sanitize`], keeping SGR colour sequences: for coloured output.
-pub fn sanitize_colored(s: &str) -> Cow<'_, str> {
+pub(crate) fn sanitize_colored(s: &str) -> Cow<'_, str> {
     clean(
         s,
         Keep {

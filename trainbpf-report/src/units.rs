@@ -38,7 +38,7 @@ pub fn human_kb(kb: u64) -> String {
 }
 
 /// `+1.2 GiB` / `-300 MiB`.
-pub fn signed_kb(kb: i64) -> String {
+pub(crate) fn signed_kb(kb: i64) -> String {
     if kb < 0 {
         format!("-{}", human_kb(kb.unsigned_abs()))
     } else {
@@ -53,7 +53,7 @@ pub fn human_bytes_kib(b: u64) -> String {
 }
 
 /// Bytes as people read them; TiB for the requests a CUDA OOM makes.
-pub fn human_bytes(b: u64) -> String {
+pub(crate) fn human_bytes(b: u64) -> String {
     const TIB: u64 = 1 << 40;
     if b == 0 {
         "0".into()
@@ -68,7 +68,7 @@ pub fn human_bytes(b: u64) -> String {
 }
 
 /// [`human_bytes`] with a sign: `+8 MiB`, `-1.5 GiB`, `0`.
-pub fn signed_bytes(d: i64) -> String {
+pub(crate) fn signed_bytes(d: i64) -> String {
     match d {
         0 => "0".into(),
         d if d > 0 => format!("+{}", human_bytes(d as u64)),
@@ -96,7 +96,7 @@ pub fn human_bytes_brief(b: u64) -> String {
 }
 
 /// kB as MiB to three decimals, a number for a chart's counter.
-pub fn mib(kb: u64) -> f64 {
+pub(crate) fn mib(kb: u64) -> f64 {
     (kb as f64 / 1024.0 * 1000.0).round() / 1000.0
 }
 
@@ -115,7 +115,7 @@ pub fn human_rate(kb_per_s: f64) -> String {
 }
 
 /// `+8 MiB/s`, `-120 KiB/s`.
-pub fn signed_rate(kb_per_s: f64) -> String {
+pub(crate) fn signed_rate(kb_per_s: f64) -> String {
     let sign = if kb_per_s < 0.0 { "-" } else { "+" };
     format!("{sign}{}", human_rate(kb_per_s.abs()))
 }
@@ -124,13 +124,13 @@ pub fn signed_rate(kb_per_s: f64) -> String {
 // Durations
 
 /// Seconds with one decimal: `12.0 s`.
-pub fn human_secs(ns: u64) -> String {
+pub(crate) fn human_secs(ns: u64) -> String {
     format!("{:.1} s", ns as f64 / 1e9)
 }
 
 /// A short time, as a clock read's uncertainty: `850 ns`, `12 µs`,
 /// `1.5 ms`, then as [`human_secs`].
-pub fn small_duration(ns: u64) -> String {
+pub(crate) fn small_duration(ns: u64) -> String {
     if ns < 1_000 {
         format!("{ns} ns")
     } else if ns < 1_000_000 {
@@ -143,7 +143,7 @@ pub fn small_duration(ns: u64) -> String {
 }
 
 /// A window length: `60 s`, `2.5 s`.
-pub fn secs_whole(ns: u64) -> String {
+pub(crate) fn secs_whole(ns: u64) -> String {
     let s = format!("{:.1}", ns as f64 / 1e9);
     format!("{} s", s.strip_suffix(".0").unwrap_or(&s))
 }
@@ -166,7 +166,7 @@ pub fn human_span(ns: u64) -> String {
 }
 
 /// A duration as people say it: `12.3 s`, `4 min 5 s`, `24 h 0 min`.
-pub fn human_duration(ns: u64) -> String {
+pub(crate) fn human_duration(ns: u64) -> String {
     let s = ns as f64 / 1e9;
     if s < 60.0 {
         format!("{s:.1} s")
@@ -186,7 +186,7 @@ pub fn human_duration(ns: u64) -> String {
 }
 
 /// A time axis's label: `5 s`, `2.5 s`, `3 min`, `1:30`, `2 h`, `1:05 h`.
-pub fn short_duration(ns: u64) -> String {
+pub(crate) fn short_duration(ns: u64) -> String {
     let s = ns / 1_000_000_000;
     let ms = ns / 1_000_000 % 1000;
     if s < 60 {

@@ -108,7 +108,7 @@ pub struct Terminal {
 }
 
 /// `tty->name` as the device's path: `pts3` is `/dev/pts/3`.
-pub fn tty_path(name: &str) -> String {
+pub(crate) fn tty_path(name: &str) -> String {
     match name.strip_prefix("pts") {
         Some(n) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => {
             format!("/dev/pts/{n}")
@@ -209,7 +209,7 @@ pub struct Lost {
 impl Lost {
     /// Ring-buffer losses of the main ring (memory, lifecycle, GPU) and of
     /// the precious one (kills, deaths, signals: `common::is_precious`).
-    pub fn by_ring(&self) -> (u64, u64) {
+    pub(crate) fn by_ring(&self) -> (u64, u64) {
         self.by_kind
             .iter()
             .enumerate()
@@ -267,17 +267,6 @@ pub struct JobReads {
     /// The first few reads that stalled or were skipped: process, what,
     /// why.
     pub notes: Vec<String>,
-}
-
-impl JobReads {
-    /// Anything to say.
-    pub fn any(&self) -> bool {
-        *self
-            != JobReads {
-                stuck: self.stuck,
-                ..JobReads::default()
-            }
-    }
 }
 
 /// A process's executable, read from /proc while it lived (for signal

@@ -8,16 +8,16 @@ use trainbpf_common as common;
 use super::{DecodeError, Event, ProcKey, cstr, json, key, read_pod};
 
 /// Collector records of the GPU side (kinds 110-119 are reserved for it).
-pub const KIND_GPU_ATTACH: u16 = 110;
-pub const KIND_GPU_SOURCE: u16 = 111;
-pub const KIND_GPU_LOST: u16 = 112;
-pub const KIND_NVML: u16 = 113;
-pub const KIND_GPU_LATE: u16 = 114;
+pub(crate) const KIND_GPU_ATTACH: u16 = 110;
+pub(crate) const KIND_GPU_SOURCE: u16 = 111;
+pub(crate) const KIND_GPU_LOST: u16 = 112;
+pub(crate) const KIND_NVML: u16 = 113;
+pub(crate) const KIND_GPU_LATE: u16 = 114;
 /// The highest kind of the GPU's collector range.
-pub const KIND_GPU_USER_MAX: u16 = 119;
+pub(crate) const KIND_GPU_USER_MAX: u16 = 119;
 
 /// `CUDA_ERROR_OUT_OF_MEMORY` (cuda.h).
-pub const CUDA_ERROR_OUT_OF_MEMORY: u32 = 2;
+pub(crate) const CUDA_ERROR_OUT_OF_MEMORY: u32 = 2;
 
 /// The CUDA driver call a [`CudaCall`] records.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -88,7 +88,7 @@ impl CudaOp {
     }
 
     /// The name as the CUDA driver API spells it (without `_v2`).
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             CudaOp::Init => "cuInit",
             CudaOp::PrimaryCtxRetain => "cuDevicePrimaryCtxRetain",
@@ -134,18 +134,18 @@ pub struct CudaCall {
 
 /// `cuMemCreate`'s `CUmemLocationType` for host memory: HOST (2),
 /// HOST_NUMA (3), HOST_NUMA_CURRENT (4).
-pub fn mem_create_on_host(aux: u64) -> bool {
+pub(crate) fn mem_create_on_host(aux: u64) -> bool {
     (2..=4).contains(&aux)
 }
 
 /// An Xid as the driver's tracepoint reported it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct XidRecord {
-    pub code: u32,
+    pub(crate) code: u32,
     /// PCI name of the GPU.
-    pub pci: String,
+    pub(crate) pci: String,
     /// The rest of the message (`pid=…, name=…, text`).
-    pub msg: String,
+    pub(crate) msg: String,
 }
 
 /// What the collector did about one `libcuda.so*` file.
@@ -289,9 +289,9 @@ pub enum GpuEvent {
 /// The JSON body of a GPU collector record: `{"ts_ns", "body": {"<kind>": …}}`
 /// like the collector's other records.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct GpuUserRecord {
-    pub ts_ns: u64,
-    pub body: GpuUserBody,
+pub(crate) struct GpuUserRecord {
+    pub(crate) ts_ns: u64,
+    pub(crate) body: GpuUserBody,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -305,7 +305,7 @@ pub enum GpuUserBody {
 }
 
 impl GpuUserBody {
-    pub fn kind(&self) -> u16 {
+    pub(crate) fn kind(&self) -> u16 {
         match self {
             GpuUserBody::GpuAttach(_) => KIND_GPU_ATTACH,
             GpuUserBody::GpuSource(_) => KIND_GPU_SOURCE,

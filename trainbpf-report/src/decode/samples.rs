@@ -62,7 +62,7 @@ pub struct CgroupPressure {
 
 impl CgroupPressure {
     /// Page cache proper: `file_kb` less shmem.
-    pub fn page_cache_kb(&self) -> u64 {
+    pub(crate) fn page_cache_kb(&self) -> u64 {
         self.file_kb.saturating_sub(self.shmem_kb)
     }
 }

@@ -13,9 +13,9 @@ use super::{
 
 /// The JSON body of a userspace record.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct UserRecord {
-    pub ts_ns: u64,
-    pub body: UserBody,
+pub(crate) struct UserRecord {
+    pub(crate) ts_ns: u64,
+    pub(crate) body: UserBody,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -46,7 +46,7 @@ pub enum UserBody {
 }
 
 impl UserBody {
-    pub fn kind(&self) -> u16 {
+    pub(crate) fn kind(&self) -> u16 {
         match self {
             UserBody::JobStart(_) => KIND_JOB_START,
             UserBody::JobExit(_) => KIND_JOB_EXIT,

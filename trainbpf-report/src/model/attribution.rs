@@ -20,34 +20,34 @@ use super::{Grower, Track, timeline::Sample};
 
 /// Processes playing one role, shown together.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Group {
+pub(crate) struct Group {
     /// "DataLoader workers", "torchrun ranks", or the shared command line.
-    pub role: String,
-    pub pids: Vec<u32>,
-    pub honest_kb: i64,
-    pub grew_kb: u64,
+    pub(crate) role: String,
+    pub(crate) pids: Vec<u32>,
+    pub(crate) honest_kb: i64,
+    pub(crate) grew_kb: u64,
     /// The longest member span.
-    pub window_ns: u64,
+    pub(crate) window_ns: u64,
 }
 
 /// Per-process honest growth summed against the cgroup's own count.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SumCheck {
-    pub ts_ns: u64,
+pub(crate) struct SumCheck {
+    pub(crate) ts_ns: u64,
     /// The job cgroup's usage change over the span, kB.
-    pub cgroup_delta_kb: i64,
+    pub(crate) cgroup_delta_kb: i64,
     /// Sum of the job's processes' honest growth over the same span.
-    pub attributed_kb: i64,
+    pub(crate) attributed_kb: i64,
     /// `cgroup_delta_kb - attributed_kb`: page cache, kernel memory, growth
     /// of processes that exited.
-    pub unattributed_kb: i64,
+    pub(crate) unattributed_kb: i64,
     /// Of which, from the cgroup's own statistics: page cache (shmem
     /// included) and kernel memory changes over the span.
-    pub file_delta_kb: Option<i64>,
-    pub kernel_delta_kb: Option<i64>,
+    pub(crate) file_delta_kb: Option<i64>,
+    pub(crate) kernel_delta_kb: Option<i64>,
     /// The cgroup's page cache, set apart; None where the cgroup's
     /// statistics were not read.
-    pub page_cache: Option<CacheApart>,
+    pub(crate) page_cache: Option<CacheApart>,
 }
 
 /// The page cache in a job's cgroup, which is no process's growth: what
@@ -56,45 +56,45 @@ pub struct SumCheck {
 /// (read by processes outside the job but charged here, or reclaimed).
 /// The honest growth is set against the cgroup's usage without it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CacheApart {
+pub(crate) struct CacheApart {
     /// The cgroup's page cache (its file pages, shmem left out) at the
     /// span's start, kB.
-    pub at_start_kb: i64,
+    pub(crate) at_start_kb: i64,
     /// Its change over the span.
-    pub delta_kb: i64,
+    pub(crate) delta_kb: i64,
     /// What the job's processes brought in, less what they removed, in
     /// their own context over the span (their `page_cache_kb`).
-    pub job_kb: i64,
+    pub(crate) job_kb: i64,
 }
 
 impl CacheApart {
     /// The rest of the change: page cache other processes brought in and
     /// the cgroup was charged for, less what reclaim took back.
-    pub fn other_kb(&self) -> i64 {
+    pub(crate) fn other_kb(&self) -> i64 {
         self.delta_kb - self.job_kb
     }
 }
 
 impl SumCheck {
     /// attributed / cgroup delta, 1.0 when they agree.
-    pub fn ratio(&self) -> Option<f64> {
+    pub(crate) fn ratio(&self) -> Option<f64> {
         ratio(self.attributed_kb, self.cgroup_delta_kb)
     }
 
     /// The cgroup's usage change without its page cache's: what the job's
     /// honest growth adds up to when nothing is missed.
-    pub fn without_cache_kb(&self) -> Option<i64> {
+    pub(crate) fn without_cache_kb(&self) -> Option<i64> {
         self.page_cache.map(|c| self.cgroup_delta_kb - c.delta_kb)
     }
 
     /// attributed / the change without page cache, 1.0 when they agree.
-    pub fn ratio_without_cache(&self) -> Option<f64> {
+    pub(crate) fn ratio_without_cache(&self) -> Option<f64> {
         ratio(self.attributed_kb, self.without_cache_kb()?)
     }
 
     /// What no process accounts for, page cache apart: kernel memory,
     /// shmem no process of the job made, growth of processes that exited.
-    pub fn unattributed_without_cache_kb(&self) -> Option<i64> {
+    pub(crate) fn unattributed_without_cache_kb(&self) -> Option<i64> {
         Some(self.without_cache_kb()? - self.attributed_kb)
     }
 }
@@ -118,8 +118,8 @@ pub(super) fn role(comm: &str, info: Option<&ProcInfo>) -> Option<String> {
 pub(super) struct Attribution {
     info: HashMap<u32, ProcInfo>,
     smaps: HashMap<u32, Smaps>,
-    pub smaps_rounds: u64,
-    pub smaps_cost_us: u64,
+    pub(crate) smaps_rounds: u64,
+    pub(crate) smaps_cost_us: u64,
     /// Shared-memory objects by (kind, filesystem, id), as last seen,
     /// with their peak resident size and most mappers.
     shm: HashMap<(ShmKind, u64, u64), ShmObject>,
@@ -127,7 +127,7 @@ pub(super) struct Attribution {
     shm_fs: super::shm::ShmBuilder,
     /// The job cgroup's first sample and the sum check at its peak usage.
     first: Option<(u64, Pressure)>,
-    pub peak: Option<SumCheck>,
+    pub(crate) peak: Option<SumCheck>,
     peak_usage_kb: u64,
 }
 

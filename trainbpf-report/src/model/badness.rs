@@ -17,35 +17,35 @@
 
 /// One process's inputs to the ranking, at the kill.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Inputs {
-    pub pid: u32,
-    pub start_ns: u64,
-    pub comm: String,
-    pub in_job: bool,
-    pub rss_kb: u64,
-    pub swap_kb: u64,
-    pub pgtables_kb: u64,
-    pub oom_score_adj: i32,
+pub(crate) struct Inputs {
+    pub(crate) pid: u32,
+    pub(crate) start_ns: u64,
+    pub(crate) comm: String,
+    pub(crate) in_job: bool,
+    pub(crate) rss_kb: u64,
+    pub(crate) swap_kb: u64,
+    pub(crate) pgtables_kb: u64,
+    pub(crate) oom_score_adj: i32,
 }
 
 /// A ranked candidate.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Candidate {
-    pub pid: u32,
-    pub start_ns: u64,
-    pub comm: String,
-    pub in_job: bool,
-    pub points: i64,
-    pub rss_kb: u64,
-    pub swap_kb: u64,
-    pub pgtables_kb: u64,
-    pub oom_score_adj: i32,
-    pub is_victim: bool,
+pub(crate) struct Candidate {
+    pub(crate) pid: u32,
+    pub(crate) start_ns: u64,
+    pub(crate) comm: String,
+    pub(crate) in_job: bool,
+    pub(crate) points: i64,
+    pub(crate) rss_kb: u64,
+    pub(crate) swap_kb: u64,
+    pub(crate) pgtables_kb: u64,
+    pub(crate) oom_score_adj: i32,
+    pub(crate) is_victim: bool,
 }
 
 /// Where `totalpages` came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TotalSource {
+pub(crate) enum TotalSource {
     /// `oc->totalpages`, read by the kprobe/fentry program.
     Kernel,
     /// The memory cgroup's limit.
@@ -56,7 +56,7 @@ pub enum TotalSource {
 }
 
 impl TotalSource {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             TotalSource::Kernel => "kernel",
             TotalSource::MemcgLimit => "memcg_limit",
@@ -67,25 +67,25 @@ impl TotalSource {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Ranking {
+pub(crate) struct Ranking {
     /// Highest badness first; the victim is always included.
-    pub candidates: Vec<Candidate>,
-    pub totalpages: u64,
-    pub totalpages_source: TotalSource,
+    pub(crate) candidates: Vec<Candidate>,
+    pub(crate) totalpages: u64,
+    pub(crate) totalpages_source: TotalSource,
     /// The victim's reconstructed points.
-    pub victim_points: Option<i64>,
+    pub(crate) victim_points: Option<i64>,
     /// Reconstruction and the kernel's `chosen_points` within 1% (or 256
     /// pages); None when the kernel's figure is unknown.
-    pub agrees_with_kernel: Option<bool>,
+    pub(crate) agrees_with_kernel: Option<bool>,
 }
 
 /// Candidates shown: the top of the list is what explains the choice.
-pub const MAX_CANDIDATES: usize = 10;
+pub(crate) const MAX_CANDIDATES: usize = 10;
 /// `OOM_SCORE_ADJ_MIN`: never chosen.
 const ADJ_MIN: i32 = -1000;
 
 /// `oom_badness()` for one process, in pages.
-pub fn badness(i: &Inputs, page_kb: u64, totalpages: u64) -> i64 {
+pub(crate) fn badness(i: &Inputs, page_kb: u64, totalpages: u64) -> i64 {
     let page_kb = page_kb.max(1);
     let pages = i.rss_kb.saturating_add(i.swap_kb) / page_kb + i.pgtables_kb / page_kb;
     // Wide, then clamped: a damaged record's figures must not overflow.
@@ -95,7 +95,7 @@ pub fn badness(i: &Inputs, page_kb: u64, totalpages: u64) -> i64 {
 
 /// Ranks `others` and the victim. `kernel_points` is `oc->chosen_points`
 /// when a probe on oom_kill_process saw it.
-pub fn rank(
+pub(crate) fn rank(
     victim: &Inputs,
     others: impl IntoIterator<Item = Inputs>,
     page_kb: u64,

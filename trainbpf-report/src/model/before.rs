@@ -79,32 +79,32 @@ impl History {
 #[derive(Clone, Debug, PartialEq)]
 pub struct PressureBefore {
     /// From the baseline sample to the kill.
-    pub span_ns: u64,
-    pub available_start_kb: u64,
-    pub available_at_kill_kb: u64,
-    pub available_min_kb: u64,
-    pub mem_total_kb: u64,
-    pub swap_used_kb: u64,
-    pub swap_total_kb: u64,
-    pub shmem_kb: u64,
-    pub committed_as_kb: u64,
-    pub commit_limit_kb: u64,
-    pub overcommit_memory: Option<u32>,
-    pub cgroup_usage_kb: Option<u64>,
-    pub cgroup_limit_kb: Option<u64>,
+    pub(crate) span_ns: u64,
+    pub(crate) available_start_kb: u64,
+    pub(crate) available_at_kill_kb: u64,
+    pub(crate) available_min_kb: u64,
+    pub(crate) mem_total_kb: u64,
+    pub(crate) swap_used_kb: u64,
+    pub(crate) swap_total_kb: u64,
+    pub(crate) shmem_kb: u64,
+    pub(crate) committed_as_kb: u64,
+    pub(crate) commit_limit_kb: u64,
+    pub(crate) overcommit_memory: Option<u32>,
+    pub(crate) cgroup_usage_kb: Option<u64>,
+    pub(crate) cgroup_limit_kb: Option<u64>,
     /// Times the cgroup hit its limit in the window.
-    pub cgroup_max_events: Option<u64>,
-    pub psi_some_avg10: Option<f64>,
-    pub psi_full_avg10: Option<f64>,
+    pub(crate) cgroup_max_events: Option<u64>,
+    pub(crate) psi_some_avg10: Option<f64>,
+    pub(crate) psi_full_avg10: Option<f64>,
     /// PSI "some" stall time accumulated in the window.
-    pub psi_some_stall_ms: Option<u64>,
+    pub(crate) psi_some_stall_ms: Option<u64>,
     /// Stall time in the window, all tasks: direct reclaim, memcg reclaim,
     /// compaction.
-    pub stall_ms: [u64; 3],
-    pub stalls: [u64; 3],
+    pub(crate) stall_ms: [u64; 3],
+    pub(crate) stalls: [u64; 3],
     /// What the job's threads freed inside reclaim or compaction in the
     /// window (kB): other processes' memory and cache, not charged to them.
-    pub reclaim_freed_kb: u64,
+    pub(crate) reclaim_freed_kb: u64,
 }
 
 #[cfg(test)]

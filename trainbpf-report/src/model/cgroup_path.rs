@@ -53,7 +53,7 @@ pub enum Origin {
 impl Origin {
     /// A short name for the manager: "Docker", "Kubernetes", "systemd",
     /// "Slurm", "trainbpf"; `None` when the path does not tell.
-    pub fn manager(&self) -> Option<&str> {
+    pub(crate) fn manager(&self) -> Option<&str> {
         Some(match self {
             Origin::Trainbpf { .. } => "trainbpf",
             Origin::Kubernetes { .. } => "Kubernetes",
@@ -66,7 +66,7 @@ impl Origin {
 
     /// What it is, in a few words: "Docker container 3f2a1b4c5d6e",
     /// "Slurm job 123 step 0".
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             Origin::Trainbpf { recorder_pid } => {
                 format!(

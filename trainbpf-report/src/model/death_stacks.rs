@@ -11,49 +11,49 @@ use crate::decode::{ProcKey, stacks::StackAtDeath as Record};
 
 /// Threads kept per process: a job's thread pool can be hundreds; the
 /// first to die are kept (the signal reaches them in turn).
-pub const MAX_THREADS: usize = 64;
+pub(crate) const MAX_THREADS: usize = 64;
 
 /// One thread's stacks at death, innermost frame first.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ThreadAtDeath {
-    pub tid: u32,
-    pub sig: u32,
-    pub frames: Vec<Frame>,
-    pub error: Option<String>,
+pub(crate) struct ThreadAtDeath {
+    pub(crate) tid: u32,
+    pub(crate) sig: u32,
+    pub(crate) frames: Vec<Frame>,
+    pub(crate) error: Option<String>,
 }
 
 /// A victim's stacks at death: `main` the allocating (or kernel-named)
 /// thread, `threads` the others.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct StackAtDeath {
-    pub main: ThreadAtDeath,
+pub(crate) struct StackAtDeath {
+    pub(crate) main: ThreadAtDeath,
     /// `main` is the thread whose allocation set off the kill.
-    pub trigger: bool,
-    pub threads: Vec<ThreadAtDeath>,
+    pub(crate) trigger: bool,
+    pub(crate) threads: Vec<ThreadAtDeath>,
     /// Threads past `MAX_THREADS`, not kept.
-    pub more_threads: u32,
+    pub(crate) more_threads: u32,
 }
 
 /// Every job process's threads' stacks at death, as recorded.
 #[derive(Clone, Debug, Default)]
-pub struct Deaths {
+pub(crate) struct Deaths {
     /// `Some(attached)` when the recording took growth stacks: whether the
     /// probe at signal delivery was attached.
-    pub probe: Option<bool>,
+    pub(crate) probe: Option<bool>,
     procs: BTreeMap<ProcKey, Vec<ThreadAtDeath>>,
     /// Threads past `MAX_THREADS`, per process.
     dropped: BTreeMap<ProcKey, u32>,
 }
 
 impl Deaths {
-    pub fn new(probe: Option<bool>) -> Deaths {
+    pub(crate) fn new(probe: Option<bool>) -> Deaths {
         Deaths {
             probe,
             ..Default::default()
         }
     }
 
-    pub fn observe(&mut self, r: Record) {
+    pub(crate) fn observe(&mut self, r: Record) {
         let threads = self.procs.entry(r.proc).or_default();
         // One record per thread: a second fatal signal is dequeued only
         // by a thread that survived the first (a handled one is not sent).
@@ -76,7 +76,7 @@ impl Deaths {
     /// kill's allocating thread) or else `named` (the kernel's) or else
     /// the first to die, with the others. `Err`: why there is none
     /// (`Ok(None)`: stacks were not recorded at all).
-    pub fn of(
+    pub(crate) fn of(
         &self,
         key: ProcKey,
         trigger: u32,

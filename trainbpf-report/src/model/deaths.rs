@@ -32,35 +32,35 @@ impl Cause {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Sender {
-    pub pid: u32,
-    pub comm: String,
+pub(crate) struct Sender {
+    pub(crate) pid: u32,
+    pub(crate) comm: String,
     /// Read from /proc by the recorder while the sender lived.
-    pub exe: Option<String>,
-    pub uid: Option<u32>,
+    pub(crate) exe: Option<String>,
+    pub(crate) uid: Option<u32>,
     /// The signal came from this terminal (a Ctrl-C, a hangup); `pid` and
     /// `comm` are then 0 and empty: the kworker that carried it is no
     /// sender.
-    pub terminal: Option<Terminal>,
+    pub(crate) terminal: Option<Terminal>,
     /// The recorder (this pid) passed the signal on from the sender named.
-    pub forwarded_by: Option<u32>,
+    pub(crate) forwarded_by: Option<u32>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Death {
-    pub pid: u32,
-    pub start_ns: u64,
-    pub comm: String,
-    pub ts_ns: u64,
-    pub cause: Cause,
-    pub signal: Option<i32>,
-    pub code: Option<i32>,
+pub(crate) struct Death {
+    pub(crate) pid: u32,
+    pub(crate) start_ns: u64,
+    pub(crate) comm: String,
+    pub(crate) ts_ns: u64,
+    pub(crate) cause: Cause,
+    pub(crate) signal: Option<i32>,
+    pub(crate) code: Option<i32>,
     /// Who sent the fatal signal; for an OOM kill, the task whose
     /// allocation triggered it.
-    pub sender: Option<Sender>,
+    pub(crate) sender: Option<Sender>,
     /// For OOM kills: the memory cgroup and its limit.
-    pub memcg: Option<String>,
-    pub memcg_limit_kb: Option<u64>,
+    pub(crate) memcg: Option<String>,
+    pub(crate) memcg_limit_kb: Option<u64>,
 }
 
 /// Signals that end a process by the process's own fault.

@@ -40,14 +40,14 @@ use super::Report;
 
 /// How sure a rule is, from how much of its evidence it saw.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Confidence {
+pub(crate) enum Confidence {
     Low,
     Medium,
     High,
 }
 
 impl Confidence {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Confidence::Low => "low",
             Confidence::Medium => "medium",
@@ -58,21 +58,21 @@ impl Confidence {
 
 /// One cause, with its evidence and its fix.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Diagnosis {
+pub(crate) struct Diagnosis {
     /// The rule's stable id (`dataloader_cow`, `steady_leak`, ...).
-    pub id: &'static str,
-    pub confidence: Confidence,
+    pub(crate) id: &'static str,
+    pub(crate) confidence: Confidence,
     /// One line: what most likely happened, with this run's figures.
-    pub title: String,
+    pub(crate) title: String,
     /// The figures from this recording the rule used, one per line.
-    pub evidence: Vec<String>,
+    pub(crate) evidence: Vec<String>,
     /// What to change, most useful first; the first is the one-line fix.
-    pub fix: Vec<String>,
+    pub(crate) fix: Vec<String>,
     /// The kill it explains (index into [`Report::kills`]), or `None` for
     /// one about the whole run.
-    pub kill: Option<usize>,
+    pub(crate) kill: Option<usize>,
     /// The processes it is about (tgids).
-    pub pids: Vec<u32>,
+    pub(crate) pids: Vec<u32>,
 }
 
 /// A rule: reads the report, adds what it finds.
@@ -96,14 +96,15 @@ const RULES: &[(&str, Rule)] = &[
 ];
 
 /// Every rule's id, in tie-break order.
-pub fn rule_ids() -> impl Iterator<Item = &'static str> {
+#[cfg(test)]
+pub(crate) fn rule_ids() -> impl Iterator<Item = &'static str> {
     RULES.iter().map(|(id, _)| *id)
 }
 
 /// Runs every rule. The result is ordered by kill (kills first, in time
 /// order, then the run's own), and within one kill by confidence, then by
 /// rule order, so that the first diagnosis of a kill is its "most likely".
-pub fn diagnose(report: &Report) -> Vec<Diagnosis> {
+pub(crate) fn diagnose(report: &Report) -> Vec<Diagnosis> {
     let mut out = Vec::new();
     for (id, rule) in RULES {
         let from = out.len();
@@ -137,13 +138,13 @@ pub fn diagnose(report: &Report) -> Vec<Diagnosis> {
 
 /// The most likely diagnosis of kill `kill`: its first, as ordered by
 /// [`diagnose`].
-pub fn most_likely(diagnoses: &[Diagnosis], kill: usize) -> Option<&Diagnosis> {
+pub(crate) fn most_likely(diagnoses: &[Diagnosis], kill: usize) -> Option<&Diagnosis> {
     diagnoses.iter().find(|d| d.kill == Some(kill))
 }
 
 /// The run's top diagnosis: the first kill's most likely one, or else the
 /// surest about the run as a whole.
-pub fn top(diagnoses: &[Diagnosis]) -> Option<&Diagnosis> {
+pub(crate) fn top(diagnoses: &[Diagnosis]) -> Option<&Diagnosis> {
     diagnoses.iter().find(|d| d.kill.is_some()).or_else(|| {
         diagnoses
             .iter()

@@ -5,17 +5,17 @@
 use crate::decode::EbpfLog;
 
 /// Messages kept; later ones are only counted.
-pub const MAX_MESSAGES: usize = 1000;
+pub(crate) const MAX_MESSAGES: usize = 1000;
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct EbpfLogReport {
+pub(crate) struct EbpfLogReport {
     /// `record --ebpf-log` was given: an empty log means nothing went
     /// wrong that the programs could see, rather than that nobody asked.
-    pub enabled: bool,
+    pub(crate) enabled: bool,
     /// When (CLOCK_MONOTONIC ns) and what, in the recording's order.
-    pub messages: Vec<(u64, EbpfLog)>,
+    pub(crate) messages: Vec<(u64, EbpfLog)>,
     /// Messages past `MAX_MESSAGES`, not kept.
-    pub omitted: u64,
+    pub(crate) omitted: u64,
 }
 
 impl EbpfLogReport {

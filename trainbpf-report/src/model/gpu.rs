@@ -34,7 +34,6 @@ mod timeline;
 mod xid;
 
 pub use ledger::Ledger;
-pub use xid::parse_xid_line;
 
 use crate::decode::gpu::{CudaOp, GpuAttach, GpuLate, GpuLost, GpuSource};
 
@@ -48,13 +47,13 @@ const MAX_HISTORY: usize = 16_384;
 /// Host RSS samples kept per job process, thinned the same way.
 const MAX_RSS: usize = 4096;
 /// Rows of the text timeline.
-pub const MAX_TIMELINE: usize = 60;
+pub(crate) const MAX_TIMELINE: usize = 60;
 const MAX_LIST: usize = 1000;
 /// A driver of 575+ reports an Xid both on its tracepoint and in the log.
 const XID_MERGE_NS: u64 = 2 * SEC;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum MemKind {
+pub(crate) enum MemKind {
     Device,
     Pinned,
     Managed,
@@ -62,102 +61,92 @@ pub enum MemKind {
 
 /// One kind of memory of one process.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct KindStats {
+pub(crate) struct KindStats {
     /// Held when the recording (or the process) ended, before the exit
     /// freed it.
-    pub end: u64,
-    pub peak: u64,
-    pub allocated: u64,
-    pub freed: u64,
-    pub allocs: u64,
-    pub frees: u64,
+    pub(crate) end: u64,
+    pub(crate) peak: u64,
+    pub(crate) allocated: u64,
+    pub(crate) freed: u64,
+    pub(crate) allocs: u64,
+    pub(crate) frees: u64,
     /// Still held when the process exited, and freed with it.
-    pub freed_at_exit: u64,
+    pub(crate) freed_at_exit: u64,
     /// Allocations that failed.
-    pub failed: u64,
+    pub(crate) failed: u64,
 }
 
 /// A CUDA context the process created, and the host memory that came with
 /// it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ContextInit {
-    pub ts_ns: u64,
-    pub op: CudaOp,
-    pub device: Option<i32>,
-    pub handle: u64,
+pub(crate) struct ContextInit {
+    pub(crate) ts_ns: u64,
+    pub(crate) op: CudaOp,
+    pub(crate) device: Option<i32>,
+    pub(crate) handle: u64,
     /// Host resident memory gained from the process's `cuInit` (for its
     /// first context) or the call's entry, to its return; `None` without a
     /// memory record before. As exact as the memory records' threshold
     /// (`--rss-threshold`): a record is sent when memory moved by it.
-    pub host_kb: Option<u64>,
+    pub(crate) host_kb: Option<u64>,
 }
 
 /// NVML's per-process figure against the ledger's.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct NvmlCompare {
-    pub samples: u64,
-    pub last_nvml_bytes: u64,
+pub(crate) struct NvmlCompare {
+    pub(crate) samples: u64,
+    pub(crate) last_nvml_bytes: u64,
     /// The ledger's device bytes at the same instant.
-    pub last_ledger_bytes: u64,
-    pub peak_nvml_bytes: u64,
+    pub(crate) last_ledger_bytes: u64,
+    pub(crate) peak_nvml_bytes: u64,
 }
 
 impl NvmlCompare {
     /// What NVML saw beyond the probes: context and driver overhead, or
     /// allocations the probes missed.
-    pub fn difference(&self) -> i64 {
+    pub(crate) fn difference(&self) -> i64 {
         self.last_nvml_bytes as i64 - self.last_ledger_bytes as i64
     }
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct GpuProcess {
-    pub pid: u32,
-    pub start_ns: u64,
-    pub comm: String,
-    pub parent: Option<u32>,
-    pub is_root: bool,
-    pub device: KindStats,
-    pub pinned: KindStats,
-    pub managed: KindStats,
+pub(crate) struct GpuProcess {
+    pub(crate) pid: u32,
+    pub(crate) start_ns: u64,
+    pub(crate) comm: String,
+    pub(crate) parent: Option<u32>,
+    pub(crate) is_root: bool,
+    pub(crate) device: KindStats,
+    pub(crate) pinned: KindStats,
+    pub(crate) managed: KindStats,
     /// The part of pinned memory that was registered (`cuMemHostRegister`):
     /// already the process's own memory, now page-locked.
-    pub registered_peak: u64,
-    pub cuda_init_ns: Option<u64>,
-    pub contexts: Vec<ContextInit>,
+    pub(crate) registered_peak: u64,
+    pub(crate) cuda_init_ns: Option<u64>,
+    pub(crate) contexts: Vec<ContextInit>,
     /// A job process other than the root that initialised CUDA (a DataLoader
     /// worker that touched CUDA pays for a context of its own).
-    pub worker_init: bool,
+    pub(crate) worker_init: bool,
     /// Its parent had a CUDA context before it made one.
-    pub parent_had_context: bool,
-    pub exited_ns: Option<u64>,
+    pub(crate) parent_had_context: bool,
+    pub(crate) exited_ns: Option<u64>,
     /// The kernel's OOM killer chose it.
-    pub oom_killed: bool,
-    pub calls: u64,
-    pub failed_calls: u64,
+    pub(crate) oom_killed: bool,
+    pub(crate) calls: u64,
+    pub(crate) failed_calls: u64,
     /// Frees of pointers the ledger never saw allocated (allocated before the
     /// probes attached, or a lost record).
-    pub unknown_frees: u64,
-    pub host_rss_peak_kb: u64,
-    pub nvml: Option<NvmlCompare>,
+    pub(crate) unknown_frees: u64,
+    pub(crate) host_rss_peak_kb: u64,
+    pub(crate) nvml: Option<NvmlCompare>,
     /// `nv_alloc_pages`/`nv_free_pages` page counts, where those probes ran.
-    pub nv_pages_alloc: u64,
-    pub nv_pages_free: u64,
+    pub(crate) nv_pages_alloc: u64,
+    pub(crate) nv_pages_free: u64,
     /// Where its CUDA allocations were asked for (`record --stacks`),
     /// heaviest first: per stack at the call, the bytes successful
     /// allocations through it were given and how many (frees not
     /// subtracted).
-    pub stacks: Vec<crate::model::GrowthStack>,
-}
-
-impl GpuProcess {
-    pub fn kind(&self, k: MemKind) -> &KindStats {
-        match k {
-            MemKind::Device => &self.device,
-            MemKind::Pinned => &self.pinned,
-            MemKind::Managed => &self.managed,
-        }
-    }
+    pub(crate) stacks: Vec<crate::model::GrowthStack>,
 }
 
 /// What one process held at an instant.
@@ -165,132 +154,132 @@ impl GpuProcess {
 pub struct Held {
     pub device: u64,
     pub pinned: u64,
-    pub managed: u64,
+    pub(crate) managed: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Holder {
-    pub pid: u32,
-    pub comm: String,
-    pub held: Held,
+pub(crate) struct Holder {
+    pub(crate) pid: u32,
+    pub(crate) comm: String,
+    pub(crate) held: Held,
 }
 
 /// A failed CUDA allocation with `CUDA_ERROR_OUT_OF_MEMORY`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CudaOom {
-    pub ts_ns: u64,
-    pub pid: u32,
-    pub start_ns: u64,
-    pub tid: u32,
-    pub comm: String,
-    pub op: CudaOp,
-    pub requested_bytes: u64,
-    pub error: u32,
+pub(crate) struct CudaOom {
+    pub(crate) ts_ns: u64,
+    pub(crate) pid: u32,
+    pub(crate) start_ns: u64,
+    pub(crate) tid: u32,
+    pub(crate) comm: String,
+    pub(crate) op: CudaOp,
+    pub(crate) requested_bytes: u64,
+    pub(crate) error: u32,
     /// What the asking process held then.
-    pub held: Held,
+    pub(crate) held: Held,
     /// Every recorded process holding device memory then, most first.
-    pub holders: Vec<Holder>,
+    pub(crate) holders: Vec<Holder>,
     /// The device memory NVML reported last before it (all GPUs summed).
-    pub nvml_used_bytes: Option<u64>,
-    pub nvml_total_bytes: Option<u64>,
+    pub(crate) nvml_used_bytes: Option<u64>,
+    pub(crate) nvml_total_bytes: Option<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Xid {
-    pub ts_ns: u64,
-    pub code: u32,
-    pub pci: String,
+pub(crate) struct Xid {
+    pub(crate) ts_ns: u64,
+    pub(crate) code: u32,
+    pub(crate) pci: String,
     /// The process the message names; `None` for `<unknown>`.
-    pub pid: Option<u32>,
-    pub name: Option<String>,
-    pub msg: String,
+    pub(crate) pid: Option<u32>,
+    pub(crate) name: Option<String>,
+    pub(crate) msg: String,
     /// "tracepoint", "printk", or "tracepoint+printk".
-    pub source: String,
+    pub(crate) source: String,
 }
 
 /// One line of the GPU timeline: a process's memory moved within a second,
 /// or something happened (context, OOM, exit holding memory).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TimelineRow {
-    pub ts_ns: u64,
-    pub pid: u32,
-    pub comm: String,
-    pub what: String,
-    pub delta: [i64; 3],
+pub(crate) struct TimelineRow {
+    pub(crate) ts_ns: u64,
+    pub(crate) pid: u32,
+    pub(crate) comm: String,
+    pub(crate) what: String,
+    pub(crate) delta: [i64; 3],
     /// After the row: device, pinned, managed.
-    pub held: Held,
+    pub(crate) held: Held,
     /// The most of each kind held within the row's span.
-    pub peak: Held,
+    pub(crate) peak: Held,
     /// A failed allocation's request.
-    pub requested_bytes: Option<u64>,
-    pub host_rss_kb: Option<u64>,
+    pub(crate) requested_bytes: Option<u64>,
+    pub(crate) host_rss_kb: Option<u64>,
     /// Contexts, OOMs and exits are always kept; steps may be dropped.
-    pub notable: bool,
+    pub(crate) notable: bool,
 }
 
 /// GPU memory around one host OOM kill.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct GpuAtKill {
-    pub kill_ts_ns: u64,
-    pub window_ns: u64,
-    pub processes: Vec<AtKill>,
+pub(crate) struct GpuAtKill {
+    pub(crate) kill_ts_ns: u64,
+    pub(crate) window_ns: u64,
+    pub(crate) processes: Vec<AtKill>,
     /// Contexts created in the window before the kill.
-    pub contexts: Vec<(u32, String, ContextInit)>,
+    pub(crate) contexts: Vec<(u32, String, ContextInit)>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct AtKill {
-    pub pid: u32,
-    pub comm: String,
-    pub held: Held,
+pub(crate) struct AtKill {
+    pub(crate) pid: u32,
+    pub(crate) comm: String,
+    pub(crate) held: Held,
     /// Change over the window before the kill.
-    pub grew: [i64; 3],
+    pub(crate) grew: [i64; 3],
 }
 
 /// For the HTML and Perfetto renderers: per process, every change point.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct GpuSeries {
-    pub pid: u32,
-    pub start_ns: u64,
-    pub comm: String,
+pub(crate) struct GpuSeries {
+    pub(crate) pid: u32,
+    pub(crate) start_ns: u64,
+    pub(crate) comm: String,
     /// (time, device, pinned, managed) after each change.
-    pub points: Vec<(u64, Held)>,
+    pub(crate) points: Vec<(u64, Held)>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct NvmlDeviceSummary {
-    pub index: u32,
-    pub name: String,
-    pub total_bytes: u64,
-    pub last_used_bytes: u64,
-    pub peak_used_bytes: u64,
+pub(crate) struct NvmlDeviceSummary {
+    pub(crate) index: u32,
+    pub(crate) name: String,
+    pub(crate) total_bytes: u64,
+    pub(crate) last_used_bytes: u64,
+    pub(crate) peak_used_bytes: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct GpuReport {
+pub(crate) struct GpuReport {
     /// Job processes that called CUDA (or that NVML saw), by first call.
-    pub processes: Vec<GpuProcess>,
-    pub cuda_ooms: Vec<CudaOom>,
-    pub xid: Vec<Xid>,
-    pub timeline: Vec<TimelineRow>,
+    pub(crate) processes: Vec<GpuProcess>,
+    pub(crate) cuda_ooms: Vec<CudaOom>,
+    pub(crate) xid: Vec<Xid>,
+    pub(crate) timeline: Vec<TimelineRow>,
     /// Steps left out of `timeline` to keep it short.
-    pub timeline_dropped: usize,
+    pub(crate) timeline_dropped: usize,
     /// One per host OOM kill, in the kills' order.
-    pub at_kills: Vec<GpuAtKill>,
-    pub series: Vec<GpuSeries>,
-    pub attach: Vec<GpuAttach>,
+    pub(crate) at_kills: Vec<GpuAtKill>,
+    pub(crate) series: Vec<GpuSeries>,
+    pub(crate) attach: Vec<GpuAttach>,
     /// Driver libraries mapped after recording started: each held until
     /// probed, or an uncovered window.
-    pub late: Vec<GpuLate>,
-    pub sources: Vec<GpuSource>,
-    pub nvml_samples: u64,
-    pub nvml_devices: Vec<NvmlDeviceSummary>,
-    pub lost: GpuLost,
+    pub(crate) late: Vec<GpuLate>,
+    pub(crate) sources: Vec<GpuSource>,
+    pub(crate) nvml_samples: u64,
+    pub(crate) nvml_devices: Vec<NvmlDeviceSummary>,
+    pub(crate) lost: GpuLost,
 }
 
 impl GpuReport {
     /// Whether there is anything GPU-related to show.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.processes.is_empty()
             && self.xid.is_empty()
             && self.attach.is_empty()
@@ -302,7 +291,7 @@ impl GpuReport {
 /// GPU records lost in the ring buffer (kernel kinds 20-29), calls the
 /// entry/return map had no room for, and the driver calls counted in
 /// windows where a late library's process could not be held.
-pub fn lost_events(r: &super::Report) -> u64 {
+pub(crate) fn lost_events(r: &super::Report) -> u64 {
     let ring: u64 = r.lost.by_kind.iter().skip(20).take(10).sum();
     ring + r.gpu.lost.pending_full + r.gpu.lost.window_calls
 }

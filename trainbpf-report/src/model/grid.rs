@@ -19,13 +19,13 @@ use crate::decode::ProcKey;
 
 /// Width of a bucket until the run outgrows the grid: fine enough that a
 /// 20-second test run still has 400 buckets.
-pub const FIRST_WIDTH_NS: u64 = 50_000_000;
+pub(crate) const FIRST_WIDTH_NS: u64 = 50_000_000;
 
 /// The run's time grid: bucket `i` covers `[origin + i·width, origin + (i+1)·width)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Grid {
-    pub origin_ns: u64,
-    pub width_ns: u64,
+pub(crate) struct Grid {
+    pub(crate) origin_ns: u64,
+    pub(crate) width_ns: u64,
 }
 
 impl Default for Grid {
@@ -36,7 +36,7 @@ impl Default for Grid {
 
 impl Grid {
     /// A grid whose first bucket opens at `origin_ns`, at the first width.
-    pub fn starting_at(origin_ns: u64) -> Grid {
+    pub(crate) fn starting_at(origin_ns: u64) -> Grid {
         Grid {
             origin_ns,
             width_ns: FIRST_WIDTH_NS,
@@ -61,7 +61,7 @@ impl Grid {
     }
 
     /// Start of bucket `i`.
-    pub fn time(&self, i: u32) -> u64 {
+    pub(crate) fn time(&self, i: u32) -> u64 {
         self.origin_ns
             .saturating_add((i as u64).saturating_mul(self.width_ns))
     }
@@ -81,7 +81,7 @@ impl Grid {
 /// One line's buckets, ascending by index, at the width they were last
 /// merged to; it trails the grid's until [`Buckets::rescale`] catches up.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Buckets<T> {
+pub(crate) struct Buckets<T> {
     width_ns: u64,
     pub(super) items: Vec<(u32, T)>,
 }

@@ -16,25 +16,25 @@ pub(super) const TOP_JOB_GROWERS: usize = 10;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Grower {
-    pub pid: u32,
-    pub start_ns: u64,
-    pub comm: String,
+    pub(crate) pid: u32,
+    pub(crate) start_ns: u64,
+    pub(crate) comm: String,
     /// Growth of resident memory (RSS), as the kernel counts it.
-    pub grew_kb: u64,
+    pub(crate) grew_kb: u64,
     /// Memory allocated minus freed in the process's own context over the
     /// same span: what it really added. None when the recording has no page
     /// allocation probes.
-    pub honest_kb: Option<i64>,
+    pub(crate) honest_kb: Option<i64>,
     /// From the baseline (or birth) to the last sample before the kill.
-    pub window_ns: u64,
+    pub(crate) window_ns: u64,
     /// `None` when the growth spans under a second: a jump, not a rate.
-    pub rate_kb_per_s: Option<f64>,
+    pub(crate) rate_kb_per_s: Option<f64>,
     /// Resident memory at the kill.
-    pub rss_kb: u64,
-    pub in_job: bool,
+    pub(crate) rss_kb: u64,
+    pub(crate) in_job: bool,
     /// Born inside the window: its growth counts from zero.
-    pub born_in_window: bool,
-    pub is_victim: bool,
+    pub(crate) born_in_window: bool,
+    pub(crate) is_victim: bool,
 }
 
 /// A process considered for a kill's growers, with its memory at the kill.

@@ -15,24 +15,24 @@ pub struct Identity {
     /// `RANK`, else `OMPI_COMM_WORLD_RANK`, `PMI_RANK`, `SLURM_PROCID`.
     pub rank: Option<u32>,
     /// `LOCAL_RANK`, else `OMPI_COMM_WORLD_LOCAL_RANK`, `SLURM_LOCALID`.
-    pub local_rank: Option<u32>,
+    pub(crate) local_rank: Option<u32>,
     /// `WORLD_SIZE`, else `OMPI_COMM_WORLD_SIZE`, `PMI_SIZE`, `SLURM_NTASKS`.
-    pub world_size: Option<u32>,
+    pub(crate) world_size: Option<u32>,
     /// torchrun's `TORCHELASTIC_RUN_ID`.
-    pub run_id: Option<String>,
+    pub(crate) run_id: Option<String>,
     /// `SLURM_JOB_ID`, else the job in a Slurm cgroup path.
-    pub slurm_job_id: Option<u64>,
+    pub(crate) slurm_job_id: Option<u64>,
     /// `SLURM_STEP_ID`, else the step in the path (`0`, `batch`).
-    pub slurm_step_id: Option<String>,
+    pub(crate) slurm_step_id: Option<String>,
     pub container: Option<Container>,
     /// A process under the one that carries the rank, with the same rank
     /// (a DataLoader worker, a compiler the rank ran): of that rank, not
     /// the rank's own process.
-    pub inherited: bool,
+    pub(crate) inherited: bool,
     /// The variable the rank came from: under `srun`, torchrun's agent
     /// has a `SLURM_PROCID` and its workers a `RANK` of the same number,
     /// and the workers are still ranks of their own.
-    pub rank_from: Option<&'static str>,
+    pub(crate) rank_from: Option<&'static str>,
 }
 
 const RANK_VARS: [&str; 4] = ["RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"];
@@ -42,19 +42,19 @@ pub struct Container {
     /// `docker`, `podman`, `containerd`, `cri-o`; `kubernetes` for a pod
     /// whose path does not name its runtime (the kubelet's cgroupfs
     /// driver).
-    pub runtime: String,
+    pub(crate) runtime: String,
     /// The container's id (64 hex digits), when the path reaches it.
     pub id: Option<String>,
     pub pod_uid: Option<String>,
     /// A pod's `POD_NAME` (the downward API's usual name), else its
     /// `HOSTNAME`, which is the pod's name unless the spec sets another.
-    pub pod_name: Option<String>,
+    pub(crate) pod_name: Option<String>,
     /// A pod's `POD_NAMESPACE`: the node cannot tell it otherwise.
-    pub namespace: Option<String>,
+    pub(crate) namespace: Option<String>,
 }
 
 impl Identity {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         *self
             == Identity {
                 inherited: self.inherited,

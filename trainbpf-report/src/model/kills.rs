@@ -69,67 +69,67 @@ impl Constraint {
 
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct Kill {
-    pub ts_ns: u64,
-    pub realtime_ns: Option<u64>,
-    pub victim: Victim,
-    pub constraint: Constraint,
+    pub(crate) ts_ns: u64,
+    pub(crate) realtime_ns: Option<u64>,
+    pub(crate) victim: Victim,
+    pub(crate) constraint: Constraint,
     /// The memory cgroup that ran out (for a memcg OOM), else the victim's.
-    pub memcg: Option<String>,
+    pub(crate) memcg: Option<String>,
     /// The victim's own memory cgroup.
-    pub task_memcg: Option<String>,
+    pub(crate) task_memcg: Option<String>,
     /// From the kernel's `memory: usage …` line.
-    pub memcg_usage_kb: Option<u64>,
+    pub(crate) memcg_usage_kb: Option<u64>,
     /// From the same line, or the job's `--memory-limit` when the memcg is
     /// the job's cgroup.
-    pub memcg_limit_kb: Option<u64>,
-    pub memcg_failcnt: Option<u64>,
-    pub trigger: Trigger,
+    pub(crate) memcg_limit_kb: Option<u64>,
+    pub(crate) memcg_failcnt: Option<u64>,
+    pub(crate) trigger: Trigger,
     /// The records that reported the kill, `oom_kill_process` first.
-    pub sources: Vec<KillSource>,
+    pub(crate) sources: Vec<KillSource>,
     /// `oc->chosen_points` and `oc->totalpages`, when the kernel allowed a
     /// probe on `oom_kill_process`.
-    pub kernel_points: Option<i64>,
-    pub totalpages: Option<u64>,
+    pub(crate) kernel_points: Option<i64>,
+    pub(crate) totalpages: Option<u64>,
     /// kernfs ids as recorded (0: unknown).
-    pub oom_memcg_id: u64,
-    pub victim_memcg_id: u64,
+    pub(crate) oom_memcg_id: u64,
+    pub(crate) victim_memcg_id: u64,
     /// Processes whose resident memory grew in the window before the kill,
     /// most first, at most ten.
-    pub growers: Vec<Grower>,
+    pub(crate) growers: Vec<Grower>,
     /// The OOM killer's ranking at the kill, reconstructed from tracked
     /// memory (see `badness`).
-    pub ranking: Option<Ranking>,
+    pub(crate) ranking: Option<Ranking>,
     /// The job's processes grouped by role, with their growth.
-    pub groups: Vec<Group>,
+    pub(crate) groups: Vec<Group>,
     /// The job's honest growth in the window against the cgroup's.
-    pub sum_check: Option<SumCheck>,
+    pub(crate) sum_check: Option<SumCheck>,
     /// The machine and cgroup on the way to the kill.
-    pub pressure: Option<PressureBefore>,
-    pub window_ns: u64,
+    pub(crate) pressure: Option<PressureBefore>,
+    pub(crate) window_ns: u64,
     /// The kernel log lines read as part of this kill.
-    pub kernel_log: Vec<String>,
+    pub(crate) kernel_log: Vec<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct Victim {
     /// Process id (tgid).
-    pub pid: u32,
-    pub start_ns: u64,
+    pub(crate) pid: u32,
+    pub(crate) start_ns: u64,
     /// The thread the kernel named.
-    pub thread_pid: u32,
-    pub comm: String,
-    pub rss: Rss,
-    pub oom_score_adj: i32,
-    pub uid: u32,
-    pub in_job: bool,
-    pub total_vm_kb: u64,
-    pub pgtables_kb: u64,
+    pub(crate) thread_pid: u32,
+    pub(crate) comm: String,
+    pub(crate) rss: Rss,
+    pub(crate) oom_score_adj: i32,
+    pub(crate) uid: u32,
+    pub(crate) in_job: bool,
+    pub(crate) total_vm_kb: u64,
+    pub(crate) pgtables_kb: u64,
     /// From the job's root down to the victim; empty outside the job.
-    pub tree: Vec<TreeNode>,
+    pub(crate) tree: Vec<TreeNode>,
 }
 
 impl Victim {
-    pub fn key(&self) -> ProcKey {
+    pub(crate) fn key(&self) -> ProcKey {
         ProcKey {
             tgid: self.pid,
             start_ns: self.start_ns,
@@ -139,23 +139,23 @@ impl Victim {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TreeNode {
-    pub pid: u32,
-    pub comm: String,
+    pub(crate) pid: u32,
+    pub(crate) comm: String,
 }
 
 /// The task whose allocation failed and set off the kill.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct Trigger {
-    pub pid: u32,
-    pub tgid: u32,
-    pub comm: String,
+    pub(crate) pid: u32,
+    pub(crate) tgid: u32,
+    pub(crate) comm: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KillSource {
-    pub record: OomRecordKind,
+    pub(crate) record: OomRecordKind,
     /// "fentry", "kprobe", "tp_btf", "tracepoint".
-    pub probe: String,
+    pub(crate) probe: String,
 }
 
 /// What the kernel log told about a kill, before the cgroup names are known.

@@ -65,7 +65,7 @@ use super::attribution::Attribution;
 pub(super) use builder::Builder;
 
 /// Buckets per series at most.
-pub const BUCKETS: u32 = 256;
+pub(crate) const BUCKETS: u32 = 256;
 /// Points a fit uses at most; more are averaged down to these.
 const FIT_POINTS: usize = 64;
 /// Points a fit needs at least.
@@ -89,11 +89,11 @@ const MAX_USAGE: usize = 4096;
 /// seconds; had a longer span been asked, a steady climb of 5 to 10 s,
 /// too slow to fill half the limit in 5 s, was neither rule's, and the
 /// kill's only diagnosis was its limit.
-pub const STEADY_SPAN_NS: u64 = 5_000_000_000;
+pub(crate) const STEADY_SPAN_NS: u64 = 5_000_000_000;
 /// The same for a live process, for the warning that memory will run
 /// out: longer, so that a warm-up still in progress is seldom taken for
 /// one.
-pub const WARN_SPAN_NS: u64 = 20_000_000_000;
+pub(crate) const WARN_SPAN_NS: u64 = 20_000_000_000;
 /// The halves and the last quarter of a sustained climb must each climb at
 /// this share of its slope at least.
 const PART_SLOPE: f64 = 0.3;
@@ -155,22 +155,6 @@ pub enum Verdict {
     Steady,
 }
 
-impl Verdict {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Verdict::Leak => "leak",
-            Verdict::TooShort => "too_short",
-            Verdict::NotClimbing => "not_climbing",
-            Verdict::Small => "small",
-            Verdict::Levelled => "levelled",
-            Verdict::Irregular => "irregular",
-            Verdict::Refilled => "refilled",
-            Verdict::Respawned => "respawned",
-            Verdict::Steady => "steady",
-        }
-    }
-}
-
 /// The trend of one process, or of one role group (`pid` `None`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Trend {
@@ -221,15 +205,6 @@ pub enum Domain {
     Machine,
 }
 
-impl Domain {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Domain::Cgroup => "cgroup",
-            Domain::Machine => "machine",
-        }
-    }
-}
-
 /// When the leaks still alive at the end reach the limit, at their rate.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Projection {
@@ -247,24 +222,24 @@ pub struct Projection {
 
 /// What the model found, for the renderers.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct LeakReport {
+pub(crate) struct LeakReport {
     /// Suspected leaks first (steepest first), then the steepest other
     /// trends, at most `MAX_TRENDS` of those.
-    pub trends: Vec<Trend>,
+    pub(crate) trends: Vec<Trend>,
     /// `None` when no limit is known (no pressure samples).
-    pub projection: Option<Projection>,
+    pub(crate) projection: Option<Projection>,
     /// The options the trends were judged by.
-    pub min_span_ns: u64,
+    pub(crate) min_span_ns: u64,
     /// Job processes left without a series: more alive at once than kept.
-    pub untracked: u64,
+    pub(crate) untracked: u64,
 }
 
 impl LeakReport {
-    pub fn leaks(&self) -> impl Iterator<Item = &Trend> {
+    pub(crate) fn leaks(&self) -> impl Iterator<Item = &Trend> {
         self.trends.iter().filter(|t| t.is_leak())
     }
 
-    pub fn suspected(&self) -> bool {
+    pub(crate) fn suspected(&self) -> bool {
         self.trends.iter().any(Trend::is_leak)
     }
 }

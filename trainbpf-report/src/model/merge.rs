@@ -20,17 +20,17 @@ use super::{Cause, Death, Kill, Report};
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Source {
     /// Its place among the recordings given to `report`.
-    pub index: usize,
+    pub(crate) index: usize,
     /// How many recordings were merged: above 1, the text names the host
     /// on each kill and death.
-    pub of: usize,
+    pub(crate) of: usize,
     /// The file, as given.
     pub path: String,
 }
 
 impl Source {
     /// Part of a merge of several recordings.
-    pub fn merged(&self) -> bool {
+    pub(crate) fn merged(&self) -> bool {
         self.of > 1
     }
 }
@@ -38,8 +38,8 @@ impl Source {
 /// One recording, as the merged report introduces it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Recording {
-    pub index: usize,
-    pub path: String,
+    pub(crate) index: usize,
+    pub(crate) path: String,
     pub host: String,
     /// Wall-clock time of its first event; `None` for an empty recording or
     /// one without a clock pair.
@@ -47,9 +47,9 @@ pub struct Recording {
     /// From the job's start (the earliest first event of any recording, on
     /// the wall clock) to this recording's first event: added to this
     /// recording's times from its own start, it places them on the job's.
-    pub clock_offset_ns: u64,
+    pub(crate) clock_offset_ns: u64,
     /// How precisely its clock anchor was taken; `None` in older recordings.
-    pub anchor_uncertainty_ns: Option<u64>,
+    pub(crate) anchor_uncertainty_ns: Option<u64>,
 }
 
 impl Recording {
@@ -72,24 +72,24 @@ impl Recording {
 
 /// A kill or a death, by its index in its recording's report.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum What {
+pub(crate) enum What {
     Kill(usize),
     Death(usize),
 }
 
 /// One kill or death on the job's timeline.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Happening {
+pub(crate) struct Happening {
     /// Wall clock, ns since the epoch; a recording without a clock pair
     /// has its own monotonic time here, and cannot be placed.
-    pub at_ns: u64,
-    pub recording: usize,
-    pub what: What,
+    pub(crate) at_ns: u64,
+    pub(crate) recording: usize,
+    pub(crate) what: What,
     /// An OOM kill of a job process, a death by a signal or a crash, or
     /// an exit with a nonzero code.
-    pub failure: bool,
+    pub(crate) failure: bool,
     /// The process it is about.
-    pub pid: u32,
+    pub(crate) pid: u32,
 }
 
 /// The recordings of one job, on one timeline.
@@ -97,43 +97,43 @@ pub struct Happening {
 pub struct Merged {
     pub recordings: Vec<Recording>,
     /// Each recording's own report, labelled with its [`Source`].
-    pub reports: Vec<Report>,
+    pub(crate) reports: Vec<Report>,
     /// Every kill and death of every recording, by wall-clock time.
-    pub timeline: Vec<Happening>,
+    pub(crate) timeline: Vec<Happening>,
     /// The first failure across the job (an index into `timeline`).
-    pub first: Option<usize>,
+    pub(crate) first: Option<usize>,
     /// The failures after it on other processes, each process once (what
     /// the other ranks did then), as indices into `timeline`.
-    pub then: Vec<usize>,
+    pub(crate) then: Vec<usize>,
     /// Recordings without a clock pair: their times are not aligned.
-    pub unanchored: Vec<usize>,
+    pub(crate) unanchored: Vec<usize>,
 }
 
 impl Merged {
     /// The widest of the anchors' uncertainties; `None` when any anchor's
     /// is unknown.
-    pub fn anchor_uncertainty_ns(&self) -> Option<u64> {
+    pub(crate) fn anchor_uncertainty_ns(&self) -> Option<u64> {
         self.recordings
             .iter()
             .map(|r| r.anchor_uncertainty_ns)
             .try_fold(0, |m, u| u.map(|u| u.max(m)))
     }
 
-    pub fn kill(&self, h: &Happening) -> Option<&Kill> {
+    pub(crate) fn kill(&self, h: &Happening) -> Option<&Kill> {
         match h.what {
             What::Kill(i) => self.reports.get(h.recording)?.kills.get(i),
             What::Death(_) => None,
         }
     }
 
-    pub fn death(&self, h: &Happening) -> Option<&Death> {
+    pub(crate) fn death(&self, h: &Happening) -> Option<&Death> {
         match h.what {
             What::Death(i) => self.reports.get(h.recording)?.deaths.get(i),
             What::Kill(_) => None,
         }
     }
 
-    pub fn host(&self, recording: usize) -> &str {
+    pub(crate) fn host(&self, recording: usize) -> &str {
         self.recordings
             .get(recording)
             .map(|r| r.host.as_str())
@@ -142,7 +142,7 @@ impl Merged {
 
     /// What a job's timeline shows: every kill and every failure, less an
     /// OOM victim's own death, which its kill already stands for.
-    pub fn shown(&self) -> impl Iterator<Item = &Happening> {
+    pub(crate) fn shown(&self) -> impl Iterator<Item = &Happening> {
         self.timeline.iter().filter(|h| match h.what {
             What::Kill(_) => true,
             What::Death(_) => {
@@ -160,7 +160,7 @@ impl Merged {
 
     /// The job's start: the earliest first event of any recording, on the
     /// wall clock.
-    pub fn started_ns(&self) -> Option<u64> {
+    pub(crate) fn started_ns(&self) -> Option<u64> {
         self.recordings.iter().filter_map(|r| r.started_ns).min()
     }
 }

@@ -7,31 +7,31 @@ use super::timeline::Sample;
 use super::{Builder, Group, Grower, attribution};
 
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
-pub struct Job {
-    pub pid: u32,
-    pub start_ns: u64,
+pub(crate) struct Job {
+    pub(crate) pid: u32,
+    pub(crate) start_ns: u64,
     /// When the collector started it (event time).
-    pub started_ns: u64,
-    pub argv: Vec<String>,
-    pub cwd: String,
-    pub uid: u32,
-    pub cgroup: Option<String>,
-    pub memory_limit_bytes: Option<u64>,
+    pub(crate) started_ns: u64,
+    pub(crate) argv: Vec<String>,
+    pub(crate) cwd: String,
+    pub(crate) uid: u32,
+    pub(crate) cgroup: Option<String>,
+    pub(crate) memory_limit_bytes: Option<u64>,
     /// As `wait(2)` reported it; `None` when the recording ends first.
-    pub exit: Option<ExitStatus>,
-    pub exited_ns: Option<u64>,
+    pub(crate) exit: Option<ExitStatus>,
+    pub(crate) exited_ns: Option<u64>,
     /// How the recorder attached to a job it did not start: "pid",
     /// "cgroup" or "all"; None when it ran the job.
-    pub attached: Option<String>,
+    pub(crate) attached: Option<String>,
     /// The `--cgroup` directory as named.
-    pub target: Option<String>,
+    pub(crate) target: Option<String>,
 }
 
 impl Job {
     /// What was recorded, for a title: the command it ran, or what it
     /// attached to ("all processes", "cgroup /sys/fs/cgroup/memory/x",
     /// "pid 42 (python3)"). `root_comm` names the root for `--pid`.
-    pub fn title(&self, root_comm: Option<&str>) -> String {
+    pub(crate) fn title(&self, root_comm: Option<&str>) -> String {
         match self.attached.as_deref() {
             Some("all") => "all processes".into(),
             Some("cgroup") => format!(
@@ -54,11 +54,11 @@ impl Job {
 
     /// Attached to processes the recorder did not start, with no single
     /// root (`--all`, `--cgroup`).
-    pub fn rootless(&self) -> bool {
+    pub(crate) fn rootless(&self) -> bool {
         self.pid == 0 && self.attached.is_some()
     }
 
-    pub fn key(&self) -> ProcKey {
+    pub(crate) fn key(&self) -> ProcKey {
         ProcKey {
             tgid: self.pid,
             start_ns: self.start_ns,
@@ -68,48 +68,48 @@ impl Job {
 
 /// One process of the job.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
-pub struct Process {
-    pub pid: u32,
-    pub start_ns: u64,
-    pub comm: String,
-    pub parent: Option<ProcKey>,
+pub(crate) struct Process {
+    pub(crate) pid: u32,
+    pub(crate) start_ns: u64,
+    pub(crate) comm: String,
+    pub(crate) parent: Option<ProcKey>,
     /// Last exec'd filename; ends in "…" when the recorder had to cut it.
-    pub exec: Option<String>,
-    pub born_ns: Option<u64>,
-    pub died_ns: Option<u64>,
-    pub exit: Option<ExitStatus>,
-    pub peak_rss_kb: u64,
-    pub oom_killed: bool,
+    pub(crate) exec: Option<String>,
+    pub(crate) born_ns: Option<u64>,
+    pub(crate) died_ns: Option<u64>,
+    pub(crate) exit: Option<ExitStatus>,
+    pub(crate) peak_rss_kb: u64,
+    pub(crate) oom_killed: bool,
     /// Last `oom_score_adj` written while recording, if any.
-    pub oom_score_adj: Option<i32>,
+    pub(crate) oom_score_adj: Option<i32>,
     /// The process (tgid) that wrote it: itself, or a launcher.
-    pub oom_score_adj_by: Option<u32>,
+    pub(crate) oom_score_adj_by: Option<u32>,
     /// Its parent's resident memory when it forked this process: what a
     /// child that did not exec shares copy-on-write at birth.
-    pub parent_rss_at_fork_kb: Option<u64>,
+    pub(crate) parent_rss_at_fork_kb: Option<u64>,
     /// Memory it allocated minus what it freed, in its own context, at its
     /// last record: what it really added.
-    pub honest_kb: Option<i64>,
+    pub(crate) honest_kb: Option<i64>,
     /// The most it had added at any record: a process that frees its heap
     /// before exiting still shows what it held.
-    pub honest_peak_kb: Option<i64>,
+    pub(crate) honest_peak_kb: Option<i64>,
     /// Page cache it brought in minus what it removed, in its own context,
     /// at its last record: left out of `honest_kb` (the kernel gives it back
     /// without a kill). None in recordings without the page-cache probes,
     /// where it is part of `honest_kb`.
-    pub page_cache_kb: Option<i64>,
+    pub(crate) page_cache_kb: Option<i64>,
     /// Unique and proportional memory from its last smaps_rollup sample.
-    pub uss_kb: Option<u64>,
-    pub pss_kb: Option<u64>,
+    pub(crate) uss_kb: Option<u64>,
+    pub(crate) pss_kb: Option<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MemoryUser {
-    pub pid: u32,
-    pub start_ns: u64,
-    pub comm: String,
-    pub peak_rss_kb: u64,
-    pub in_job: bool,
+pub(crate) struct MemoryUser {
+    pub(crate) pid: u32,
+    pub(crate) start_ns: u64,
+    pub(crate) comm: String,
+    pub(crate) peak_rss_kb: u64,
+    pub(crate) in_job: bool,
 }
 
 /// Decodes a wait(2) status: low 7 bits a signal, else the exit code in

@@ -11,93 +11,93 @@ use crate::recording::{RecordingHeader, Skipped, Stop};
 /// Everything the renderers need; they never see the recording itself.
 #[derive(Clone, Debug, Default)]
 pub struct Report {
-    pub header: RecordingHeader,
-    pub window_ns: u64,
+    pub(crate) header: RecordingHeader,
+    pub(crate) window_ns: u64,
     /// Time of the earliest and latest event; `None` for an empty recording.
-    pub first_ns: Option<u64>,
-    pub last_ns: Option<u64>,
-    pub events: u64,
+    pub(crate) first_ns: Option<u64>,
+    pub(crate) last_ns: Option<u64>,
+    pub(crate) events: u64,
     /// `None` when the recording has no job-start record (cut short early).
-    pub job: Option<Job>,
+    pub(crate) job: Option<Job>,
     /// In time order.
-    pub kills: Vec<Kill>,
+    pub(crate) kills: Vec<Kill>,
     /// The job's processes, by birth.
-    pub processes: Vec<Process>,
+    pub(crate) processes: Vec<Process>,
     /// Every job process that ended, with the cause, by time.
-    pub deaths: Vec<Death>,
+    pub(crate) deaths: Vec<Death>,
     /// The job's processes grouped by role over the whole run: the most each
     /// member added, summed (`grew_kb` holds the summed peak RSS here).
-    pub groups: Vec<Group>,
+    pub(crate) groups: Vec<Group>,
     /// Shared-memory objects, each counted once, biggest first.
-    pub shared_memory: Vec<crate::decode::ShmObject>,
+    pub(crate) shared_memory: Vec<crate::decode::ShmObject>,
     /// /dev/shm filesystems over the run (size and use at each look), and
     /// what looking at shared memory cost.
-    pub shm: shm::ShmReport,
+    pub(crate) shm: shm::ShmReport,
     /// The job's honest growth against its cgroup at the cgroup's peak.
-    pub attribution_at_peak: Option<SumCheck>,
+    pub(crate) attribution_at_peak: Option<SumCheck>,
     /// What USS/PSS sampling cost: rounds and total µs.
-    pub smaps_rounds: u64,
-    pub smaps_cost_us: u64,
+    pub(crate) smaps_rounds: u64,
+    pub(crate) smaps_cost_us: u64,
     /// Largest peak resident memory seen, any process on the machine.
-    pub top_memory: Vec<MemoryUser>,
+    pub(crate) top_memory: Vec<MemoryUser>,
     /// The collector's last (cumulative) lost-event counts.
-    pub lost: Lost,
+    pub(crate) lost: Lost,
     /// What reading the job's memory and files cost and skipped.
-    pub job_reads: crate::decode::JobReads,
+    pub(crate) job_reads: crate::decode::JobReads,
     /// Memory over the whole run, bounded, for charts.
-    pub series: Series,
+    pub(crate) series: Series,
     /// Records in the file that did not decode: set by the caller from
     /// `recording::Reader::undecodable` once the events are consumed.
-    pub undecodable: u64,
+    pub(crate) undecodable: u64,
     /// Set by the caller from `recording::Reader::stop`.
-    pub stopped_early: Option<Stop>,
+    pub(crate) stopped_early: Option<Stop>,
     /// Damaged stretches in the middle that the reader skipped: set by the
     /// caller from `recording::Reader::skipped`.
-    pub skipped: Skipped,
+    pub(crate) skipped: Skipped,
     /// GPU and pinned host memory per process, CUDA OOMs, Xid errors.
-    pub gpu: gpu::GpuReport,
+    pub(crate) gpu: gpu::GpuReport,
     /// Trends of honest memory, suspected leaks, and time to the limit.
-    pub leaks: LeakReport,
+    pub(crate) leaks: LeakReport,
     /// Set when `record --max-size` downsampled older history.
-    pub compaction: Option<crate::decode::Compaction>,
+    pub(crate) compaction: Option<crate::decode::Compaction>,
     /// Leaks `record` warned of while the job ran, with when (ns).
-    pub leak_warnings: Vec<(u64, crate::decode::LeakWarning)>,
+    pub(crate) leak_warnings: Vec<(u64, crate::decode::LeakWarning)>,
     /// Growth stacks per process (`record --stacks`; empty without).
     pub stacks: Stacks,
     /// Job threads' stacks at a fatal signal (`record --stacks`).
-    pub death_stacks: death_stacks::Deaths,
+    pub(crate) death_stacks: death_stacks::Deaths,
     /// What the kernel programs logged (`record --ebpf-log`).
-    pub ebpf_log: EbpfLogReport,
+    pub(crate) ebpf_log: EbpfLogReport,
     /// What most likely happened: per kill, surest first, then the run's
     /// own ([`diagnosis::diagnose`]).
-    pub diagnoses: Vec<diagnosis::Diagnosis>,
+    pub(crate) diagnoses: Vec<diagnosis::Diagnosis>,
     /// The job's short-lived helpers, which the text and HTML fold into
     /// one line ([`short_lived::fold`]).
-    pub short_lived: ShortLived,
+    pub(crate) short_lived: ShortLived,
     /// What an attach recorded and the report left out of the job.
-    pub left_out: LeftOut,
+    pub(crate) left_out: LeftOut,
     /// Which recording of the job this is (`report A.rec B.rec`): every
     /// kill, death and process here is on `header.hostname`, in recording
     /// `source.index`.
     pub source: Source,
     /// Each process's rank, run, Slurm step and container, where its
     /// environment or cgroups told ([`Report::identity`]).
-    pub identities: HashMap<ProcKey, identity::Identity>,
+    pub(crate) identities: HashMap<ProcKey, identity::Identity>,
 }
 
 /// Processes seen but not the job's (`--all`, `--cgroup`): the recorder
 /// and the helpers it ran, and kernel threads.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct LeftOut {
-    pub recorder_pid: Option<u32>,
+pub(crate) struct LeftOut {
+    pub(crate) recorder_pid: Option<u32>,
     /// The recorder's helpers, its own process not counted.
-    pub recorder_helpers: u64,
-    pub kernel_threads: u64,
+    pub(crate) recorder_helpers: u64,
+    pub(crate) kernel_threads: u64,
 }
 
 impl Report {
     /// A process's rank, run, Slurm step and container, if any told.
-    pub fn identity(&self, pid: u32, start_ns: u64) -> Option<&identity::Identity> {
+    pub(crate) fn identity(&self, pid: u32, start_ns: u64) -> Option<&identity::Identity> {
         self.identities.get(&ProcKey {
             tgid: pid,
             start_ns,
@@ -106,13 +106,13 @@ impl Report {
 
     /// Wall-clock ns since the epoch for a monotonic timestamp; `None` when
     /// the header has no clock pair.
-    pub fn realtime_ns(&self, mono_ns: u64) -> Option<u64> {
+    pub(crate) fn realtime_ns(&self, mono_ns: u64) -> Option<u64> {
         (self.header.clock.realtime_ns != 0).then(|| self.header.clock.to_realtime_ns(mono_ns))
     }
 
     /// What was recorded, for a title: the job's command, or what was
     /// attached to (`Job::title`); empty without a start record.
-    pub fn title(&self) -> String {
+    pub(crate) fn title(&self) -> String {
         let Some(j) = &self.job else {
             return String::new();
         };
@@ -124,11 +124,11 @@ impl Report {
     }
 
     /// Seconds from the first event to `mono_ns`.
-    pub fn since_start_s(&self, mono_ns: u64) -> f64 {
+    pub(crate) fn since_start_s(&self, mono_ns: u64) -> f64 {
         ns_to_s(mono_ns.saturating_sub(self.first_ns.unwrap_or(mono_ns)))
     }
 
-    pub fn duration_ns(&self) -> u64 {
+    pub(crate) fn duration_ns(&self) -> u64 {
         match (self.first_ns, self.last_ns) {
             (Some(a), Some(b)) => b.saturating_sub(a),
             _ => 0,
@@ -137,7 +137,7 @@ impl Report {
 
     /// Ring-buffer records lost plus records that did not decode, on either
     /// side of the file, plus the driver calls of uncovered GPU windows.
-    pub fn lost_events(&self) -> u64 {
+    pub(crate) fn lost_events(&self) -> u64 {
         self.lost
             .total()
             .saturating_add(self.undecodable)
@@ -146,7 +146,7 @@ impl Report {
 
     /// A kill's grower's stacks: those recorded up to the kill (and the
     /// drain that follows it).
-    pub fn grower_stacks(&self, kill: &Kill, g: &Grower) -> Vec<GrowthStack> {
+    pub(crate) fn grower_stacks(&self, kill: &Kill, g: &Grower) -> Vec<GrowthStack> {
         let key = crate::decode::ProcKey {
             tgid: g.pid,
             start_ns: g.start_ns,
@@ -157,7 +157,7 @@ impl Report {
 
     /// A kill's victim's stacks at death: `Ok(None)` when stacks were
     /// not recorded, `Err` why there are none.
-    pub fn victim_stack_at_death(
+    pub(crate) fn victim_stack_at_death(
         &self,
         kill: &Kill,
     ) -> Result<Option<death_stacks::StackAtDeath>, String> {
@@ -172,7 +172,7 @@ impl Report {
 
     /// A process's stacks at death (any fatal signal), its main thread's
     /// first; `None` where none was recorded.
-    pub fn process_stack_at_death(
+    pub(crate) fn process_stack_at_death(
         &self,
         pid: u32,
         start_ns: u64,
@@ -185,7 +185,7 @@ impl Report {
     }
 
     /// A process's stacks over the whole run.
-    pub fn process_stacks(&self, pid: u32, start_ns: u64) -> Vec<GrowthStack> {
+    pub(crate) fn process_stacks(&self, pid: u32, start_ns: u64) -> Vec<GrowthStack> {
         self.stacks.of(
             crate::decode::ProcKey {
                 tgid: pid,

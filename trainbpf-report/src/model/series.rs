@@ -33,19 +33,19 @@ mod procs;
 mod window;
 
 pub(super) use builder::Builder;
-pub use line::{Bucket, Line, Pick};
-pub use procs::{Churn, Folded, ProcLine};
-pub use window::{KillWindow, WindowLine};
+pub(crate) use line::{Line, Pick};
+pub(crate) use procs::{Churn, Folded, ProcLine};
+pub(crate) use window::{KillWindow, WindowLine};
 
 /// The grid every line here lives on; see `model::grid`.
-pub use super::grid::Grid;
+pub(crate) use super::grid::Grid;
 
 use super::Kill;
 
 /// Buckets per line at most; the width doubles to stay under it.
-pub const BUCKETS: u32 = 512;
+pub(crate) const BUCKETS: u32 = 512;
 /// Columns of the window before each kill.
-pub const WINDOW_POINTS: usize = 240;
+pub(crate) const WINDOW_POINTS: usize = 240;
 /// Job processes alive at once that get their own line; more at once (a
 /// fork bomb) are counted, not charted.
 const MAX_LIVE_JOB: usize = 256;
@@ -63,51 +63,52 @@ const MAX_WINDOWS: usize = 64;
 
 /// Memory over the whole run; see the module docs.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Series {
-    pub grid: Grid,
+pub(crate) struct Series {
+    pub(crate) grid: Grid,
     /// Processes with their own line, largest peak first.
-    pub procs: Vec<ProcLine>,
+    pub(crate) procs: Vec<ProcLine>,
     /// Ended job processes folded together.
-    pub folded: Folded,
+    pub(crate) folded: Folded,
     /// Job processes never charted: more than [`MAX_LIVE_JOB`] alive at once.
-    pub uncharted_job: u64,
+    pub(crate) uncharted_job: u64,
     /// Processes outside the job pushed out of the chart by larger ones.
-    pub uncharted_outside: u64,
+    pub(crate) uncharted_outside: u64,
     /// The machine's MemAvailable (kB).
-    pub mem_available: Line,
-    pub mem_total_kb: Option<u64>,
+    pub(crate) mem_available: Line,
+    pub(crate) mem_total_kb: Option<u64>,
     /// The job cgroup's usage and limit (kB).
-    pub cgroup_usage: Line,
-    pub cgroup_limit: Line,
+    pub(crate) cgroup_usage: Line,
+    pub(crate) cgroup_limit: Line,
     /// One per kill, in time order; at most [`MAX_WINDOWS`].
-    pub windows: Vec<KillWindow>,
+    pub(crate) windows: Vec<KillWindow>,
     /// Kills past [`MAX_WINDOWS`], without a window.
-    pub windows_dropped: u64,
+    pub(crate) windows_dropped: u64,
     /// Job processes that were born and ended while recording, by name,
     /// most numerous first.
-    pub came_and_went: Vec<Churn>,
+    pub(crate) came_and_went: Vec<Churn>,
     /// The same without the short-lived helpers, which the text and HTML
     /// show folded on a line of their own.
-    pub came_and_went_long: Vec<Churn>,
+    pub(crate) came_and_went_long: Vec<Churn>,
 }
 
 impl Series {
     /// The window of the kill at `kill_ns`, if one was kept.
-    pub fn window(&self, k: &Kill) -> Option<&KillWindow> {
+    pub(crate) fn window(&self, k: &Kill) -> Option<&KillWindow> {
         self.windows
             .iter()
             .find(|w| w.kill_ns == k.ts_ns && w.victim_pid == k.victim.pid)
     }
 
     /// The charted line of a process, if it has one.
-    pub fn proc(&self, pid: u32, start_ns: u64) -> Option<&ProcLine> {
+    #[cfg(test)]
+    pub(crate) fn proc(&self, pid: u32, start_ns: u64) -> Option<&ProcLine> {
         self.procs
             .iter()
             .find(|p| p.pid == pid && (p.start_ns == start_ns || start_ns == 0))
     }
 
     /// Processes with a line, job processes first, then by peak.
-    pub fn job_first(&self) -> Vec<&ProcLine> {
+    pub(crate) fn job_first(&self) -> Vec<&ProcLine> {
         let mut v: Vec<&ProcLine> = self.procs.iter().collect();
         v.sort_by(|a, b| {
             b.in_job

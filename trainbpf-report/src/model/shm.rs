@@ -8,33 +8,33 @@ use crate::decode::{ShmLook, ShmTrigger};
 
 /// One look's figures for one filesystem.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ShmFsSample {
-    pub ts_ns: u64,
-    pub size_kb: u64,
-    pub used_kb: u64,
-    pub trigger: ShmTrigger,
+pub(crate) struct ShmFsSample {
+    pub(crate) ts_ns: u64,
+    pub(crate) size_kb: u64,
+    pub(crate) used_kb: u64,
+    pub(crate) trigger: ShmTrigger,
 }
 
 /// One /dev/shm filesystem over the run.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ShmFsHistory {
+pub(crate) struct ShmFsHistory {
     /// `st_dev`: the filesystem's identity.
-    pub dev: u64,
+    pub(crate) dev: u64,
     /// A job process saw it as its /dev/shm.
-    pub job: bool,
+    pub(crate) job: bool,
     /// Looks where its size or use moved by 1% of its size or more, and
     /// every look a kill or a signal asked for; in time order, bounded.
-    pub samples: Vec<ShmFsSample>,
+    pub(crate) samples: Vec<ShmFsSample>,
     /// The look with the most used.
-    pub peak: ShmFsSample,
-    pub last: ShmFsSample,
+    pub(crate) peak: ShmFsSample,
+    pub(crate) last: ShmFsSample,
 }
 
 impl ShmFsHistory {
     /// The look that shows it as it stood at `ts`: the first one taken at
     /// or after it within `after_ns` (a look a bus error asked for comes
     /// just after it), else the last one before it.
-    pub fn at(&self, ts: u64, after_ns: u64) -> Option<ShmFsSample> {
+    pub(crate) fn at(&self, ts: u64, after_ns: u64) -> Option<ShmFsSample> {
         let after = self
             .samples
             .iter()
@@ -47,22 +47,22 @@ impl ShmFsHistory {
 
 /// What looking at shared memory cost, and how often it looked.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ShmSampling {
-    pub looks: u64,
+pub(crate) struct ShmSampling {
+    pub(crate) looks: u64,
     /// Looks a kill or a fatal signal asked for.
-    pub triggered: u64,
-    pub total_cost_us: u64,
-    pub max_cost_us: u64,
+    pub(crate) triggered: u64,
+    pub(crate) total_cost_us: u64,
+    pub(crate) max_cost_us: u64,
     /// The timer's interval after the last look, ms.
-    pub interval_ms: u64,
+    pub(crate) interval_ms: u64,
 }
 
 /// /dev/shm filesystems and the looks' cost.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ShmReport {
+pub(crate) struct ShmReport {
     /// The job's first, then by device.
-    pub filesystems: Vec<ShmFsHistory>,
-    pub sampling: ShmSampling,
+    pub(crate) filesystems: Vec<ShmFsHistory>,
+    pub(crate) sampling: ShmSampling,
 }
 
 /// Filesystems followed: a job has one or a few /dev/shm.

@@ -10,37 +10,37 @@ use crate::decode::{ExitStatus, ProcKey};
 use super::{Kill, Process, SEC};
 
 /// Lived less than this.
-pub const SHORT_NS: u64 = SEC;
+pub(crate) const SHORT_NS: u64 = SEC;
 /// Added at most this (allocated minus freed in its own context): an
 /// exec'd helper's own heap and stack.
-pub const ADDED_NOTHING_KB: i64 = 4 * 1024;
+pub(crate) const ADDED_NOTHING_KB: i64 = 4 * 1024;
 /// Without the page probes nothing says what it added: a helper's
 /// resident memory once it exec'd stays under this.
-pub const SMALL_RSS_KB: u64 = 64 * 1024;
+pub(crate) const SMALL_RSS_KB: u64 = 64 * 1024;
 
 /// The job processes folded away, and their names with counts.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ShortLived {
+pub(crate) struct ShortLived {
     keys: HashSet<ProcKey>,
     /// Name and count, most numerous first.
-    pub by_comm: Vec<(String, u64)>,
+    pub(crate) by_comm: Vec<(String, u64)>,
 }
 
 impl ShortLived {
-    pub fn count(&self) -> u64 {
+    pub(crate) fn count(&self) -> u64 {
         self.keys.len() as u64
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.keys.is_empty()
     }
 
     /// Any folded process had this pid (role groups know pids only).
-    pub fn has_pid(&self, pid: u32) -> bool {
+    pub(crate) fn has_pid(&self, pid: u32) -> bool {
         self.keys.iter().any(|k| k.tgid == pid)
     }
 
-    pub fn contains(&self, pid: u32, start_ns: u64) -> bool {
+    pub(crate) fn contains(&self, pid: u32, start_ns: u64) -> bool {
         self.keys.contains(&ProcKey {
             tgid: pid,
             start_ns,
@@ -51,7 +51,7 @@ impl ShortLived {
 /// Whether `p` folds: born and ended while recording, under [`SHORT_NS`],
 /// by a normal exit (any code; never a signal), adding nothing, and not
 /// the root nor in `involved` (a kill's victim, trigger or grower).
-pub fn folds(p: &Process, involved: &HashSet<ProcKey>) -> bool {
+pub(crate) fn folds(p: &Process, involved: &HashSet<ProcKey>) -> bool {
     let key = ProcKey {
         tgid: p.pid,
         start_ns: p.start_ns,
@@ -72,7 +72,7 @@ pub fn folds(p: &Process, involved: &HashSet<ProcKey>) -> bool {
 }
 
 /// Every process a kill involved: its victim, its trigger, its growers.
-pub fn involved(kills: &[Kill]) -> HashSet<ProcKey> {
+pub(crate) fn involved(kills: &[Kill]) -> HashSet<ProcKey> {
     let mut v = HashSet::new();
     for k in kills {
         v.insert(k.victim.key());
@@ -88,7 +88,7 @@ pub fn involved(kills: &[Kill]) -> HashSet<ProcKey> {
 
 /// The job's short-lived helpers (see [`folds`]). A kill's trigger is
 /// known by pid only: every process with that pid stays.
-pub fn fold(processes: &[Process], kills: &[Kill]) -> ShortLived {
+pub(crate) fn fold(processes: &[Process], kills: &[Kill]) -> ShortLived {
     let involved = involved(kills);
     let triggers: HashSet<u32> = kills.iter().map(|k| k.trigger.tgid).collect();
     let mut keys = HashSet::new();

@@ -6,28 +6,28 @@
 use std::collections::BTreeMap;
 
 /// A frame as recorded: resolved while the process lived.
-pub use crate::decode::stacks::Frame;
+pub(crate) use crate::decode::stacks::Frame;
 use crate::decode::{ProcKey, stacks::StackSample};
 
 /// The collector drains the kernel's map each second and at a kill: what
 /// a process added before the kill may be recorded this long after it.
-pub const KILL_SLACK_NS: u64 = 2_000_000_000;
+pub(crate) const KILL_SLACK_NS: u64 = 2_000_000_000;
 /// Deltas kept per stack before neighbours are merged (halving their time
 /// resolution): bounds the model on a run of days.
 const MAX_DELTAS: usize = 4096;
 /// Stacks kept per process, heaviest first, past which the rest are
 /// summed into one "other stacks" entry.
-pub const MAX_STACKS_PER_PROC: usize = 256;
+pub(crate) const MAX_STACKS_PER_PROC: usize = 256;
 
 /// One stack of one process: its bytes of new high, how often it was
 /// taken, and its frames innermost first (empty, with `error`, for a
 /// stack that could not be read or resolved).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct GrowthStack {
-    pub bytes: u64,
-    pub count: u64,
-    pub frames: Vec<Frame>,
-    pub error: Option<String>,
+pub(crate) struct GrowthStack {
+    pub(crate) bytes: u64,
+    pub(crate) count: u64,
+    pub(crate) frames: Vec<Frame>,
+    pub(crate) error: Option<String>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -80,7 +80,7 @@ impl Stacks {
     /// A drain's deltas. A stack's frames come with its first delta; a
     /// later delta of a stack never seen (its first record was lost) keeps
     /// its bytes as unresolved.
-    pub fn observe(&mut self, ts: u64, s: StackSample) {
+    pub(crate) fn observe(&mut self, ts: u64, s: StackSample) {
         for d in s.stacks {
             let e = self
                 .procs
@@ -107,13 +107,13 @@ impl Stacks {
     }
 
     /// The processes with stacks.
-    pub fn processes(&self) -> impl Iterator<Item = ProcKey> + '_ {
+    pub(crate) fn processes(&self) -> impl Iterator<Item = ProcKey> + '_ {
         self.procs.keys().copied()
     }
 
     /// A process's stacks recorded up to `until` (all: `None`), heaviest
     /// first; stacks past `MAX_STACKS_PER_PROC` summed into a last one.
-    pub fn of(&self, key: ProcKey, until: Option<u64>) -> Vec<GrowthStack> {
+    pub(crate) fn of(&self, key: ProcKey, until: Option<u64>) -> Vec<GrowthStack> {
         let Some(stacks) = self.procs.get(&key) else {
             return Vec::new();
         };

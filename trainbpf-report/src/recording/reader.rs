@@ -15,8 +15,8 @@ use crate::decode::{self, Timed};
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Stop {
     /// Byte offset of the first unreadable frame.
-    pub offset: u64,
-    pub reason: String,
+    pub(crate) offset: u64,
+    pub(crate) reason: String,
 }
 
 /// A damaged stretch in the middle of a recording that the reader stepped
@@ -25,22 +25,22 @@ pub struct Stop {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Skip {
     /// Byte offset where the damage starts (the first frame that failed).
-    pub offset: u64,
+    pub(crate) offset: u64,
     /// Bytes skipped, up to the next good frame.
-    pub bytes: u64,
+    pub(crate) bytes: u64,
     /// Why the first frame of the stretch was refused.
-    pub reason: String,
+    pub(crate) reason: String,
 }
 
 /// Every damaged stretch the reader skipped. The list keeps the first
 /// [`MAX_SKIPS`]; the counts cover all of them.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Skipped {
-    pub ranges: Vec<Skip>,
+    pub(crate) ranges: Vec<Skip>,
     /// Stretches skipped, listed or not.
     pub count: u64,
     /// Bytes in all of them.
-    pub bytes: u64,
+    pub(crate) bytes: u64,
 }
 
 /// Skipped stretches listed one by one; more are only counted.
@@ -76,7 +76,7 @@ pub struct Reader<R: Read> {
     page_kb: u64,
     /// Records that were whole but did not decode.
     pub undecodable: u64,
-    pub frames: u64,
+    pub(crate) frames: u64,
 }
 
 impl<R: Read> Reader<R> {

@@ -39,11 +39,11 @@ impl<W: Write> Rewind for io::BufWriter<W> {}
 
 /// Frames held in memory while the disk is full, by default: about a minute
 /// of a busy job's records.
-pub const BACKLOG_LIMIT: usize = 64 << 20;
+pub(crate) const BACKLOG_LIMIT: usize = 64 << 20;
 /// A frame is sealed once its payload reaches this size, so that a nearly
 /// full disk still takes whole frames up to its last free bytes and a torn
 /// write costs at most this much.
-pub const SEAL_FRAME_AT: usize = 64 << 10;
+pub(crate) const SEAL_FRAME_AT: usize = 64 << 10;
 /// A frame's head: magic, payload length, payload CRC.
 const HEAD: usize = 12;
 /// Frames are built in buffers of this size, several to a buffer: a frame
@@ -54,7 +54,7 @@ const BUFFER: usize = 5 * SEAL_FRAME_AT;
 /// Room a frame starts with: a full frame and a record past the seal.
 const FRAME_ROOM: usize = SEAL_FRAME_AT + (8 << 10);
 /// How often a held-back frame is offered to the disk again.
-pub const RETRY_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+pub(crate) const RETRY_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Record kinds that are periodic samples, which the writer may drop (oldest
 /// first) when its backlog is full: memory (kernel and smaps), pressure and
@@ -211,14 +211,16 @@ impl<W: Write + Rewind> Writer<W> {
 
     /// Bounds the frames held in memory while writes fail, and how often
     /// writing is tried again (tests shrink both).
-    pub fn set_backlog(&mut self, limit: usize, retry_every: std::time::Duration) {
+    #[cfg(test)]
+    pub(crate) fn set_backlog(&mut self, limit: usize, retry_every: std::time::Duration) {
         self.limit = limit;
         self.retry_every = retry_every;
     }
 
     /// Seals frames at `bytes` of payload rather than [`SEAL_FRAME_AT`]
     /// (tests that need big frames).
-    pub fn set_frame_size(&mut self, bytes: usize) {
+    #[cfg(test)]
+    pub(crate) fn set_frame_size(&mut self, bytes: usize) {
         self.seal_at = bytes;
     }
 

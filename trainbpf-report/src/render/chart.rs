@@ -23,7 +23,7 @@ const RUN_LINES: usize = 10;
 
 /// One value per column as a block character scaled to `hi`; a column
 /// without a value (before a process was seen, after it ended) is blank.
-pub fn sparkline(values: &[Option<u64>], hi: u64) -> String {
+pub(crate) fn sparkline(values: &[Option<u64>], hi: u64) -> String {
     values
         .iter()
         .map(|v| match v {
@@ -38,7 +38,7 @@ pub fn sparkline(values: &[Option<u64>], hi: u64) -> String {
 }
 
 /// `points` squeezed into `n` columns, each the `pick` of its points.
-pub fn squeeze(points: &[Option<u64>], n: usize, pick: Pick) -> Vec<Option<u64>> {
+pub(crate) fn squeeze(points: &[Option<u64>], n: usize, pick: Pick) -> Vec<Option<u64>> {
     if n == 0 || points.is_empty() {
         return Vec::new();
     }

@@ -37,7 +37,7 @@ mod merged;
 /// Memory over the run, pressure, and the processes' table.
 mod run;
 
-pub use draw::esc;
+pub(crate) use draw::esc;
 pub use merged::render_merged;
 
 pub fn render(r: &Report) -> String {

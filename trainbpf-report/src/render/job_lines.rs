@@ -12,7 +12,7 @@ use crate::units::{human_kb, human_secs, small_duration};
 const THEN_SHOWN: usize = 5;
 
 /// "recording 1: node2  /run/node2.rec  from 2026-12-01T18:00:01.000Z (+1.0 s)"
-pub fn recording_line(r: &Recording) -> String {
+pub(crate) fn recording_line(r: &Recording) -> String {
     let when = match r.started_ns {
         Some(t) if r.clock_offset_ns > 0 => format!(
             "from {} (+{})",
@@ -26,7 +26,7 @@ pub fn recording_line(r: &Recording) -> String {
 }
 
 /// How far the recordings' clocks can be trusted to line up.
-pub fn clocks_line(m: &Merged) -> String {
+pub(crate) fn clocks_line(m: &Merged) -> String {
     let clocks = match m.anchor_uncertainty_ns() {
         Some(u) => format!("each anchor read to within {}", small_duration(u)),
         None => "how precisely each anchor was read is unknown (a recording made before \
@@ -49,7 +49,7 @@ pub fn clocks_line(m: &Merged) -> String {
 }
 
 /// "first: pid 33 (python3) on node2 was OOM-killed at …; then …"
-pub fn first_line(m: &Merged) -> Option<String> {
+pub(crate) fn first_line(m: &Merged) -> Option<String> {
     let f = &m.timeline[m.first?];
     let mut s = format!(
         "first: {} on {} {} at {}",
@@ -91,7 +91,7 @@ pub fn first_line(m: &Merged) -> Option<String> {
 /// A line of the job's timeline, after its time and host: "OOM kill: pid
 /// 33 (python3), memory cgroup /x at its limit of 160 MiB", "pid 34
 /// (python3) exited with code 1".
-pub fn timeline_line(m: &Merged, h: &Happening) -> String {
+pub(crate) fn timeline_line(m: &Merged, h: &Happening) -> String {
     let Some(k) = m.kill(h) else {
         return format!("{} {}", who(m, h), what(m, h));
     };
@@ -111,7 +111,7 @@ pub fn timeline_line(m: &Merged, h: &Happening) -> String {
 /// A process as the merged report names it: by its rank where its
 /// environment gave one ("rank 3 (pid 4242)"), since that is how the other
 /// ranks' logs and the launcher name it; else by pid and name.
-pub fn who(m: &Merged, h: &Happening) -> String {
+pub(crate) fn who(m: &Merged, h: &Happening) -> String {
     let (pid, start_ns, comm) = match (m.kill(h), m.death(h)) {
         (Some(k), _) => (k.victim.pid, k.victim.start_ns, k.victim.comm.as_str()),
         (_, Some(d)) => (d.pid, d.start_ns, d.comm.as_str()),
@@ -128,7 +128,7 @@ pub fn who(m: &Merged, h: &Happening) -> String {
     }
 }
 
-pub fn what(m: &Merged, h: &Happening) -> String {
+pub(crate) fn what(m: &Merged, h: &Happening) -> String {
     match (m.kill(h), m.death(h)) {
         (Some(k), _) if !k.victim.in_job => "was OOM-killed (outside the job)".into(),
         (Some(_), _) => "was OOM-killed".into(),

@@ -39,7 +39,7 @@ mod kills;
 mod leaks;
 /// `recordings[]`, `first_failure`, and several recordings as one.
 mod merged;
-pub use merged::render_merged;
+pub(crate) use merged::render_merged;
 /// `job`, `processes[]`, `deaths[]`, `groups[]`, `shared_memory[]`,
 /// `top_memory[]` and `smaps_cost`.
 mod processes;
@@ -54,7 +54,7 @@ mod stacks;
 
 /// Adding keys keeps this; removing or renaming one, or changing a type or
 /// unit, bumps it.
-pub const SCHEMA: &str = "trainbpf.report/1";
+pub(crate) const SCHEMA: &str = "trainbpf.report/1";
 
 /// `trainbpf report --json`, schema trainbpf.report/1, as
 /// docs/report-json.md describes it. Every key is always present (an
@@ -65,82 +65,82 @@ pub const SCHEMA: &str = "trainbpf.report/1";
 /// recording's first event.
 #[derive(Debug, Serialize, JsonSchema)]
 #[schemars(title = "trainbpf report --json", extend("$id" = SCHEMA))]
-pub struct JsonReport {
+pub(crate) struct JsonReport {
     /// The `sum_check` object at the job cgroup's highest usage: the job
     /// processes' honest growth since the start against the cgroup's.
-    pub attribution_at_peak: Option<kills::SumCheck>,
+    pub(crate) attribution_at_peak: Option<kills::SumCheck>,
     /// Every job process that ended, with its cause, in time order.
-    pub deaths: Vec<processes::Death>,
+    pub(crate) deaths: Vec<processes::Death>,
     /// What most likely happened, with the evidence and the fix: each
     /// kill's diagnoses, its most likely first, in kill order; then those
     /// about the whole run. Empty when no rule found its evidence.
-    pub diagnoses: Vec<diagnoses::Diagnosis>,
+    pub(crate) diagnoses: Vec<diagnoses::Diagnosis>,
     /// What the kernel programs logged (`record --ebpf-log`).
-    pub ebpf_log: ebpf_log::EbpfLog,
+    pub(crate) ebpf_log: ebpf_log::EbpfLog,
     /// The first failure across the job (an OOM kill of a job process, a
     /// death by a signal or a crash, a nonzero exit), when several
     /// recordings of one job are merged; null for one recording.
-    pub first_failure: Option<merged::FirstFailure>,
+    pub(crate) first_failure: Option<merged::FirstFailure>,
     /// GPU and pinned host memory per process, CUDA OOMs, Xid errors, NVML.
-    pub gpu: gpu::Gpu,
+    pub(crate) gpu: gpu::Gpu,
     /// The job's processes that play one role, over the whole run.
-    pub groups: Vec<processes::Group>,
+    pub(crate) groups: Vec<processes::Group>,
     /// The recorded command; null if the recording holds no job-start
     /// record.
-    pub job: Option<processes::Job>,
+    pub(crate) job: Option<processes::Job>,
     /// What reading the job's memory and files cost and skipped.
-    pub job_reads: recording::JobReads,
+    pub(crate) job_reads: recording::JobReads,
     /// One entry per OOM kill, in time order; empty if none.
-    pub kills: Vec<kills::Kill>,
+    pub(crate) kills: Vec<kills::Kill>,
     /// What the leaks' `projected_oom_s` and `limit_kb` come from; null when
     /// the recording has no memory-pressure samples.
-    pub leak_projection: Option<leaks::LeakProjection>,
+    pub(crate) leak_projection: Option<leaks::LeakProjection>,
     /// The leaks `record` warned of on stderr while the job ran, each
     /// process or group once; empty when none was given.
-    pub leak_warnings: Vec<leaks::LeakWarning>,
+    pub(crate) leak_warnings: Vec<leaks::LeakWarning>,
     /// Suspected memory leaks, steepest first: job processes and role
     /// groups whose honest memory climbed steadily; empty if none.
-    pub leaks: Vec<leaks::Leak>,
+    pub(crate) leaks: Vec<leaks::Leak>,
     /// The breakdown of `lost_events`.
-    pub lost: recording::Lost,
+    pub(crate) lost: recording::Lost,
     /// Events the report could not see: ring-buffer records the kernel
     /// dropped, records that did not decode, samples dropped while the disk
     /// was full, and job processes the kernel's maps had no room for. 0
     /// means nothing was lost.
-    pub lost_events: u64,
+    pub(crate) lost_events: u64,
     /// The job's processes, by birth.
-    pub processes: Vec<processes::Process>,
+    pub(crate) processes: Vec<processes::Process>,
     /// What was recorded and how.
-    pub recording: recording::Recording,
+    pub(crate) recording: recording::Recording,
     /// The recordings this report is made of, in the order given: one for
     /// `report FILE`; one per node for `report A.rec B.rec ...` or `report
     /// DIR`, whose kills, deaths and processes are then every recording's
     /// (each with its `host` and `recording`), and whose other sections
     /// (and `recording`) are the first recording's.
-    pub recordings: Vec<merged::Recording>,
+    pub(crate) recordings: Vec<merged::Recording>,
     /// The whole run, from the charts' bounded series.
-    pub run: run::Run,
+    pub(crate) run: run::Run,
     /// The schema's name and version.
     #[schemars(extend("const" = SCHEMA))]
-    pub schema: &'static str,
+    pub(crate) schema: &'static str,
     /// Shared-memory objects (POSIX `/dev/shm`, SysV, memfd), each once
     /// however many processes map it, biggest first.
-    pub shared_memory: Vec<processes::SharedObject>,
+    pub(crate) shared_memory: Vec<processes::SharedObject>,
     /// The /dev/shm filesystems (tmpfs) the recorder looked at: the job's
     /// own first (in a container or a private mount namespace it has its
     /// own), with size and use.
-    pub shm_filesystems: Vec<shm::ShmFilesystem>,
+    pub(crate) shm_filesystems: Vec<shm::ShmFilesystem>,
     /// How often shared memory was looked at, and what it cost.
-    pub shm_sampling: shm::ShmSampling,
+    pub(crate) shm_sampling: shm::ShmSampling,
     /// What the USS/PSS sampling cost the recorder.
-    pub smaps_cost: processes::SmapsCost,
+    pub(crate) smaps_cost: processes::SmapsCost,
     /// Up to 10 processes, any on the machine, by peak resident memory.
     #[schemars(length(max = 10))]
-    pub top_memory: Vec<processes::TopMemory>,
+    pub(crate) top_memory: Vec<processes::TopMemory>,
 }
 
 impl JsonReport {
-    pub fn new(r: &Report) -> JsonReport {
+    pub(crate) fn new(r: &Report) -> JsonReport {
         JsonReport {
             attribution_at_peak: r.attribution_at_peak.as_ref().map(kills::SumCheck::new),
             deaths: r
@@ -183,7 +183,7 @@ impl JsonReport {
 }
 
 /// The report as a JSON value (what `report --json` prints, pretty).
-pub fn render(r: &Report) -> Value {
+pub(crate) fn render(r: &Report) -> Value {
     // Only a map with non-string keys can fail to convert, and there is none.
     serde_json::to_value(JsonReport::new(r)).unwrap_or(Value::Null)
 }
@@ -207,7 +207,7 @@ pub fn schema_text() -> String {
 /// (`2025-03-01T12:34:56.789Z`), from the recording's clock pair.
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(transparent)]
-pub struct Time(
+pub(crate) struct Time(
     #[schemars(pattern(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z$"))]
     String,
 );
@@ -227,7 +227,7 @@ impl Time {
 /// `{"signal": N}`.
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum Exit {
+pub(crate) enum Exit {
     /// It exited with this code.
     Code(i32),
     /// This signal ended it.

@@ -1,15 +1,15 @@
 //! Renderers: interchangeable views of one [`crate::model::Report`]. They
 //! read the model only, never the recording.
 
-pub mod chart;
+pub(crate) mod chart;
 pub mod html;
 /// Lines about several recordings of one job that text and HTML share.
-pub mod job_lines;
+pub(crate) mod job_lines;
 pub mod json;
 pub mod perfetto;
 pub mod pprof;
 /// Folded lines the text and HTML share.
-pub mod readable;
+pub(crate) mod readable;
 pub mod text;
 
 use crate::{
@@ -18,7 +18,7 @@ use crate::{
 };
 
 /// Name of a Linux signal (x86/arm generic numbering).
-pub fn signal_name(sig: i32) -> Option<&'static str> {
+pub(crate) fn signal_name(sig: i32) -> Option<&'static str> {
     const NAMES: [&str; 31] = [
         "SIGHUP",
         "SIGINT",
@@ -61,7 +61,7 @@ pub fn signal_name(sig: i32) -> Option<&'static str> {
 /// "exited with code 1" / "killed by signal 9 (SIGKILL)".
 /// How a process died, in words: "killed by SIGKILL from pid 812
 /// (bash, /usr/bin/bash, uid 1000)".
-pub fn death_phrase(d: &Death) -> String {
+pub(crate) fn death_phrase(d: &Death) -> String {
     let sig = |n: i32| match signal_name(n) {
         Some(name) => format!("{name} ({n})"),
         None => format!("signal {n}"),
@@ -128,7 +128,7 @@ fn forwarded_phrase(s: &crate::model::Sender) -> String {
     }
 }
 
-pub fn exit_phrase(status: ExitStatus) -> String {
+pub(crate) fn exit_phrase(status: ExitStatus) -> String {
     match status {
         ExitStatus::Code(c) => format!("exited with code {c}"),
         ExitStatus::Signal(s) => match signal_name(s) {
@@ -178,7 +178,7 @@ pub(crate) mod fixture {
     };
     use crate::recording::{ClockPair, RecordingHeader};
 
-    pub fn sample_report() -> Report {
+    pub(crate) fn sample_report() -> Report {
         let g = Grower {
             pid: 812,
             start_ns: 5,

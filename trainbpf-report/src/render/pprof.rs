@@ -23,7 +23,7 @@
 //! Names come from processes and `go tool pprof` prints them to a
 //! terminal: they are escaped as the text report's are (src/term.rs).
 
-pub mod proto;
+pub(crate) mod proto;
 
 use std::collections::HashMap;
 use std::io::Write as _;
@@ -42,7 +42,7 @@ pub fn render(r: &Report) -> Vec<u8> {
 }
 
 /// The profile's messages, before encoding.
-pub fn profile(r: &Report) -> proto::Profile {
+pub(crate) fn profile(r: &Report) -> proto::Profile {
     let mut b = Builder::default();
     b.p.string_table.push(String::new());
     let objects = b.value_type("inuse_objects", "count");

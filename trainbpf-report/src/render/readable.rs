@@ -9,7 +9,7 @@ const NAMES: usize = 8;
 
 /// "40 short-lived helpers (each under 1 s, added nothing): bash ×34,
 /// readlink ×5, basename ×1"; `None` when there are none.
-pub fn short_lived_line(s: &ShortLived) -> Option<String> {
+pub(crate) fn short_lived_line(s: &ShortLived) -> Option<String> {
     if s.is_empty() {
         return None;
     }
@@ -35,7 +35,7 @@ pub fn short_lived_line(s: &ShortLived) -> Option<String> {
 /// 37 kernel threads"; `None` when nothing was. The recorder is named
 /// where it could have passed for the job's: with `--all`, or when it ran
 /// something the job's probes saw.
-pub fn left_out_line(l: &LeftOut, all: bool) -> Option<String> {
+pub(crate) fn left_out_line(l: &LeftOut, all: bool) -> Option<String> {
     let mut parts = Vec::new();
     if let Some(pid) = l.recorder_pid.filter(|_| all || l.recorder_helpers > 0) {
         parts.push(match l.recorder_helpers {

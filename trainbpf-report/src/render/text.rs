@@ -36,11 +36,12 @@ mod verdict;
 /// "rank 1 (pid 14450)": job processes by their rank.
 mod who;
 
-pub use diagnoses::explain;
+pub(crate) use diagnoses::explain;
 pub(crate) use kill::story;
-pub use leaks::{report as leaks_report, warning_text};
-pub use merged::{each, merged};
-pub use stacks::report as stacks_report;
+pub(crate) use leaks::report as leaks_report;
+pub use leaks::warning_text;
+pub(crate) use merged::{each, merged};
+pub(crate) use stacks::report as stacks_report;
 pub use style::TextOptions;
 use style::{MIN_WIDTH, Paint, finish, or_unknown, yes_no};
 pub use verdict::verdict;
@@ -48,7 +49,7 @@ pub use verdict::verdict;
 /// Growers and memory users shown when there is no kill to explain.
 const TOP_USERS: usize = 5;
 
-pub fn render(r: &Report, o: &TextOptions) -> String {
+pub(crate) fn render(r: &Report, o: &TextOptions) -> String {
     let p = Paint(o.color);
     let width = o.width.max(MIN_WIDTH);
     let mut out = String::new();

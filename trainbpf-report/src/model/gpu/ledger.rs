@@ -286,7 +286,7 @@ impl Ledger {
     }
 
     /// `kills`: (time, window) of each host OOM kill, in the report's order.
-    pub fn finish(mut self, kills: &[(u64, u64)]) -> GpuReport {
+    pub(crate) fn finish(mut self, kills: &[(u64, u64)]) -> GpuReport {
         self.replay(u64::MAX);
         let mut procs: Vec<&ProcState> = self.procs.values().collect();
         procs.sort_by_key(|s| (s.seen_ns, s.p.pid, s.p.start_ns));

@@ -1,6 +1,7 @@
 //! The ledger fed whole streams: allocations, VMM, reordering, contexts,
 //! Xid, NVML and the timeline's bound.
 
+use super::xid::parse_xid_line;
 use super::*;
 use crate::decode::gpu::{CudaCall, CudaOp, GpuEvent, NvmlSample, XidRecord};
 use crate::decode::{Event, JobStart, ProcKey, Rss, Timed};

@@ -22,7 +22,7 @@ pub(super) fn xid_from_tracepoint(ts: u64, x: &XidRecord) -> Xid {
 /// `NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, GPU has fallen
 /// off the bus.` (the driver's `nvErrorLog`), with or without a console
 /// timestamp before it.
-pub fn parse_xid_line(msg: &str) -> Option<Xid> {
+pub(crate) fn parse_xid_line(msg: &str) -> Option<Xid> {
     let rest = &msg[msg.find("NVRM: Xid")? + "NVRM: Xid".len()..];
     let rest = rest.trim_start();
     let (pci, rest) = match rest.strip_prefix("(PCI:") {

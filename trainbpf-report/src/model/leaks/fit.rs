@@ -9,11 +9,11 @@ use super::{FIT_POINTS, LeakOptions, MIN_POINTS, PART_SLOPE, SEC, STARTS, Trend,
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) struct Fit {
     /// Per second.
-    pub slope: f64,
-    pub intercept: f64,
+    pub(crate) slope: f64,
+    pub(crate) intercept: f64,
     /// Share of the variance explained, 0..1 (0 for a flat series), with
     /// medians of squares for means.
-    pub r2: f64,
+    pub(crate) r2: f64,
 }
 
 /// The median of `v` (reordered); NaN for none.

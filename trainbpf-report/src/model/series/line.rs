@@ -5,10 +5,10 @@ use crate::model::grid::{Buckets, Grid};
 
 /// Min, max and last value seen in one bucket (kB).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Bucket {
-    pub min_kb: u64,
-    pub max_kb: u64,
-    pub last_kb: u64,
+pub(crate) struct Bucket {
+    pub(crate) min_kb: u64,
+    pub(crate) max_kb: u64,
+    pub(crate) last_kb: u64,
 }
 
 impl Bucket {
@@ -28,7 +28,7 @@ impl Bucket {
     }
 
     /// Which of the three a chart wants.
-    pub fn pick(&self, p: Pick) -> u64 {
+    pub(crate) fn pick(&self, p: Pick) -> u64 {
         match p {
             Pick::Min => self.min_kb,
             Pick::Max => self.max_kb,
@@ -40,7 +40,7 @@ impl Bucket {
 /// Which value of a bucket to chart: a process's memory by its max (the
 /// peak is what the OOM killer saw), available memory by its min.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Pick {
+pub(crate) enum Pick {
     Min,
     Max,
     Last,
@@ -49,7 +49,7 @@ pub enum Pick {
 /// One value over time, on the grid; only buckets with a sample are stored,
 /// so a short-lived process costs a few buckets, not [`BUCKETS`](super::BUCKETS).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Line {
+pub(crate) struct Line {
     pub(super) buckets: Buckets<Bucket>,
 }
 
@@ -83,25 +83,23 @@ impl Line {
         self.buckets.rescale(width_ns, Bucket::merge);
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.buckets.items.is_empty()
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.buckets.items.len()
     }
 
     /// (bucket start, bucket), in time order.
-    pub fn points<'a>(&'a self, grid: &'a Grid) -> impl Iterator<Item = (u64, Bucket)> + 'a {
+    pub(crate) fn points<'a>(&'a self, grid: &'a Grid) -> impl Iterator<Item = (u64, Bucket)> + 'a {
         self.buckets.items.iter().map(|&(i, b)| (grid.time(i), b))
     }
 
-    pub fn first_ns(&self, grid: &Grid) -> Option<u64> {
-        self.buckets.items.first().map(|&(i, _)| grid.time(i))
-    }
-
     /// Largest max over the whole line.
-    pub fn max_kb(&self) -> u64 {
+    pub(crate) fn max_kb(&self) -> u64 {
         self.buckets
             .items
             .iter()
@@ -114,7 +112,7 @@ impl Line {
     /// `pick` of its buckets; a column without a sample carries the last
     /// value before it (memory holds between samples). `None` before the
     /// first sample and from `until` on (the process had ended).
-    pub fn columns(
+    pub(crate) fn columns(
         &self,
         grid: &Grid,
         from: u64,

@@ -12,25 +12,25 @@ use crate::model::grid::{Grid, merge_by_index};
 
 /// One process's memory (resident: anon + file + shmem) over the run.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ProcLine {
-    pub pid: u32,
-    pub start_ns: u64,
-    pub comm: String,
-    pub in_job: bool,
-    pub parent: Option<ProcKey>,
+pub(crate) struct ProcLine {
+    pub(crate) pid: u32,
+    pub(crate) start_ns: u64,
+    pub(crate) comm: String,
+    pub(crate) in_job: bool,
+    pub(crate) parent: Option<ProcKey>,
     /// Its fork, when recorded.
-    pub born_ns: Option<u64>,
+    pub(crate) born_ns: Option<u64>,
     /// Its exit, when recorded (job processes only).
-    pub died_ns: Option<u64>,
-    pub peak_kb: u64,
-    pub peak_ns: u64,
-    pub oom_killed: bool,
-    pub rss: Line,
+    pub(crate) died_ns: Option<u64>,
+    pub(crate) peak_kb: u64,
+    pub(crate) peak_ns: u64,
+    pub(crate) oom_killed: bool,
+    pub(crate) rss: Line,
     /// A kill's victim or top grower: never folded into "others".
-    pub pinned: bool,
+    pub(crate) pinned: bool,
     /// Its last exec: the line and its peak start there (a fork holds its
     /// parent's pages until it execs).
-    pub exec_ns: Option<u64>,
+    pub(crate) exec_ns: Option<u64>,
 }
 
 impl ProcLine {
@@ -52,7 +52,7 @@ impl ProcLine {
         }
     }
 
-    pub fn key(&self) -> ProcKey {
+    pub(crate) fn key(&self) -> ProcKey {
         ProcKey {
             tgid: self.pid,
             start_ns: self.start_ns,
@@ -80,7 +80,7 @@ impl ProcLine {
     }
 
     /// Columns of its memory, `None` outside its life.
-    pub fn columns(&self, grid: &Grid, from: u64, to: u64, n: usize) -> Vec<Option<u64>> {
+    pub(crate) fn columns(&self, grid: &Grid, from: u64, to: u64, n: usize) -> Vec<Option<u64>> {
         self.rss.columns(grid, from, to, n, Pick::Max, self.died_ns)
     }
 }
@@ -91,13 +91,13 @@ impl ProcLine {
 /// workers that never lived at the same time, and summing their maxima would
 /// invent memory no one held. The cgroup's usage line gives the total.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Folded {
-    pub count: u64,
+pub(crate) struct Folded {
+    pub(crate) count: u64,
     /// Per bucket, the largest folded process (min, max and last each the
     /// largest of theirs).
-    pub rss: Line,
+    pub(crate) rss: Line,
     /// The largest single peak among them.
-    pub peak_kb: u64,
+    pub(crate) peak_kb: u64,
 }
 
 impl Folded {
@@ -137,13 +137,13 @@ fn envelope(x: Bucket, y: Bucket) -> Bucket {
 /// Job processes of one name that were born and ended during the run
 /// (e.g. `pt_data_worker ×96`).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Churn {
-    pub comm: String,
-    pub count: u64,
-    pub shortest_ns: u64,
-    pub longest_ns: u64,
+pub(crate) struct Churn {
+    pub(crate) comm: String,
+    pub(crate) count: u64,
+    pub(crate) shortest_ns: u64,
+    pub(crate) longest_ns: u64,
     /// The largest peak among them.
-    pub peak_kb: u64,
+    pub(crate) peak_kb: u64,
 }
 
 /// Job processes born and ended while recording, grouped by name.

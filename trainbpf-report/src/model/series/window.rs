@@ -13,33 +13,33 @@ use super::{WINDOW_GROWERS, WINDOW_LINES, WINDOW_POINTS};
 
 /// The window before one kill, at [`WINDOW_POINTS`] columns.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct KillWindow {
-    pub kill_ns: u64,
-    pub start_ns: u64,
+pub(crate) struct KillWindow {
+    pub(crate) kill_ns: u64,
+    pub(crate) start_ns: u64,
     /// Column `i` covers `[start + i·step, start + (i+1)·step)`.
-    pub step_ns: u64,
-    pub victim_pid: u32,
+    pub(crate) step_ns: u64,
+    pub(crate) victim_pid: u32,
     /// The victim and the top growers, most growth first.
-    pub lines: Vec<WindowLine>,
+    pub(crate) lines: Vec<WindowLine>,
     /// MemAvailable, the lowest sample per column (kB).
-    pub mem_available: Vec<Option<u64>>,
-    pub mem_total_kb: Option<u64>,
+    pub(crate) mem_available: Vec<Option<u64>>,
+    pub(crate) mem_total_kb: Option<u64>,
     /// The job cgroup's usage, the highest sample per column (kB).
-    pub cgroup_usage: Vec<Option<u64>>,
-    pub cgroup_limit_kb: Option<u64>,
+    pub(crate) cgroup_usage: Vec<Option<u64>>,
+    pub(crate) cgroup_limit_kb: Option<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct WindowLine {
-    pub pid: u32,
-    pub start_ns: u64,
-    pub comm: String,
-    pub in_job: bool,
-    pub is_victim: bool,
+pub(crate) struct WindowLine {
+    pub(crate) pid: u32,
+    pub(crate) start_ns: u64,
+    pub(crate) comm: String,
+    pub(crate) in_job: bool,
+    pub(crate) is_victim: bool,
     /// First among the kill's growers.
-    pub is_top_grower: bool,
+    pub(crate) is_top_grower: bool,
     /// Resident memory per column (kB); `None` before it was seen.
-    pub points: Vec<Option<u64>>,
+    pub(crate) points: Vec<Option<u64>>,
 }
 
 /// One pressure sample, kept for the windows before kills.

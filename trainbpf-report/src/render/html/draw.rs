@@ -14,7 +14,7 @@ pub(super) const KILL_RED: &str = "#d62728";
 pub(super) const W: f64 = 1100.0;
 
 /// HTML-escapes text for element content and quoted attribute values.
-pub fn esc(s: &str) -> String {
+pub(crate) fn esc(s: &str) -> String {
     let mut o = String::with_capacity(s.len());
     for c in s.chars() {
         match c {

@@ -9,30 +9,30 @@ use crate::model::diagnosis::Diagnosis as ModelDiagnosis;
 
 /// One cause the report's rules found, with its evidence and fix.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct Diagnosis {
+pub(crate) struct Diagnosis {
     /// The rule: `dataloader_cow`, `too_many_workers`, `steady_leak`,
     /// `fast_growth`, `pinned_memory`, `cuda_in_workers`, `shm_full`,
     /// `container_limit`, `victim_not_grower`, `userspace_killer`,
     /// `no_swap_overcommit`, `gpu_oom`.
-    pub id: String,
+    pub(crate) id: String,
     /// How much of the rule's evidence the recording held.
-    pub confidence: Confidence,
+    pub(crate) confidence: Confidence,
     /// What most likely happened, in one line with this run's figures.
-    pub title: String,
+    pub(crate) title: String,
     /// The figures it rests on, from this recording, one per line.
-    pub evidence: Vec<String>,
+    pub(crate) evidence: Vec<String>,
     /// What to change, most useful first.
-    pub fix: Vec<String>,
+    pub(crate) fix: Vec<String>,
     /// The kill it explains (an index into `kills`), or null for one about
     /// the whole run.
-    pub kill: Option<usize>,
+    pub(crate) kill: Option<usize>,
     /// The processes it is about.
-    pub pids: Vec<u32>,
+    pub(crate) pids: Vec<u32>,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum Confidence {
+pub(crate) enum Confidence {
     High,
     Medium,
     Low,
@@ -41,7 +41,7 @@ pub enum Confidence {
 impl Diagnosis {
     /// In the model's order: per kill, its most likely first; then the
     /// run's own.
-    pub fn all(r: &Report) -> Vec<Diagnosis> {
+    pub(crate) fn all(r: &Report) -> Vec<Diagnosis> {
         r.diagnoses.iter().map(Diagnosis::new).collect()
     }
 

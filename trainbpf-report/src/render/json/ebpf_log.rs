@@ -11,34 +11,34 @@ use super::secs_since;
 /// What the kernel programs logged: a map that filled, a ring that refused
 /// a record, a read at BTF's offset that failed.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct EbpfLog {
+pub(crate) struct EbpfLog {
     /// `record --ebpf-log` was given. False: nobody asked, and `messages`
     /// is empty.
-    pub enabled: bool,
+    pub(crate) enabled: bool,
     /// In the order logged; the first 1000. Each site logs its 1st, 2nd,
     /// 4th, 8th... time on each CPU, so the counts in `lost` are the full
     /// account.
-    pub messages: Vec<EbpfLogMessage>,
+    pub(crate) messages: Vec<EbpfLogMessage>,
     /// Messages past those, not kept.
-    pub omitted: u64,
+    pub(crate) omitted: u64,
 }
 
 /// One message.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct EbpfLogMessage {
+pub(crate) struct EbpfLogMessage {
     /// aya-log's level: `error`, `warn`, `info`, `debug` or `trace`.
-    pub level: String,
-    pub message: String,
+    pub(crate) level: String,
+    pub(crate) message: String,
     /// The program that logged it, e.g. `page_alloc`, `sched_fork`.
-    pub program: String,
+    pub(crate) program: String,
     /// Where in the eBPF source, `file:line`.
-    pub site: String,
+    pub(crate) site: String,
     /// Seconds since the recording's first event.
-    pub time_s: f64,
+    pub(crate) time_s: f64,
 }
 
 impl EbpfLog {
-    pub fn new(r: &Report) -> EbpfLog {
+    pub(crate) fn new(r: &Report) -> EbpfLog {
         let l = &r.ebpf_log;
         EbpfLog {
             enabled: l.enabled,

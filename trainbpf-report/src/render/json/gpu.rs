@@ -14,40 +14,40 @@ use super::{Time, secs, secs_since};
 /// GPU and pinned host memory. Everything is empty (and `lost_events` 0)
 /// for a job that never called CUDA.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct Gpu {
+pub(crate) struct Gpu {
     /// One per entry of `kills`, same order: what the GPU side held and did
     /// before that host OOM kill.
-    pub at_kills: Vec<AtKill>,
+    pub(crate) at_kills: Vec<AtKill>,
     /// Each `libcuda.so*` file tried.
-    pub attach: Vec<GpuAttach>,
+    pub(crate) attach: Vec<GpuAttach>,
     /// Every allocation that failed with `CUDA_ERROR_OUT_OF_MEMORY`.
-    pub cuda_ooms: Vec<CudaOom>,
+    pub(crate) cuda_ooms: Vec<CudaOom>,
     /// Driver libraries a job process mapped after recording started: each
     /// held until its probes were on, or an uncovered window.
-    pub late: Vec<super::gpu_late::GpuLate>,
-    pub lost: GpuLost,
+    pub(crate) late: Vec<super::gpu_late::GpuLate>,
+    pub(crate) lost: GpuLost,
     /// GPU records dropped: ring-buffer losses of the GPU kinds, calls not
     /// recorded because the entry/return map was full, and the driver calls
     /// counted in uncovered windows (`lost.window_calls`). 0 means the
     /// ledger saw every call of every probed library.
-    pub lost_events: u64,
-    pub nvml: Nvml,
+    pub(crate) lost_events: u64,
+    pub(crate) nvml: Nvml,
     /// Job processes that called the CUDA driver (or that NVML listed), by
     /// first call.
-    pub processes: Vec<GpuProcess>,
+    pub(crate) processes: Vec<GpuProcess>,
     /// What each GPU data source was used for, or why not.
-    pub sources: Vec<GpuSource>,
+    pub(crate) sources: Vec<GpuSource>,
     /// GPU steps on the recording's clock, with the process's host RSS
     /// beside them.
-    pub timeline: Vec<TimelineRow>,
+    pub(crate) timeline: Vec<TimelineRow>,
     /// Small steps left out of `timeline`.
-    pub timeline_dropped: usize,
+    pub(crate) timeline_dropped: usize,
     /// NVIDIA Xid errors seen anywhere on the machine.
-    pub xid: Vec<Xid>,
+    pub(crate) xid: Vec<Xid>,
 }
 
 impl Gpu {
-    pub fn new(r: &Report) -> Gpu {
+    pub(crate) fn new(r: &Report) -> Gpu {
         let g = &r.gpu;
         let t = |ns: u64| secs_since(r, ns);
         Gpu {
@@ -153,10 +153,10 @@ fn ring_lost(r: &Report, kind: u16) -> u64 {
 
 /// What a process held, by kind.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct GpuHeld {
-    pub device_bytes: u64,
-    pub managed_bytes: u64,
-    pub pinned_bytes: u64,
+pub(crate) struct GpuHeld {
+    pub(crate) device_bytes: u64,
+    pub(crate) managed_bytes: u64,
+    pub(crate) pinned_bytes: u64,
 }
 
 impl GpuHeld {
@@ -171,28 +171,28 @@ impl GpuHeld {
 
 /// An allocation that failed with `CUDA_ERROR_OUT_OF_MEMORY`.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct CudaOom {
+pub(crate) struct CudaOom {
     /// The driver call, e.g. `cuMemAlloc`.
-    pub call: String,
-    pub comm: String,
+    pub(crate) call: String,
+    pub(crate) comm: String,
     /// The CUDA error (2).
-    pub error: u32,
+    pub(crate) error: u32,
     /// What the process held then.
-    pub held: GpuHeld,
+    pub(crate) held: GpuHeld,
     /// Every recorded process holding GPU-side memory then, most device
     /// memory first.
-    pub holders: Vec<Holder>,
+    pub(crate) holders: Vec<Holder>,
     /// NVML's device total from the last sample before it (all GPUs
     /// summed); null without one.
-    pub nvml_total_bytes: Option<u64>,
+    pub(crate) nvml_total_bytes: Option<u64>,
     /// NVML's device use from the last sample before it (all GPUs summed);
     /// null without one.
-    pub nvml_used_bytes: Option<u64>,
-    pub pid: u32,
-    pub requested_bytes: u64,
-    pub tid: u32,
-    pub time: Option<Time>,
-    pub time_s: f64,
+    pub(crate) nvml_used_bytes: Option<u64>,
+    pub(crate) pid: u32,
+    pub(crate) requested_bytes: u64,
+    pub(crate) tid: u32,
+    pub(crate) time: Option<Time>,
+    pub(crate) time_s: f64,
 }
 
 impl CudaOom {
@@ -226,61 +226,61 @@ impl CudaOom {
 
 /// A process holding GPU-side memory at a CUDA OOM.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct Holder {
-    pub comm: String,
-    pub device_bytes: u64,
-    pub managed_bytes: u64,
-    pub pid: u32,
-    pub pinned_bytes: u64,
+pub(crate) struct Holder {
+    pub(crate) comm: String,
+    pub(crate) device_bytes: u64,
+    pub(crate) managed_bytes: u64,
+    pub(crate) pid: u32,
+    pub(crate) pinned_bytes: u64,
 }
 
 /// An NVIDIA Xid error.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct Xid {
-    pub code: u32,
+pub(crate) struct Xid {
+    pub(crate) code: u32,
     /// The rest of the driver's message.
-    pub msg: String,
+    pub(crate) msg: String,
     /// The process the message names; null for `<unknown>`.
-    pub name: Option<String>,
-    pub pci: String,
+    pub(crate) name: Option<String>,
+    pub(crate) pci: String,
     /// The process the message names; null for `<unknown>`.
-    pub pid: Option<u32>,
+    pub(crate) pid: Option<u32>,
     /// `tracepoint`, `printk` or `tracepoint+printk`.
-    pub source: String,
-    pub time: Option<Time>,
-    pub time_s: f64,
+    pub(crate) source: String,
+    pub(crate) time: Option<Time>,
+    pub(crate) time_s: f64,
 }
 
 /// One row per process and second of changes, or per context, CUDA OOM or
 /// exit holding memory. `*_bytes` are held after the row.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct TimelineRow {
-    pub comm: String,
-    pub device_bytes: u64,
-    pub device_delta_bytes: i64,
+pub(crate) struct TimelineRow {
+    pub(crate) comm: String,
+    pub(crate) device_bytes: u64,
+    pub(crate) device_delta_bytes: i64,
     /// The process's resident host memory then (kB).
-    pub host_rss_kb: Option<u64>,
-    pub managed_bytes: u64,
-    pub managed_delta_bytes: i64,
+    pub(crate) host_rss_kb: Option<u64>,
+    pub(crate) managed_bytes: u64,
+    pub(crate) managed_delta_bytes: i64,
     /// The most held within the row.
-    pub peak: GpuHeld,
-    pub pid: u32,
-    pub pinned_bytes: u64,
-    pub pinned_delta_bytes: i64,
-    pub requested_bytes: Option<u64>,
-    pub time_s: f64,
-    pub what: String,
+    pub(crate) peak: GpuHeld,
+    pub(crate) pid: u32,
+    pub(crate) pinned_bytes: u64,
+    pub(crate) pinned_delta_bytes: i64,
+    pub(crate) requested_bytes: Option<u64>,
+    pub(crate) time_s: f64,
+    pub(crate) what: String,
 }
 
 /// What the GPU side held and did before a host OOM kill.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct AtKill {
+pub(crate) struct AtKill {
     /// The contexts created in the window.
-    pub contexts: Vec<AtKillContext>,
+    pub(crate) contexts: Vec<AtKillContext>,
     /// What each process held at the kill and how it grew over the window.
-    pub processes: Vec<AtKillProcess>,
-    pub time_s: f64,
-    pub window_s: f64,
+    pub(crate) processes: Vec<AtKillProcess>,
+    pub(crate) time_s: f64,
+    pub(crate) window_s: f64,
 }
 
 impl AtKill {
@@ -318,46 +318,46 @@ impl AtKill {
 
 /// A context created in the window before a kill.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct AtKillContext {
-    pub comm: String,
-    pub host_kb: Option<u64>,
-    pub pid: u32,
-    pub time_s: f64,
+pub(crate) struct AtKillContext {
+    pub(crate) comm: String,
+    pub(crate) host_kb: Option<u64>,
+    pub(crate) pid: u32,
+    pub(crate) time_s: f64,
 }
 
 /// A process at a kill.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct AtKillProcess {
-    pub comm: String,
-    pub device_bytes: u64,
-    pub device_grew_bytes: i64,
-    pub managed_bytes: u64,
-    pub managed_grew_bytes: i64,
-    pub pid: u32,
-    pub pinned_bytes: u64,
-    pub pinned_grew_bytes: i64,
+pub(crate) struct AtKillProcess {
+    pub(crate) comm: String,
+    pub(crate) device_bytes: u64,
+    pub(crate) device_grew_bytes: i64,
+    pub(crate) managed_bytes: u64,
+    pub(crate) managed_grew_bytes: i64,
+    pub(crate) pid: u32,
+    pub(crate) pinned_bytes: u64,
+    pub(crate) pinned_grew_bytes: i64,
 }
 
 /// NVML's view; `samples` 0 when NVML could not be loaded.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct Nvml {
-    pub devices: Vec<NvmlDevice>,
-    pub samples: u64,
+pub(crate) struct Nvml {
+    pub(crate) devices: Vec<NvmlDevice>,
+    pub(crate) samples: u64,
 }
 
 /// One GPU as NVML saw it.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct NvmlDevice {
+pub(crate) struct NvmlDevice {
     pub index: u32,
-    pub last_used_bytes: u64,
+    pub(crate) last_used_bytes: u64,
     pub name: String,
-    pub peak_used_bytes: u64,
+    pub(crate) peak_used_bytes: u64,
     pub total_bytes: u64,
 }
 
 /// A `libcuda.so*` file tried.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct GpuAttach {
+pub(crate) struct GpuAttach {
     /// Symbols probed.
     pub attached: usize,
     pub error: Option<String>,
@@ -372,7 +372,7 @@ pub struct GpuAttach {
 
 /// A GPU data source, used or not.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct GpuSource {
+pub(crate) struct GpuSource {
     pub detail: String,
     pub source: String,
     pub used: bool,
@@ -380,23 +380,23 @@ pub struct GpuSource {
 
 /// GPU records lost.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct GpuLost {
+pub(crate) struct GpuLost {
     /// Library files not probed.
     pub attach_failed: u64,
     /// Ring-buffer losses of CUDA records.
-    pub cuda: u64,
+    pub(crate) cuda: u64,
     /// Ring-buffer losses of late driver mappings (each leaves a window
     /// the maps scan closes).
-    pub cuda_map: u64,
+    pub(crate) cuda_map: u64,
     /// Processes held at a late driver mapping until probed (not lost: a
     /// pause), and for how long in all.
     pub held: u64,
-    pub held_ms: f64,
+    pub(crate) held_ms: f64,
     /// Holds that ran past their limit and that the hold's watchdog
     /// ended before the probes were on: each left a window (`windows`).
     pub hold_timeouts: u64,
     /// Ring-buffer losses of `nv_alloc_pages` records.
-    pub nv_pages: u64,
+    pub(crate) nv_pages: u64,
     /// Driver library mappings not probed because the run had already
     /// tried as many library files found through the job as it probes.
     pub over_cap: u64,
@@ -415,62 +415,62 @@ pub struct GpuLost {
     /// `lost_events`.
     pub window_calls: u64,
     /// The uncovered windows' total length.
-    pub window_ms: f64,
+    pub(crate) window_ms: f64,
     /// Late driver mappings whose process could not be held.
     pub windows: u64,
     /// Ring-buffer losses of Xid records.
-    pub xid: u64,
+    pub(crate) xid: u64,
 }
 
 /// A job process that called the CUDA driver.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct GpuProcess {
+pub(crate) struct GpuProcess {
     /// Recorded calls.
-    pub calls: u64,
-    pub comm: String,
-    pub context_list: Vec<GpuContext>,
+    pub(crate) calls: u64,
+    pub(crate) comm: String,
+    pub(crate) context_list: Vec<GpuContext>,
     /// CUDA contexts it created.
-    pub contexts: usize,
+    pub(crate) contexts: usize,
     /// When it first called `cuInit`.
-    pub cuda_init_s: Option<f64>,
-    pub device: KindStats,
-    pub device_bytes_end: u64,
-    pub device_bytes_peak: u64,
-    pub exited_s: Option<f64>,
+    pub(crate) cuda_init_s: Option<f64>,
+    pub(crate) device: KindStats,
+    pub(crate) device_bytes_end: u64,
+    pub(crate) device_bytes_peak: u64,
+    pub(crate) exited_s: Option<f64>,
     /// Recorded calls that returned an error.
-    pub failed_calls: u64,
+    pub(crate) failed_calls: u64,
     /// Its peak resident host memory while it used CUDA (kB).
-    pub host_rss_peak_kb: u64,
+    pub(crate) host_rss_peak_kb: u64,
     /// The job's root process.
-    pub is_root: bool,
-    pub managed: KindStats,
-    pub managed_bytes_end: u64,
-    pub managed_bytes_peak: u64,
+    pub(crate) is_root: bool,
+    pub(crate) managed: KindStats,
+    pub(crate) managed_bytes_end: u64,
+    pub(crate) managed_bytes_peak: u64,
     /// Pages the NVIDIA driver allocated for the process, where that probe
     /// ran.
-    pub nv_pages: NvPages,
+    pub(crate) nv_pages: NvPages,
     /// NVML's per-process figure against the ledger's; null when NVML never
     /// listed the process.
-    pub nvml: Option<NvmlCompare>,
+    pub(crate) nvml: Option<NvmlCompare>,
     /// The kernel's OOM killer chose it.
-    pub oom_killed: bool,
+    pub(crate) oom_killed: bool,
     /// Its parent's pid, when the fork was recorded.
-    pub parent: Option<u32>,
+    pub(crate) parent: Option<u32>,
     /// Its parent already had a context when it made its own.
-    pub parent_had_context: bool,
-    pub pid: u32,
-    pub pinned: KindStats,
-    pub pinned_bytes_end: u64,
-    pub pinned_bytes_peak: u64,
+    pub(crate) parent_had_context: bool,
+    pub(crate) pid: u32,
+    pub(crate) pinned: KindStats,
+    pub(crate) pinned_bytes_end: u64,
+    pub(crate) pinned_bytes_peak: u64,
     /// The part of pinned memory that was registered.
-    pub registered_bytes_peak: u64,
+    pub(crate) registered_bytes_peak: u64,
     /// Where its CUDA allocations were asked for (`record --stacks`),
     /// heaviest first; empty without stacks.
-    pub stacks: Vec<super::stacks::GpuStack>,
+    pub(crate) stacks: Vec<super::stacks::GpuStack>,
     /// Frees of pointers the ledger never saw allocated.
-    pub unknown_frees: u64,
+    pub(crate) unknown_frees: u64,
     /// A job process other than the root that initialised CUDA.
-    pub worker_init: bool,
+    pub(crate) worker_init: bool,
 }
 
 impl GpuProcess {
@@ -528,26 +528,26 @@ impl GpuProcess {
 
 /// A CUDA context a process created.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct GpuContext {
-    pub call: String,
-    pub device: Option<i32>,
+pub(crate) struct GpuContext {
+    pub(crate) call: String,
+    pub(crate) device: Option<i32>,
     /// The host resident memory gained from the process's `cuInit` to the
     /// context call's return (kB); null without a record before.
-    pub host_kb: Option<u64>,
-    pub time_s: f64,
+    pub(crate) host_kb: Option<u64>,
+    pub(crate) time_s: f64,
 }
 
 /// One kind of GPU-side memory, over a process's life.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct KindStats {
-    pub allocated_bytes: u64,
-    pub allocs: u64,
-    pub end_bytes: u64,
-    pub failed: u64,
-    pub freed_at_exit_bytes: u64,
-    pub freed_bytes: u64,
-    pub frees: u64,
-    pub peak_bytes: u64,
+pub(crate) struct KindStats {
+    pub(crate) allocated_bytes: u64,
+    pub(crate) allocs: u64,
+    pub(crate) end_bytes: u64,
+    pub(crate) failed: u64,
+    pub(crate) freed_at_exit_bytes: u64,
+    pub(crate) freed_bytes: u64,
+    pub(crate) frees: u64,
+    pub(crate) peak_bytes: u64,
 }
 
 impl KindStats {
@@ -568,21 +568,21 @@ impl KindStats {
 /// NVML's per-process figure at its last sample against the ledger's
 /// device bytes at the same instant.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct NvmlCompare {
+pub(crate) struct NvmlCompare {
     /// NVML minus the ledger: context and driver overhead, or allocations
     /// the probes missed.
-    pub difference_bytes: i64,
-    pub last_bytes: u64,
-    pub ledger_bytes: u64,
-    pub peak_bytes: u64,
-    pub samples: u64,
+    pub(crate) difference_bytes: i64,
+    pub(crate) last_bytes: u64,
+    pub(crate) ledger_bytes: u64,
+    pub(crate) peak_bytes: u64,
+    pub(crate) samples: u64,
 }
 
 /// Pages the NVIDIA driver allocated and freed for the process.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct NvPages {
-    pub alloc: u64,
-    pub free: u64,
+pub(crate) struct NvPages {
+    pub(crate) alloc: u64,
+    pub(crate) free: u64,
 }
 
 #[cfg(test)]
@@ -596,7 +596,7 @@ pub(super) mod tests {
     use crate::render::json::{render, schema};
 
     /// A report with one of everything the GPU side can hold.
-    pub fn gpu_report() -> crate::model::Report {
+    pub(crate) fn gpu_report() -> crate::model::Report {
         let mut r = sample_report();
         let held = Held {
             device: 3 << 30,

@@ -10,7 +10,7 @@ use super::secs_since;
 
 /// A job process mapped a `libcuda.so*` file that was not probed yet.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct GpuLate {
+pub(crate) struct GpuLate {
     /// NVIDIA driver calls (ioctls on `/dev/nvidia*`) counted between the
     /// mapping and the attach: CUDA work the ledger did not see. 0 when
     /// held.
@@ -19,21 +19,21 @@ pub struct GpuLate {
     pub held: bool,
     /// Mapping to attach, milliseconds: how long it was held, or how long
     /// the window was open (to the recording's end when never probed).
-    pub ms: f64,
+    pub(crate) ms: f64,
     /// When it mapped the library, seconds since the recording began.
-    pub mapped_s: f64,
+    pub(crate) mapped_s: f64,
     /// Why it was not held, or what else happened to the hold.
     pub note: Option<String>,
     /// The file, as the process named it.
     pub path: String,
     pub pid: u32,
     /// Whether the probes went on at all.
-    pub probed: bool,
+    pub(crate) probed: bool,
     pub tid: u32,
 }
 
 impl GpuLate {
-    pub fn list(r: &Report) -> Vec<GpuLate> {
+    pub(crate) fn list(r: &Report) -> Vec<GpuLate> {
         let end = r.last_ns.unwrap_or(0);
         r.gpu
             .late
@@ -54,6 +54,6 @@ impl GpuLate {
 }
 
 /// Milliseconds, to the microsecond.
-pub fn ms(ns: u64) -> f64 {
+pub(crate) fn ms(ns: u64) -> f64 {
     (ns as f64 / 1e3).round() / 1e3
 }

@@ -9,49 +9,49 @@ use crate::model::{Report, identity};
 /// Where its environment or cgroups told: null otherwise. Its fields go
 /// on each view in the printed (alphabetical) key order.
 #[derive(Debug, Default)]
-pub struct Identity {
+pub(crate) struct Identity {
     /// Its container, from its cgroup paths (cgroup v1 or v2, cgroupfs or
     /// systemd driver); null outside one.
     pub container: Option<Container>,
     /// `LOCAL_RANK`, else `OMPI_COMM_WORLD_LOCAL_RANK`, `SLURM_LOCALID`.
-    pub local_rank: Option<u32>,
+    pub(crate) local_rank: Option<u32>,
     /// `RANK`, else `OMPI_COMM_WORLD_RANK`, `PMI_RANK`, `SLURM_PROCID`,
     /// read at its exec. A process forked from a rank (a DataLoader
     /// worker) carries its rank too.
     pub rank: Option<u32>,
     /// torchrun's `TORCHELASTIC_RUN_ID`.
-    pub run_id: Option<String>,
+    pub(crate) run_id: Option<String>,
     /// `SLURM_JOB_ID`, else the job in its Slurm cgroup path.
-    pub slurm_job_id: Option<u64>,
+    pub(crate) slurm_job_id: Option<u64>,
     /// `SLURM_STEP_ID`, else the step in its Slurm cgroup path (`0`,
     /// `batch`).
-    pub slurm_step_id: Option<String>,
+    pub(crate) slurm_step_id: Option<String>,
     /// `WORLD_SIZE`, else `OMPI_COMM_WORLD_SIZE`, `PMI_SIZE`,
     /// `SLURM_NTASKS`.
-    pub world_size: Option<u32>,
+    pub(crate) world_size: Option<u32>,
 }
 
 /// A Docker or Podman container, or a Kubernetes pod's.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct Container {
+pub(crate) struct Container {
     /// The container's id (64 hex digits); null when the path stops at
     /// the pod.
     pub id: Option<String>,
     /// The pod's `POD_NAMESPACE`; null unless the pod sets it (the
     /// downward API).
-    pub namespace: Option<String>,
+    pub(crate) namespace: Option<String>,
     /// The pod's `POD_NAME`, else its `HOSTNAME` (the pod's name unless
     /// its spec sets another hostname); null outside a pod.
-    pub pod_name: Option<String>,
+    pub(crate) pod_name: Option<String>,
     /// The Kubernetes pod's UID; null outside a pod.
     pub pod_uid: Option<String>,
     /// `docker`, `podman`, `containerd`, `cri-o`, or `kubernetes` for a
     /// pod whose cgroup path does not name its runtime.
-    pub runtime: String,
+    pub(crate) runtime: String,
 }
 
 impl Identity {
-    pub fn of(r: &Report, pid: u32, start_ns: u64) -> Identity {
+    pub(crate) fn of(r: &Report, pid: u32, start_ns: u64) -> Identity {
         r.identity(pid, start_ns)
             .map(Identity::new)
             .unwrap_or_default()

@@ -11,71 +11,71 @@ use super::{Time, secs, secs_since};
 
 /// One OOM kill.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct Kill {
+pub(crate) struct Kill {
     /// The OOM killer's ranking at the kill, highest badness first, always
     /// including the victim. A reconstruction from the tracked memory, as
     /// the kernel's `oom_badness()` computes it.
     #[schemars(length(max = 10))]
-    pub candidates: Vec<Candidate>,
+    pub(crate) candidates: Vec<Candidate>,
     /// What ran out: a memory cgroup at its limit (`memcg`), the whole
     /// machine (`none`: a global OOM), a cpuset or a memory policy.
-    pub constraint: Constraint,
+    pub(crate) constraint: Constraint,
     /// The job's processes that play one role, together; groups of one are
     /// left out.
-    pub groups: Vec<KillGroup>,
+    pub(crate) groups: Vec<KillGroup>,
     /// Processes whose memory grew in the window before the kill, most
     /// growth first.
-    pub growers: Vec<Grower>,
+    pub(crate) growers: Vec<Grower>,
     /// The host the victim ran on: the recording header's hostname.
-    pub host: String,
+    pub(crate) host: String,
     /// The kernel log lines read as part of this kill.
-    pub kernel_log: Vec<String>,
+    pub(crate) kernel_log: Vec<String>,
     /// `oc->chosen_points`, the victim's badness in the kernel's units;
     /// null without an `oom_kill_process` probe.
-    pub kernel_points: Option<i64>,
+    pub(crate) kernel_points: Option<i64>,
     /// For a memcg OOM, the cgroup whose limit was hit; otherwise the
     /// victim's cgroup.
-    pub memcg: Option<String>,
+    pub(crate) memcg: Option<String>,
     /// The memcg's limit (kB); null for no limit.
-    pub memcg_limit_kb: Option<u64>,
+    pub(crate) memcg_limit_kb: Option<u64>,
     /// The memcg's usage when it ran out (kB), from the kernel log.
-    pub memcg_usage_kb: Option<u64>,
+    pub(crate) memcg_usage_kb: Option<u64>,
     /// The run-up to the kill, from the recorder's once-a-second samples.
-    pub pressure: Option<Pressure>,
+    pub(crate) pressure: Option<Pressure>,
     /// How the reconstructed ranking was made; null without one.
-    pub ranking: Option<Ranking>,
+    pub(crate) ranking: Option<Ranking>,
     /// Its recording's index in `recordings` (0 for one recording).
-    pub recording: usize,
+    pub(crate) recording: usize,
     /// Which probes reported the kill, joined with `+`,
     /// `oom_kill_process`'s first: e.g. `"fentry+tp_btf"`.
     #[schemars(pattern(
         r"^(fentry|kprobe|tp_btf|tracepoint|unknown)(\+(fentry|kprobe|tp_btf|tracepoint|unknown))*$"
     ))]
-    pub source: String,
+    pub(crate) source: String,
     /// The kernel records the kill was read from.
     #[schemars(length(min = 1))]
-    pub sources: Vec<KillSource>,
+    pub(crate) sources: Vec<KillSource>,
     /// The job's honest growth over the window against its memory cgroup's
     /// usage change.
-    pub sum_check: Option<SumCheck>,
+    pub(crate) sum_check: Option<SumCheck>,
     /// The victim's own memory cgroup.
-    pub task_memcg: Option<String>,
+    pub(crate) task_memcg: Option<String>,
     /// When the kernel killed; null without a clock pair.
-    pub time: Option<Time>,
+    pub(crate) time: Option<Time>,
     /// The same, seconds since the recording start.
-    pub time_s: f64,
+    pub(crate) time_s: f64,
     /// `oc->totalpages`: the pages the badness is measured against.
-    pub totalpages: Option<u64>,
+    pub(crate) totalpages: Option<u64>,
     /// The process whose allocation failed and set off the kill.
-    pub trigger: Trigger,
+    pub(crate) trigger: Trigger,
     /// The process killed.
-    pub victim: Victim,
+    pub(crate) victim: Victim,
     /// The look-back window for `growers`, seconds.
-    pub window_s: f64,
+    pub(crate) window_s: f64,
 }
 
 impl Kill {
-    pub fn new(r: &Report, k: &model::Kill) -> Kill {
+    pub(crate) fn new(r: &Report, k: &model::Kill) -> Kill {
         Kill {
             candidates: k.ranking.as_ref().map_or(Vec::new(), |rk| {
                 rk.candidates.iter().map(Candidate::new).collect()
@@ -130,7 +130,7 @@ impl Kill {
 /// What ran out (the kernel's `enum oom_constraint`).
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum Constraint {
+pub(crate) enum Constraint {
     /// The whole machine: a global OOM.
     None,
     Cpuset,
@@ -154,56 +154,56 @@ impl From<model::Constraint> for Constraint {
 
 /// The process killed.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct Victim {
+pub(crate) struct Victim {
     /// Anonymous resident memory when killed (kB).
-    pub anon_rss_kb: u64,
+    pub(crate) anon_rss_kb: u64,
     /// Its command name (`task->comm`, at most 15 bytes).
-    pub comm: String,
+    pub(crate) comm: String,
     /// Its container, from its cgroup paths; null outside one.
-    pub container: Option<super::identity::Container>,
+    pub(crate) container: Option<super::identity::Container>,
     /// File-backed resident memory when killed (kB).
-    pub file_rss_kb: u64,
+    pub(crate) file_rss_kb: u64,
     /// Whether it belongs to the recorded job's process tree.
-    pub in_job: bool,
+    pub(crate) in_job: bool,
     /// `LOCAL_RANK` (or MPI's, Slurm's) read at its exec.
-    pub local_rank: Option<u32>,
+    pub(crate) local_rank: Option<u32>,
     /// 1000 makes it the first choice, -1000 exempts it.
     #[schemars(range(min = -1000, max = 1000))]
-    pub oom_score_adj: i32,
+    pub(crate) oom_score_adj: i32,
     /// Page-table memory (kB).
-    pub pgtables_kb: u64,
+    pub(crate) pgtables_kb: u64,
     /// Process id (tgid).
-    pub pid: u32,
+    pub(crate) pid: u32,
     /// `RANK` (or MPI's, Slurm's `SLURM_PROCID`) read at its exec; a
     /// process forked from a rank carries its rank too.
-    pub rank: Option<u32>,
+    pub(crate) rank: Option<u32>,
     /// torchrun's `TORCHELASTIC_RUN_ID`.
-    pub run_id: Option<String>,
+    pub(crate) run_id: Option<String>,
     /// Shared-memory resident memory when killed (kB).
-    pub shmem_rss_kb: u64,
+    pub(crate) shmem_rss_kb: u64,
     /// `SLURM_JOB_ID`, else the job in its Slurm cgroup path.
-    pub slurm_job_id: Option<u64>,
+    pub(crate) slurm_job_id: Option<u64>,
     /// `SLURM_STEP_ID`, else the step in its Slurm cgroup path.
-    pub slurm_step_id: Option<String>,
+    pub(crate) slurm_step_id: Option<String>,
     /// Its stacks as its threads dequeued the fatal signal (`record
     /// --stacks`): the thread that was allocating, or else the one the
     /// kernel named, with the others in `threads`. Null without stacks,
     /// or with `stack_error` saying why.
-    pub stack_at_death: Option<super::stacks::StackAtDeath>,
+    pub(crate) stack_at_death: Option<super::stacks::StackAtDeath>,
     /// Why `stack_at_death` is null while stacks were recorded (null
     /// otherwise).
-    pub stack_error: Option<String>,
+    pub(crate) stack_error: Option<String>,
     /// Swapped-out memory (kB).
-    pub swap_kb: u64,
+    pub(crate) swap_kb: u64,
     /// Virtual size (kB).
-    pub total_vm_kb: u64,
+    pub(crate) total_vm_kb: u64,
     /// Its ancestry in the job, from the job's main process down to the
     /// victim itself; empty if not in the job.
-    pub tree: Vec<Task>,
+    pub(crate) tree: Vec<Task>,
     /// Its user id.
-    pub uid: u32,
+    pub(crate) uid: u32,
     /// `WORLD_SIZE` (or MPI's, Slurm's `SLURM_NTASKS`).
-    pub world_size: Option<u32>,
+    pub(crate) world_size: Option<u32>,
 }
 
 impl Victim {
@@ -251,34 +251,34 @@ impl Victim {
 
 /// A process.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct Task {
+pub(crate) struct Task {
     pub comm: String,
     pub pid: u32,
 }
 
 /// The task whose allocation set off the kill (`current`).
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct Trigger {
+pub(crate) struct Trigger {
     /// The allocating thread's name.
-    pub comm: String,
+    pub(crate) comm: String,
     /// Its process id (tgid).
-    pub pid: u32,
+    pub(crate) pid: u32,
     /// The allocating thread's id.
-    pub tid: u32,
+    pub(crate) tid: u32,
 }
 
 /// A kernel record the kill was read from.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct KillSource {
+pub(crate) struct KillSource {
     /// The probe that read it: `fentry`, `kprobe`, `tp_btf`, `tracepoint`.
-    pub probe: String,
-    pub record: KillRecord,
+    pub(crate) probe: String,
+    pub(crate) record: KillRecord,
 }
 
 /// The kernel function a kill record comes from.
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum KillRecord {
+pub(crate) enum KillRecord {
     /// The kill's context (`oom_control`).
     OomKillProcess,
     /// One per killed process.
@@ -296,19 +296,19 @@ impl From<OomRecordKind> for KillRecord {
 
 /// A candidate in the reconstructed ranking.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct Candidate {
-    pub comm: String,
-    pub in_job: bool,
-    pub is_victim: bool,
+pub(crate) struct Candidate {
+    pub(crate) comm: String,
+    pub(crate) in_job: bool,
+    pub(crate) is_victim: bool,
     #[schemars(range(min = -1000, max = 1000))]
-    pub oom_score_adj: i32,
-    pub pgtables_kb: u64,
-    pub pid: u32,
+    pub(crate) oom_score_adj: i32,
+    pub(crate) pgtables_kb: u64,
+    pub(crate) pid: u32,
     /// `(rss + swap + pgtables) in pages + oom_score_adj × (totalpages /
     /// 1000)`.
-    pub points: i64,
-    pub rss_kb: u64,
-    pub swap_kb: u64,
+    pub(crate) points: i64,
+    pub(crate) rss_kb: u64,
+    pub(crate) swap_kb: u64,
 }
 
 impl Candidate {
@@ -329,19 +329,19 @@ impl Candidate {
 
 /// How the ranking was reconstructed.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct Ranking {
+pub(crate) struct Ranking {
     /// Whether the victim's reconstructed points agree with
     /// `kernel_points` (within 1% or 256 pages); null when the kernel's
     /// points are unknown.
-    pub agrees_with_kernel: Option<bool>,
+    pub(crate) agrees_with_kernel: Option<bool>,
     /// Always true: the ranking is a reconstruction.
     #[schemars(extend("const" = true))]
-    pub reconstructed: bool,
+    pub(crate) reconstructed: bool,
     /// The totalpages the reconstruction used.
-    pub totalpages: u64,
-    pub totalpages_source: TotalpagesSource,
+    pub(crate) totalpages: u64,
+    pub(crate) totalpages_source: TotalpagesSource,
     /// The victim's reconstructed points.
-    pub victim_points: Option<i64>,
+    pub(crate) victim_points: Option<i64>,
 }
 
 impl Ranking {
@@ -359,7 +359,7 @@ impl Ranking {
 /// Where the reconstruction's totalpages came from.
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum TotalpagesSource {
+pub(crate) enum TotalpagesSource {
     /// `oc->totalpages`.
     Kernel,
     MemcgLimit,
@@ -380,38 +380,38 @@ impl From<model::TotalSource> for TotalpagesSource {
 
 /// The run-up to a kill (kB unless named otherwise).
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct Pressure {
+pub(crate) struct Pressure {
     /// v2 `memory.events` max, v1 `memory.failcnt`, in the window.
-    pub cgroup_limit_hits: Option<u64>,
-    pub cgroup_limit_kb: Option<u64>,
-    pub cgroup_usage_kb: Option<u64>,
+    pub(crate) cgroup_limit_hits: Option<u64>,
+    pub(crate) cgroup_limit_kb: Option<u64>,
+    pub(crate) cgroup_usage_kb: Option<u64>,
     pub commit_limit_kb: u64,
     pub committed_as_kb: u64,
-    pub mem_available_at_kill_kb: u64,
-    pub mem_available_min_kb: u64,
-    pub mem_available_start_kb: u64,
+    pub(crate) mem_available_at_kill_kb: u64,
+    pub(crate) mem_available_min_kb: u64,
+    pub(crate) mem_available_start_kb: u64,
     pub mem_total_kb: u64,
     /// `vm.overcommit_memory`.
     #[schemars(range(max = 2))]
     pub overcommit_memory: Option<u32>,
     /// Null where PSI is off.
-    pub psi_full_avg10: Option<f64>,
+    pub(crate) psi_full_avg10: Option<f64>,
     /// Null where PSI is off.
-    pub psi_some_avg10: Option<f64>,
+    pub(crate) psi_some_avg10: Option<f64>,
     /// Null where PSI is off.
-    pub psi_some_stall_ms: Option<u64>,
+    pub(crate) psi_some_stall_ms: Option<u64>,
     /// What the job's own threads freed inside reclaim or compaction in the
     /// window.
     pub reclaim_freed_kb: u64,
     pub shmem_kb: u64,
     /// Seconds the samples span.
-    pub span_s: f64,
+    pub(crate) span_s: f64,
     /// Time in allocation stalls in the window, all tasks (ms).
-    pub stall_ms: Stalls,
+    pub(crate) stall_ms: Stalls,
     /// Allocation stalls in the window, all tasks.
-    pub stalls: Stalls,
+    pub(crate) stalls: Stalls,
     pub swap_total_kb: u64,
-    pub swap_used_kb: u64,
+    pub(crate) swap_used_kb: u64,
 }
 
 impl Pressure {
@@ -443,10 +443,10 @@ impl Pressure {
 
 /// Allocation stalls by kind.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct Stalls {
-    pub compaction: u64,
-    pub direct_reclaim: u64,
-    pub memcg_reclaim: u64,
+pub(crate) struct Stalls {
+    pub(crate) compaction: u64,
+    pub(crate) direct_reclaim: u64,
+    pub(crate) memcg_reclaim: u64,
 }
 
 impl Stalls {
@@ -461,18 +461,18 @@ impl Stalls {
 
 /// Job processes that play one role, over a kill's window.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct KillGroup {
+pub(crate) struct KillGroup {
     /// How many processes.
-    pub count: usize,
+    pub(crate) count: usize,
     /// Their RSS growth (kB).
-    pub grew_kb: u64,
+    pub(crate) grew_kb: u64,
     /// Their honest growth (kB).
-    pub honest_kb: i64,
-    pub pids: Vec<u32>,
+    pub(crate) honest_kb: i64,
+    pub(crate) pids: Vec<u32>,
     /// `"DataLoader workers"`, `"torchrun ranks"`, or a shared command
     /// line.
-    pub role: String,
-    pub window_s: f64,
+    pub(crate) role: String,
+    pub(crate) window_s: f64,
 }
 
 impl KillGroup {
@@ -490,44 +490,44 @@ impl KillGroup {
 
 /// A process whose resident memory grew before the kill.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct Grower {
+pub(crate) struct Grower {
     /// It was born inside the window, so grew from 0.
-    pub born_in_window: bool,
+    pub(crate) born_in_window: bool,
     /// Its latest command name.
-    pub comm: String,
+    pub(crate) comm: String,
     /// Its container, from its cgroup paths; null outside one.
-    pub container: Option<super::identity::Container>,
+    pub(crate) container: Option<super::identity::Container>,
     /// RSS growth (kB).
-    pub grew_kb: u64,
+    pub(crate) grew_kb: u64,
     /// Memory it allocated minus what it freed, in its own context, over
     /// the same span (kB); null without page-allocation probes.
-    pub honest_kb: Option<i64>,
-    pub in_job: bool,
+    pub(crate) honest_kb: Option<i64>,
+    pub(crate) in_job: bool,
     /// `LOCAL_RANK` (or MPI's, Slurm's) read at its exec.
-    pub local_rank: Option<u32>,
-    pub pid: u32,
+    pub(crate) local_rank: Option<u32>,
+    pub(crate) pid: u32,
     /// `RANK` (or MPI's, Slurm's `SLURM_PROCID`) read at its exec; a
     /// process forked from a rank carries its rank too.
-    pub rank: Option<u32>,
+    pub(crate) rank: Option<u32>,
     /// `grew_kb / window_s`; null when `window_s` is under a second.
-    pub rate_kb_per_s: Option<f64>,
+    pub(crate) rate_kb_per_s: Option<f64>,
     /// Resident memory at the kill (kB).
-    pub rss_kb: u64,
+    pub(crate) rss_kb: u64,
     /// torchrun's `TORCHELASTIC_RUN_ID`.
-    pub run_id: Option<String>,
+    pub(crate) run_id: Option<String>,
     /// `SLURM_JOB_ID`, else the job in its Slurm cgroup path.
-    pub slurm_job_id: Option<u64>,
+    pub(crate) slurm_job_id: Option<u64>,
     /// `SLURM_STEP_ID`, else the step in its Slurm cgroup path.
-    pub slurm_step_id: Option<String>,
+    pub(crate) slurm_step_id: Option<String>,
     /// Where its memory grew (`record --stacks`): its growth stacks
     /// recorded up to the kill, heaviest first; empty without.
-    pub stacks: Vec<super::stacks::Stack>,
+    pub(crate) stacks: Vec<super::stacks::Stack>,
     /// It is the process that was killed.
-    pub victim: bool,
+    pub(crate) victim: bool,
     /// Seconds from the baseline to the last sample.
-    pub window_s: f64,
+    pub(crate) window_s: f64,
     /// `WORLD_SIZE` (or MPI's, Slurm's `SLURM_NTASKS`).
-    pub world_size: Option<u32>,
+    pub(crate) world_size: Option<u32>,
 }
 
 impl Grower {
@@ -558,25 +558,25 @@ impl Grower {
 
 /// The job processes' honest growth against their cgroup's usage change.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct SumCheck {
-    pub attributed_kb: i64,
-    pub cgroup_delta_kb: i64,
+pub(crate) struct SumCheck {
+    pub(crate) attributed_kb: i64,
+    pub(crate) cgroup_delta_kb: i64,
     /// The cgroup's page cache, set apart (extra): null where its
     /// statistics were not read.
-    pub page_cache: Option<PageCache>,
+    pub(crate) page_cache: Option<PageCache>,
     /// `attributed_kb / cgroup_delta_kb`, to 3 places; null when the
     /// cgroup did not change. Page cache counts against the job here:
     /// `without_page_cache.ratio` does not.
-    pub ratio: Option<f64>,
-    pub unattributed: Unattributed,
-    pub unattributed_kb: i64,
+    pub(crate) ratio: Option<f64>,
+    pub(crate) unattributed: Unattributed,
+    pub(crate) unattributed_kb: i64,
     /// The same check with the page cache set apart (extra): null where
     /// the cgroup's statistics were not read.
-    pub without_page_cache: Option<WithoutPageCache>,
+    pub(crate) without_page_cache: Option<WithoutPageCache>,
 }
 
 impl SumCheck {
-    pub fn new(s: &model::SumCheck) -> SumCheck {
+    pub(crate) fn new(s: &model::SumCheck) -> SumCheck {
         SumCheck {
             attributed_kb: s.attributed_kb,
             cgroup_delta_kb: s.cgroup_delta_kb,
@@ -608,36 +608,36 @@ fn thousandths(r: f64) -> f64 {
 /// The job cgroup's page cache (its file pages, shmem left out), which is
 /// no process's growth.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct PageCache {
+pub(crate) struct PageCache {
     /// When the span began: read before the job, or left by others.
-    pub at_start_kb: i64,
+    pub(crate) at_start_kb: i64,
     /// Its change over the span: `job_kb + other_kb`.
-    pub delta_kb: i64,
+    pub(crate) delta_kb: i64,
     /// Brought in, less removed, by the job's processes in their own
     /// context (their `page_cache_kb`).
-    pub job_kb: i64,
+    pub(crate) job_kb: i64,
     /// The rest: brought in by other processes and charged to the cgroup,
     /// less what reclaim took back.
-    pub other_kb: i64,
+    pub(crate) other_kb: i64,
 }
 
 /// The sum check with the page cache set apart.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct WithoutPageCache {
+pub(crate) struct WithoutPageCache {
     /// The cgroup's usage change less its page cache's:
     /// `cgroup_delta_kb - page_cache.delta_kb`.
-    pub cgroup_delta_kb: i64,
+    pub(crate) cgroup_delta_kb: i64,
     /// `attributed_kb` / this `cgroup_delta_kb`, to 3 places; null when it
     /// is 0.
-    pub ratio: Option<f64>,
+    pub(crate) ratio: Option<f64>,
     /// This `cgroup_delta_kb - attributed_kb`: kernel memory, shmem made by
     /// no live job process, growth of processes that exited.
-    pub unattributed_kb: i64,
+    pub(crate) unattributed_kb: i64,
 }
 
 /// What the unattributed part is made of, where known.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct Unattributed {
-    pub kernel_delta_kb: Option<i64>,
-    pub page_cache_delta_kb: Option<i64>,
+pub(crate) struct Unattributed {
+    pub(crate) kernel_delta_kb: Option<i64>,
+    pub(crate) page_cache_delta_kb: Option<i64>,
 }

@@ -11,17 +11,17 @@ use super::{secs, secs_since, tenths};
 
 /// A warning `record` gave while the job ran.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct LeakWarning {
+pub(crate) struct LeakWarning {
     pub comm: String,
     /// The trend's fit, 0 to 1.
-    pub fit: f64,
+    pub(crate) fit: f64,
     /// The role group; null for a process.
     pub group: Option<String>,
     /// `leak`: a suspected leak; `running_out`: memory projected to run
     /// out within minutes, from any steady climb (the steepest named,
     /// `slope_kb_per_s` theirs together), before `--leak-span` had passed.
     #[schemars(extend("enum" = ["leak", "running_out"]))]
-    pub kind: String,
+    pub(crate) kind: String,
     /// The limit the projection ran into (kB).
     pub limit_kb: Option<u64>,
     /// What the limit is.
@@ -32,14 +32,14 @@ pub struct LeakWarning {
     /// Seconds from the warning until the limit, at the slope.
     pub projected_oom_s: Option<u64>,
     /// When the climb began, seconds since the recording start.
-    pub since: f64,
-    pub slope_kb_per_s: f64,
+    pub(crate) since: f64,
+    pub(crate) slope_kb_per_s: f64,
     /// When the warning was given, seconds since the recording start.
-    pub time_s: f64,
+    pub(crate) time_s: f64,
 }
 
 impl LeakWarning {
-    pub fn all(r: &Report) -> Vec<LeakWarning> {
+    pub(crate) fn all(r: &Report) -> Vec<LeakWarning> {
         r.leak_warnings
             .iter()
             .map(|(ts, w)| LeakWarning {
@@ -62,43 +62,43 @@ impl LeakWarning {
 /// A suspected leak: a sustained climb of a job process's (or role
 /// group's) honest memory.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct Leak {
+pub(crate) struct Leak {
     /// Still running when the recording ended (a group: any member).
-    pub alive: bool,
+    pub(crate) alive: bool,
     /// Its latest command name; for a group, its latest member's.
-    pub comm: String,
+    pub(crate) comm: String,
     /// Share of the variance the trend explains, 0 to 1.
     #[schemars(range(min = 0, max = 1))]
-    pub fit: f64,
+    pub(crate) fit: f64,
     /// The role group: the process's (null when it has none), or the
     /// group's own.
-    pub group: Option<String>,
+    pub(crate) group: Option<String>,
     /// `slope_kb_per_s × span_s`.
-    pub growth_kb: i64,
+    pub(crate) growth_kb: i64,
     /// The limit the projection runs into: the job cgroup's limit, or
     /// MemTotal plus SwapTotal.
-    pub limit_kb: Option<u64>,
+    pub(crate) limit_kb: Option<u64>,
     /// Processes in the group; 1 for a process.
-    pub members: usize,
+    pub(crate) members: usize,
     /// Null for a role group.
-    pub pid: Option<u32>,
+    pub(crate) pid: Option<u32>,
     /// Seconds from the end of the recording until the leaks still running
     /// reach `limit_kb`; the same in every entry; null when nothing leaking
     /// is alive at the end, or no limit is known.
-    pub projected_oom_s: Option<f64>,
+    pub(crate) projected_oom_s: Option<f64>,
     /// When the sustained climb began, seconds since the recording start.
-    pub since: f64,
+    pub(crate) since: f64,
     /// The largest the process (or group) was: RSS or honest memory.
-    pub size_kb: u64,
+    pub(crate) size_kb: u64,
     /// The climb's rate, kB per second.
-    pub slope_kb_per_s: f64,
+    pub(crate) slope_kb_per_s: f64,
     /// Seconds from `since` to its end.
-    pub span_s: f64,
+    pub(crate) span_s: f64,
 }
 
 impl Leak {
     /// Suspected leaks, steepest first.
-    pub fn all(r: &Report) -> Vec<Leak> {
+    pub(crate) fn all(r: &Report) -> Vec<Leak> {
         let p = r.leaks.projection.as_ref();
         r.leaks
             .leaks()
@@ -123,22 +123,22 @@ impl Leak {
 
 /// The projection the `leaks` entries share, with what it was made from.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct LeakProjection {
-    pub domain: Domain,
+pub(crate) struct LeakProjection {
+    pub(crate) domain: Domain,
     /// The limit (kB).
-    pub limit_kb: u64,
+    pub(crate) limit_kb: u64,
     /// The leak span the trends were judged by (`--leak-span`), seconds.
-    pub min_span_s: f64,
+    pub(crate) min_span_s: f64,
     /// `(limit_kb - usage_kb) / slope_kb_per_s`; null when the slope is 0.
-    pub seconds: Option<f64>,
+    pub(crate) seconds: Option<f64>,
     /// The live leaks' summed slope; 0 when none.
-    pub slope_kb_per_s: f64,
+    pub(crate) slope_kb_per_s: f64,
     /// Usage at the end (kB), projected from the recent samples.
-    pub usage_kb: u64,
+    pub(crate) usage_kb: u64,
 }
 
 impl LeakProjection {
-    pub fn new(r: &Report) -> Option<LeakProjection> {
+    pub(crate) fn new(r: &Report) -> Option<LeakProjection> {
         r.leaks.projection.as_ref().map(|p| LeakProjection {
             domain: match p.domain {
                 ModelDomain::Cgroup => Domain::Cgroup,
@@ -156,7 +156,7 @@ impl LeakProjection {
 /// What a leak projection runs into.
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum Domain {
+pub(crate) enum Domain {
     /// The job's memory cgroup.
     Cgroup,
     /// MemTotal plus SwapTotal.

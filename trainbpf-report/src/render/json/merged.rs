@@ -13,26 +13,26 @@ use super::{JsonReport, Time, processes};
 
 /// One recording of the job.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct Recording {
+pub(crate) struct Recording {
     /// From the job's start (the earliest first event of any recording, on
     /// the wall clock) to this recording's first event, ms: add it (as
     /// seconds) to this recording's `time_s`, `born_s` and `died_s` to
     /// place them on the job's timeline. 0 for one recording.
-    pub clock_offset_ms: f64,
+    pub(crate) clock_offset_ms: f64,
     /// How precisely its clock anchor (the monotonic and wall clocks read
     /// together when recording began) was taken, ns; null in recordings
     /// made before it was kept. How far two hosts' wall clocks disagree is
     /// not in the recordings.
-    pub clock_uncertainty_ns: Option<u64>,
+    pub(crate) clock_uncertainty_ns: Option<u64>,
     /// The host it was recorded on (the header's hostname).
     pub host: String,
     /// Events lost in this recording (as the top-level `lost_events`).
-    pub lost_events: u64,
+    pub(crate) lost_events: u64,
     /// The file, as given to `report`.
-    pub path: String,
+    pub(crate) path: String,
     /// Wall-clock time of its first event; null for an empty recording or
     /// one without a clock anchor.
-    pub started: Option<Time>,
+    pub(crate) started: Option<Time>,
 }
 
 impl Recording {
@@ -59,37 +59,37 @@ impl Recording {
 
 /// A kill or death across the job.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct Failure {
+pub(crate) struct Failure {
     /// The process's command name.
-    pub comm: String,
-    pub host: String,
+    pub(crate) comm: String,
+    pub(crate) host: String,
     /// `oom_kill` for an OOM kill of a job process, else the death's
     /// `cause` (`signal`, `crash`, `exit` with a nonzero code, ...).
-    pub kind: String,
+    pub(crate) kind: String,
     /// In words, as the text report says it.
-    pub phrase: String,
-    pub pid: u32,
+    pub(crate) phrase: String,
+    pub(crate) pid: u32,
     /// Its index in `recordings`.
-    pub recording: usize,
+    pub(crate) recording: usize,
     /// Wall clock; null when its recording has no clock anchor.
-    pub time: Option<Time>,
+    pub(crate) time: Option<Time>,
 }
 
 /// The first failure across the job, and what the other processes did
 /// after it.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct FirstFailure {
-    pub comm: String,
-    pub host: String,
+pub(crate) struct FirstFailure {
+    pub(crate) comm: String,
+    pub(crate) host: String,
     /// As in `then[]`.
-    pub kind: String,
-    pub phrase: String,
-    pub pid: u32,
-    pub recording: usize,
+    pub(crate) kind: String,
+    pub(crate) phrase: String,
+    pub(crate) pid: u32,
+    pub(crate) recording: usize,
     /// Failures of other processes after it, each process once, in time
     /// order.
-    pub then: Vec<Failure>,
-    pub time: Option<Time>,
+    pub(crate) then: Vec<Failure>,
+    pub(crate) time: Option<Time>,
 }
 
 fn failure(m: &Merged, h: &Happening) -> Failure {
@@ -138,7 +138,7 @@ fn first_failure(m: &Merged) -> Option<FirstFailure> {
 /// `recording`), `first_failure`, and `lost_events` summed. The other
 /// sections are the first recording's: run `report --json` on each file
 /// for its own.
-pub fn render_merged(m: &Merged) -> Value {
+pub(crate) fn render_merged(m: &Merged) -> Value {
     let Some(first) = m.reports.first() else {
         return Value::Null;
     };

@@ -12,31 +12,31 @@ use super::{Exit, Time, secs_since};
 
 /// The recorded command, or what the recorder attached to.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct Job {
+pub(crate) struct Job {
     /// The command line; empty for `--cgroup` and `--all`.
-    pub argv: Vec<String>,
+    pub(crate) argv: Vec<String>,
     /// How the recorder attached to a job it did not start: "pid",
     /// "cgroup" or "all"; null when it ran the job.
-    pub attached: Option<String>,
+    pub(crate) attached: Option<String>,
     /// The memory cgroup created for `--memory-limit`, as the kernel names
     /// it; null without one.
-    pub cgroup: Option<String>,
-    pub cwd: String,
+    pub(crate) cgroup: Option<String>,
+    pub(crate) cwd: String,
     /// How the main process ended; null if the recording ended first.
-    pub exit: Option<Exit>,
+    pub(crate) exit: Option<Exit>,
     /// The `--memory-limit`, bytes.
-    pub memory_limit_bytes: Option<u64>,
+    pub(crate) memory_limit_bytes: Option<u64>,
     /// The job's main process; 0 for `--cgroup` and `--all`, which have
     /// none.
-    pub pid: u32,
+    pub(crate) pid: u32,
     /// What was recorded, as the text report's title names it: the
     /// command line, "all processes", "cgroup DIR" or "pid N (comm)".
-    pub title: String,
-    pub uid: u32,
+    pub(crate) title: String,
+    pub(crate) uid: u32,
 }
 
 impl Job {
-    pub fn new(j: &model::Job, title: String) -> Job {
+    pub(crate) fn new(j: &model::Job, title: String) -> Job {
         Job {
             argv: j.argv.clone(),
             attached: j.attached.clone(),
@@ -53,67 +53,67 @@ impl Job {
 
 /// A process of the job's tree that the recorder saw.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct Process {
+pub(crate) struct Process {
     /// Its birth, seconds since the recording start.
-    pub born_s: Option<f64>,
+    pub(crate) born_s: Option<f64>,
     /// Latest command name.
-    pub comm: String,
+    pub(crate) comm: String,
     /// Its container, from its cgroup paths; null outside one.
-    pub container: Option<super::identity::Container>,
+    pub(crate) container: Option<super::identity::Container>,
     /// Its exit, seconds since the recording start; null if still running
     /// at the end.
-    pub died_s: Option<f64>,
+    pub(crate) died_s: Option<f64>,
     /// The last file it exec'd; ends in `…` when the path was cut.
-    pub exec: Option<String>,
+    pub(crate) exec: Option<String>,
     /// How it ended, decoded from the wait status.
-    pub exit: Option<Exit>,
+    pub(crate) exit: Option<Exit>,
     /// Memory it allocated minus freed in its own context, at its last
     /// record (kB); null without page-allocation probes.
-    pub honest_kb: Option<i64>,
+    pub(crate) honest_kb: Option<i64>,
     /// The most `honest_kb` reached.
-    pub honest_peak_kb: Option<i64>,
+    pub(crate) honest_peak_kb: Option<i64>,
     /// The host it ran on: the recording header's hostname.
-    pub host: String,
+    pub(crate) host: String,
     /// `LOCAL_RANK` (or MPI's, Slurm's) read at its exec.
-    pub local_rank: Option<u32>,
+    pub(crate) local_rank: Option<u32>,
     /// The OOM killer chose it.
-    pub oom_killed: bool,
+    pub(crate) oom_killed: bool,
     /// The last `oom_score_adj` written while recording; null if it never
     /// changed.
     #[schemars(range(min = -1000, max = 1000))]
-    pub oom_score_adj: Option<i32>,
+    pub(crate) oom_score_adj: Option<i32>,
     /// Page cache it brought in minus what it removed, in its own context
     /// (kB); null without the page-cache probes.
-    pub page_cache_kb: Option<i64>,
+    pub(crate) page_cache_kb: Option<i64>,
     /// Parent's pid; null for the job's main process.
-    pub parent: Option<u32>,
+    pub(crate) parent: Option<u32>,
     /// The largest resident memory seen (kB).
-    pub peak_rss_kb: u64,
-    pub pid: u32,
+    pub(crate) peak_rss_kb: u64,
+    pub(crate) pid: u32,
     /// Proportional set size from its last smaps_rollup sample (kB).
-    pub pss_kb: Option<u64>,
+    pub(crate) pss_kb: Option<u64>,
     /// `RANK` (or MPI's, Slurm's `SLURM_PROCID`) read at its exec; a
     /// process forked from a rank carries its rank too.
-    pub rank: Option<u32>,
+    pub(crate) rank: Option<u32>,
     /// Its recording's index in `recordings` (0 for one recording).
-    pub recording: usize,
+    pub(crate) recording: usize,
     /// torchrun's `TORCHELASTIC_RUN_ID`.
-    pub run_id: Option<String>,
+    pub(crate) run_id: Option<String>,
     /// `SLURM_JOB_ID`, else the job in its Slurm cgroup path.
-    pub slurm_job_id: Option<u64>,
+    pub(crate) slurm_job_id: Option<u64>,
     /// `SLURM_STEP_ID`, else the step in its Slurm cgroup path.
-    pub slurm_step_id: Option<String>,
+    pub(crate) slurm_step_id: Option<String>,
     /// Where its memory grew over the whole run (`record --stacks`),
     /// heaviest first; empty without.
-    pub stacks: Vec<super::stacks::Stack>,
+    pub(crate) stacks: Vec<super::stacks::Stack>,
     /// Unique set size from its last smaps_rollup sample (kB).
-    pub uss_kb: Option<u64>,
+    pub(crate) uss_kb: Option<u64>,
     /// `WORLD_SIZE` (or MPI's, Slurm's `SLURM_NTASKS`).
-    pub world_size: Option<u32>,
+    pub(crate) world_size: Option<u32>,
 }
 
 impl Process {
-    pub fn new(r: &Report, p: &model::Process) -> Process {
+    pub(crate) fn new(r: &Report, p: &model::Process) -> Process {
         let id = super::identity::Identity::of(r, p.pid, p.start_ns);
         Process {
             born_s: p.born_ns.map(|t| secs_since(r, t)),
@@ -147,39 +147,39 @@ impl Process {
 
 /// A job process that ended while recording.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct Death {
-    pub cause: Cause,
+pub(crate) struct Death {
+    pub(crate) cause: Cause,
     /// The exit code for `exit`; otherwise the signal's `si_code` when the
     /// signal was seen.
-    pub code: Option<i32>,
-    pub comm: String,
+    pub(crate) code: Option<i32>,
+    pub(crate) comm: String,
     /// The host it ran on: the recording header's hostname.
-    pub host: String,
+    pub(crate) host: String,
     /// For OOM kills: the memory cgroup.
-    pub memcg: Option<String>,
+    pub(crate) memcg: Option<String>,
     /// For OOM kills: the memory cgroup's limit (kB).
-    pub memcg_limit_kb: Option<u64>,
+    pub(crate) memcg_limit_kb: Option<u64>,
     /// The cause in words, as the text report prints it.
-    pub phrase: String,
-    pub pid: u32,
+    pub(crate) phrase: String,
+    pub(crate) pid: u32,
     /// Its recording's index in `recordings` (0 for one recording).
-    pub recording: usize,
+    pub(crate) recording: usize,
     /// Who sent the fatal signal (for an OOM kill, the task whose
     /// allocation triggered it); null when no signal record matched.
-    pub sender: Option<Sender>,
+    pub(crate) sender: Option<Sender>,
     /// The fatal signal; null for an exit.
-    pub signal: Option<i32>,
+    pub(crate) signal: Option<i32>,
     /// Its threads' stacks as they dequeued the fatal signal (`record
     /// --stacks`), its main thread's first, as `kills[].victim`'s; null
     /// without stacks, for an exit, or where none was recorded.
-    pub stack_at_death: Option<super::stacks::StackAtDeath>,
-    pub time: Option<Time>,
+    pub(crate) stack_at_death: Option<super::stacks::StackAtDeath>,
+    pub(crate) time: Option<Time>,
     /// Seconds since the recording start.
-    pub time_s: f64,
+    pub(crate) time_s: f64,
 }
 
 impl Death {
-    pub fn new(r: &Report, d: &model::Death) -> Death {
+    pub(crate) fn new(r: &Report, d: &model::Death) -> Death {
         Death {
             cause: d.cause.into(),
             code: d.code,
@@ -216,7 +216,7 @@ impl Death {
 /// Why a process ended.
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum Cause {
+pub(crate) enum Cause {
     /// The kernel's OOM killer, machine out of memory.
     OomGlobal,
     /// The kernel's OOM killer, a memory cgroup at its limit.
@@ -243,26 +243,26 @@ impl From<model::Cause> for Cause {
 
 /// Who sent a fatal signal.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct Sender {
+pub(crate) struct Sender {
     /// Empty for a signal a terminal generated.
-    pub comm: String,
+    pub(crate) comm: String,
     /// Null when the sender had exited before the recorder could read it.
-    pub exe: Option<String>,
+    pub(crate) exe: Option<String>,
     /// The recorder's pid, when it passed on a signal someone sent it.
-    pub forwarded_by: Option<u32>,
+    pub(crate) forwarded_by: Option<u32>,
     /// 0 for a signal a terminal generated.
-    pub pid: u32,
+    pub(crate) pid: u32,
     /// The terminal that generated the signal (Ctrl-C, Ctrl-\, Ctrl-Z,
     /// hangup); else null.
-    pub terminal: Option<Terminal>,
-    pub uid: Option<u32>,
+    pub(crate) terminal: Option<Terminal>,
+    pub(crate) uid: Option<u32>,
 }
 
 /// A terminal, when the key was typed.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct Terminal {
+pub(crate) struct Terminal {
     /// Its foreground process group.
-    pub foreground_group: u32,
+    pub(crate) foreground_group: u32,
     /// Its session.
     pub session: u32,
     /// E.g. `/dev/pts/3`.
@@ -271,16 +271,16 @@ pub struct Terminal {
 
 /// The job's processes that play one role, over the whole run.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct Group {
-    pub count: usize,
-    pub honest_kb: i64,
-    pub peak_rss_kb: u64,
-    pub pids: Vec<u32>,
-    pub role: String,
+pub(crate) struct Group {
+    pub(crate) count: usize,
+    pub(crate) honest_kb: i64,
+    pub(crate) peak_rss_kb: u64,
+    pub(crate) pids: Vec<u32>,
+    pub(crate) role: String,
 }
 
 impl Group {
-    pub fn new(g: &model::Group) -> Group {
+    pub(crate) fn new(g: &model::Group) -> Group {
         Group {
             count: g.pids.len(),
             honest_kb: g.honest_kb,
@@ -293,27 +293,27 @@ impl Group {
 
 /// A shared-memory object.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct SharedObject {
+pub(crate) struct SharedObject {
     /// A POSIX object's filesystem, `major:minor` (one of
     /// `shm_filesystems[].dev`); null for SysV and memfd.
-    pub fs_dev: Option<String>,
+    pub(crate) fs_dev: Option<String>,
     /// Inode (POSIX, memfd) or shmid (SysV): the object's identity.
-    pub id: u64,
+    pub(crate) id: u64,
     #[schemars(extend("enum" = ["posix", "sysv", "memfd"]))]
-    pub kind: String,
+    pub(crate) kind: String,
     /// The most job processes seen mapping or holding it at one look.
-    pub mappers: u32,
-    pub name: String,
+    pub(crate) mappers: u32,
+    pub(crate) name: String,
     /// The creator (SysV cpid) or the first job process seen mapping or
     /// holding it.
-    pub owner_pid: Option<u32>,
+    pub(crate) owner_pid: Option<u32>,
     /// Pages actually allocated (kB).
-    pub resident_kb: u64,
-    pub size_kb: u64,
+    pub(crate) resident_kb: u64,
+    pub(crate) size_kb: u64,
 }
 
 impl SharedObject {
-    pub fn all(r: &Report) -> Vec<SharedObject> {
+    pub(crate) fn all(r: &Report) -> Vec<SharedObject> {
         r.shared_memory
             .iter()
             .map(|o| SharedObject {
@@ -341,15 +341,15 @@ fn serde_name<T: Serialize>(t: &T) -> String {
 
 /// One of the processes, any on the machine, with the largest peaks.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct TopMemory {
-    pub comm: String,
-    pub in_job: bool,
-    pub peak_rss_kb: u64,
-    pub pid: u32,
+pub(crate) struct TopMemory {
+    pub(crate) comm: String,
+    pub(crate) in_job: bool,
+    pub(crate) peak_rss_kb: u64,
+    pub(crate) pid: u32,
 }
 
 impl TopMemory {
-    pub fn all(r: &Report) -> Vec<TopMemory> {
+    pub(crate) fn all(r: &Report) -> Vec<TopMemory> {
         r.top_memory
             .iter()
             .map(|u| TopMemory {
@@ -364,8 +364,8 @@ impl TopMemory {
 
 /// What the USS/PSS sampling cost the recorder.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct SmapsCost {
-    pub rounds: u64,
+pub(crate) struct SmapsCost {
+    pub(crate) rounds: u64,
     /// Microseconds, in all.
-    pub total_us: u64,
+    pub(crate) total_us: u64,
 }

@@ -13,46 +13,46 @@ use super::{Time, secs};
 
 /// What was recorded and how.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct Recording {
+pub(crate) struct Recording {
     /// The attach point used per probe.
-    pub attach: Attach,
+    pub(crate) attach: Attach,
     /// Set when `record --max-size` downsampled older history
     /// (recording-format.md, "Bounded flight recording"); else null.
-    pub compaction: Option<Compaction>,
+    pub(crate) compaction: Option<Compaction>,
     /// Seconds from the first event to the last.
-    pub duration_s: f64,
+    pub(crate) duration_s: f64,
     /// Events read.
-    pub events: u64,
+    pub(crate) events: u64,
     /// Probes tried and not used, and why.
-    pub fallbacks: Vec<Fallback>,
+    pub(crate) fallbacks: Vec<Fallback>,
     /// The recorded machine's host name.
-    pub hostname: String,
+    pub(crate) hostname: String,
     /// `uname -r` of the recorded machine.
-    pub kernel: String,
+    pub(crate) kernel: String,
     /// Damaged stretches in the middle of the file that the reader stepped
     /// over, reading on from the next good frame; empty for an intact file;
     /// the first 256.
-    pub skipped: Vec<Skip>,
+    pub(crate) skipped: Vec<Skip>,
     /// Bytes in all the skipped stretches.
-    pub skipped_bytes: u64,
+    pub(crate) skipped_bytes: u64,
     /// How many stretches were skipped, listed or not.
-    pub skipped_ranges: u64,
+    pub(crate) skipped_ranges: u64,
     /// Wall-clock time of the first event; null without a clock pair or an
     /// event.
-    pub start: Option<Time>,
+    pub(crate) start: Option<Time>,
     /// The reader stopped before the end of the file (a damaged or
     /// cut-short tail, with no good frame after it); the report covers
     /// everything before it. Null when it read to the end.
-    pub stopped_early: Option<Stop>,
+    pub(crate) stopped_early: Option<Stop>,
     /// Version of the recorder.
-    pub trainbpf_version: String,
+    pub(crate) trainbpf_version: String,
     /// The look-back window used for growers (`report --window`), seconds.
     #[schemars(range(min = 0))]
-    pub window_s: f64,
+    pub(crate) window_s: f64,
 }
 
 impl Recording {
-    pub fn new(r: &Report) -> Recording {
+    pub(crate) fn new(r: &Report) -> Recording {
         let h = &r.header;
         Recording {
             attach: Attach::new(r),
@@ -111,7 +111,7 @@ impl Recording {
 /// The attach point used per probe: a string such as
 /// `"fentry:oom_kill_process"`, or null when that probe could not attach.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct Attach {
+pub(crate) struct Attach {
     /// `record --ebpf-log`: the kernel programs' own log (`ebpf_log`).
     pub ebpf_log: Option<String>,
     /// Always null: user page faults are not counted.
@@ -164,34 +164,34 @@ impl Attach {
 
 /// A probe tried and not used.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct Fallback {
+pub(crate) struct Fallback {
     pub probe: String,
     pub reason: String,
 }
 
 /// Where the reader stopped.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct Stop {
+pub(crate) struct Stop {
     /// The byte offset of the first unreadable frame.
-    pub offset: u64,
+    pub(crate) offset: u64,
     /// Why, e.g. `"frame checksum mismatch"`.
-    pub reason: String,
+    pub(crate) reason: String,
 }
 
 /// A damaged stretch the reader stepped over.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct Skip {
+pub(crate) struct Skip {
     /// Bytes skipped.
-    pub bytes: u64,
+    pub(crate) bytes: u64,
     /// Where the damage starts.
-    pub offset: u64,
+    pub(crate) offset: u64,
     /// Why its first frame was refused, e.g. `"bad frame magic"`.
-    pub reason: String,
+    pub(crate) reason: String,
 }
 
 /// What `record --max-size` did to older history.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct Compaction {
+pub(crate) struct Compaction {
     /// The last compaction's output.
     pub bytes_after: u64,
     /// The last compaction's input.
@@ -200,12 +200,12 @@ pub struct Compaction {
     pub count: u64,
     /// Seconds from the start: samples from here on were kept whole at the
     /// last compaction.
-    pub full_from_s: f64,
+    pub(crate) full_from_s: f64,
     /// The 5 minutes before each kill: 0 when kept whole, else folded to
     /// this resolution because the budget required it.
     pub kill_window_bucket_s: u64,
     /// The `--max-size`, bytes.
-    pub max_size_bytes: u64,
+    pub(crate) max_size_bytes: u64,
     /// Samples folded, in all.
     pub samples_folded: u64,
     /// How older samples were folded at the last compaction.
@@ -215,14 +215,14 @@ pub struct Compaction {
 /// Samples older than `older_than_s` at the last compaction were folded to
 /// one per process per `bucket_s`, with that bucket's peaks.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct Tier {
-    pub bucket_s: u64,
-    pub older_than_s: u64,
+pub(crate) struct Tier {
+    pub(crate) bucket_s: u64,
+    pub(crate) older_than_s: u64,
 }
 
 /// The breakdown of `lost_events`.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct Lost {
+pub(crate) struct Lost {
     /// Ring-buffer records the kernel could not reserve, by record kind:
     /// `fork`, `exec`, `exit`, `mem`, `oom_victim`, `oom_kill`, `printk`,
     /// `signal`, `oom_adj`, `cuda`, `xid`, `nv_pages`, `cuda_map`,
@@ -230,14 +230,14 @@ pub struct Lost {
     /// (`kind_N` for a kind this version doesn't name).
     pub by_kind: BTreeMap<String, u64>,
     /// The same losses by ring buffer.
-    pub by_ring: ByRing,
+    pub(crate) by_ring: ByRing,
     /// Memory, pressure and NVML samples the recorder dropped because the
     /// disk was full and the events it held in memory reached their bound.
     pub dropped_disk_full: u64,
     /// Calls into the NVIDIA driver in windows where a late driver
     /// library's process could not be held (`gpu.lost.window_calls`).
     /// Counted in `lost_events`.
-    pub gpu_window_calls: u64,
+    pub(crate) gpu_window_calls: u64,
     /// Times the job membership map was full. Counted in `lost_events`.
     pub job_map_full: u64,
     /// Times the per-process map had no room for a process outside the
@@ -257,7 +257,7 @@ pub struct Lost {
 }
 
 impl Lost {
-    pub fn new(r: &Report) -> Lost {
+    pub(crate) fn new(r: &Report) -> Lost {
         let l = &r.lost;
         let (main, precious) = l.by_ring();
         Lost {
@@ -286,7 +286,7 @@ impl Lost {
 /// each is made off the thread that drains the rings, with a deadline.
 /// All 0 and no notes: nothing stalled or was skipped.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct JobReads {
+pub(crate) struct JobReads {
     /// Reads skipped because the memory or file lies on a FUSE
     /// filesystem, whose server (perhaps the job's) may never answer.
     pub fuse_skipped: u64,
@@ -316,7 +316,7 @@ pub struct JobReads {
 }
 
 impl JobReads {
-    pub fn new(r: &Report) -> JobReads {
+    pub(crate) fn new(r: &Report) -> JobReads {
         let j = &r.job_reads;
         JobReads {
             fuse_skipped: j.fuse_skipped,
@@ -335,12 +335,12 @@ impl JobReads {
 
 /// Ring-buffer losses by ring.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct ByRing {
+pub(crate) struct ByRing {
     /// Memory, fork, exec, `oom_score_adj`, GPU.
-    pub main: u64,
+    pub(crate) main: u64,
     /// OOM kills, exits, signals, the kernel's OOM log lines: a ring of
     /// their own, so that a burst of memory records cannot crowd them out.
-    pub precious: u64,
+    pub(crate) precious: u64,
 }
 
 /// Names for the kernel record kinds that index `Lost::by_kind`.

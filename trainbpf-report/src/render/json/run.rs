@@ -12,23 +12,23 @@ use super::{secs, secs_since};
 /// came and went. Only some processes have a series of their own, to keep
 /// `report`'s memory bounded on a long recording.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct Run {
+pub(crate) struct Run {
     /// Job processes born and ended while recording, grouped by name, most
     /// numerous first (the job's root is not among them).
-    pub came_and_went: Vec<CameAndWent>,
+    pub(crate) came_and_went: Vec<CameAndWent>,
     /// Seconds from the first event to the last.
-    pub duration_s: f64,
+    pub(crate) duration_s: f64,
     /// Ended job processes folded into one series.
-    pub folded: Folded,
+    pub(crate) folded: Folded,
     /// The processes with a series of their own, job processes first,
     /// largest peak first.
-    pub peaks: Vec<Peak>,
+    pub(crate) peaks: Vec<Peak>,
     /// Processes left out of the charts.
-    pub uncharted: Uncharted,
+    pub(crate) uncharted: Uncharted,
 }
 
 impl Run {
-    pub fn new(r: &Report) -> Run {
+    pub(crate) fn new(r: &Report) -> Run {
         let s = &r.series;
         Run {
             came_and_went: s
@@ -71,45 +71,45 @@ impl Run {
 
 /// A charted process's peak.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct Peak {
+pub(crate) struct Peak {
     /// Null when its birth was not recorded.
-    pub born_s: Option<f64>,
-    pub comm: String,
+    pub(crate) born_s: Option<f64>,
+    pub(crate) comm: String,
     /// Null when its exit was not recorded.
-    pub died_s: Option<f64>,
-    pub in_job: bool,
-    pub oom_killed: bool,
-    pub peak_rss_kb: u64,
+    pub(crate) died_s: Option<f64>,
+    pub(crate) in_job: bool,
+    pub(crate) oom_killed: bool,
+    pub(crate) peak_rss_kb: u64,
     /// When it peaked, seconds since the recording start.
-    pub peak_s: f64,
-    pub pid: u32,
+    pub(crate) peak_s: f64,
+    pub(crate) pid: u32,
 }
 
 /// Ended job processes folded into one series, the largest of them at
 /// each time.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct Folded {
-    pub count: u64,
+pub(crate) struct Folded {
+    pub(crate) count: u64,
     /// The largest single peak among them.
-    pub peak_rss_kb: u64,
+    pub(crate) peak_rss_kb: u64,
 }
 
 /// Job processes of one name that were born and ended while recording.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct CameAndWent {
-    pub comm: String,
-    pub count: u64,
-    pub longest_s: f64,
-    pub peak_rss_kb: u64,
-    pub shortest_s: f64,
+pub(crate) struct CameAndWent {
+    pub(crate) comm: String,
+    pub(crate) count: u64,
+    pub(crate) longest_s: f64,
+    pub(crate) peak_rss_kb: u64,
+    pub(crate) shortest_s: f64,
 }
 
 /// Processes left out of the charts.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct Uncharted {
+pub(crate) struct Uncharted {
     /// Job processes left out because more were alive at once than the
     /// charts keep.
-    pub job: u64,
+    pub(crate) job: u64,
     /// Processes outside the job pushed out by larger ones.
-    pub outside: u64,
+    pub(crate) outside: u64,
 }

@@ -8,32 +8,32 @@ use crate::model::Report;
 use crate::model::shm::ShmFsHistory;
 
 /// `major:minor` of a device number, as `stat` and /proc/PID/maps write it.
-pub fn dev_name(dev: u64) -> String {
+pub(crate) fn dev_name(dev: u64) -> String {
     format!("{}:{}", libc::major(dev), libc::minor(dev))
 }
 
 /// One /dev/shm filesystem (a tmpfs), as the recorder's looks found it.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct ShmFilesystem {
+pub(crate) struct ShmFilesystem {
     /// Its device, `major:minor`: what `shared_memory[].fs_dev` names.
-    pub dev: String,
+    pub(crate) dev: String,
     /// A job process saw it as its /dev/shm (false: only the recorder's
     /// own, in another mount namespace than the job's).
-    pub job: bool,
+    pub(crate) job: bool,
     /// Used at the last look, kB.
-    pub last_used_kb: u64,
+    pub(crate) last_used_kb: u64,
     /// Seconds from the first event to the last look.
-    pub last_s: f64,
+    pub(crate) last_s: f64,
     /// The most used at one look, kB.
-    pub peak_used_kb: u64,
+    pub(crate) peak_used_kb: u64,
     /// Seconds from the first event to the look with the most used.
-    pub peak_s: f64,
+    pub(crate) peak_s: f64,
     /// Its size (statvfs) at the last look, kB.
-    pub size_kb: u64,
+    pub(crate) size_kb: u64,
 }
 
 impl ShmFilesystem {
-    pub fn all(r: &Report) -> Vec<ShmFilesystem> {
+    pub(crate) fn all(r: &Report) -> Vec<ShmFilesystem> {
         r.shm.filesystems.iter().map(|f| Self::new(r, f)).collect()
     }
 
@@ -54,21 +54,21 @@ impl ShmFilesystem {
 /// interval is at least 1 s and at least 100 times a look's cost, and
 /// also when a kill or a fatal signal is seen.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct ShmSampling {
+pub(crate) struct ShmSampling {
     /// The timer's interval after the last look, ms.
-    pub interval_ms: u64,
+    pub(crate) interval_ms: u64,
     /// Looks in the recording.
-    pub looks: u64,
+    pub(crate) looks: u64,
     /// The dearest look, µs.
-    pub max_cost_us: u64,
+    pub(crate) max_cost_us: u64,
     /// All looks, µs.
-    pub total_cost_us: u64,
+    pub(crate) total_cost_us: u64,
     /// Looks a kill or a fatal signal asked for.
-    pub triggered: u64,
+    pub(crate) triggered: u64,
 }
 
 impl ShmSampling {
-    pub fn new(r: &Report) -> ShmSampling {
+    pub(crate) fn new(r: &Report) -> ShmSampling {
         let s = &r.shm.sampling;
         ShmSampling {
             interval_ms: s.interval_ms,

@@ -9,9 +9,9 @@ use crate::model::{self, GrowthStack};
 /// Where a process's new highs of added memory were taken: one stack,
 /// with the memory it accounts for.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct Stack {
+pub(crate) struct Stack {
     /// Times the stack was taken.
-    pub count: u64,
+    pub(crate) count: u64,
     /// Why it has no frames: a stack the kernel could not read (no frame
     /// pointers, `EFAULT`; its table slot held by another stack,
     /// `EEXIST`), or one the process exited before it was resolved; for
@@ -20,16 +20,16 @@ pub struct Stack {
     /// before the interpreter was located); or that a forked worker gone
     /// before its stack was resolved was named through its parent, which
     /// maps the same code. Null when all is there.
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
     /// Innermost first.
-    pub frames: Vec<Frame>,
+    pub(crate) frames: Vec<Frame>,
     /// New high of added memory taken at this stack (kB).
-    pub kb: u64,
+    pub(crate) kb: u64,
 }
 
 /// One frame, resolved while the process lived.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct Frame {
+pub(crate) struct Frame {
     /// The address in the process, hex: for every frame but the innermost
     /// a return address.
     pub addr: String,
@@ -53,26 +53,26 @@ pub struct Frame {
 /// thread's stack (native and Python), taken as the driver call returned
 /// to its caller, with what the successful calls through it were given.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct GpuStack {
+pub(crate) struct GpuStack {
     /// Bytes the successful allocation calls through this stack were
     /// given (device, pinned, registered or managed memory), frees not
     /// subtracted: what this line asked for over the run, not what it
     /// held at the end.
-    pub bytes: u64,
+    pub(crate) bytes: u64,
     /// Successful allocation calls through this stack.
-    pub count: u64,
+    pub(crate) count: u64,
     /// As in a growth stack's `error`.
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
     /// Innermost first: the innermost is the line that called the driver
     /// (its `addr` the call's return address, like the others).
-    pub frames: Vec<Frame>,
+    pub(crate) frames: Vec<Frame>,
     /// `bytes` in kB (rounded down).
-    pub kb: u64,
+    pub(crate) kb: u64,
 }
 
 /// A victim's stacks at death (`kills[].victim.stack_at_death`).
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct StackAtDeath {
+pub(crate) struct StackAtDeath {
     /// Why frames are missing or unnamed (the process gone before they
     /// were named and not named by its growth stacks, an unreadable
     /// stack, Python frames not read); null when all is there.
@@ -80,24 +80,24 @@ pub struct StackAtDeath {
     /// Innermost first, Python frames in place of the interpreter's own.
     pub frames: Vec<Frame>,
     /// Threads past those kept, not shown.
-    pub more_threads: u32,
+    pub(crate) more_threads: u32,
     /// The signal it died of (9: SIGKILL).
-    pub signal: u32,
+    pub(crate) signal: u32,
     /// The other threads, each as it dequeued the signal.
-    pub threads: Vec<ThreadAtDeath>,
+    pub(crate) threads: Vec<ThreadAtDeath>,
     /// The thread shown (the kernel's tid).
     pub tid: u32,
     /// It is the thread whose allocation set off the kill.
-    pub trigger: bool,
+    pub(crate) trigger: bool,
 }
 
 /// Another thread of the victim at its death.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct ThreadAtDeath {
-    pub error: Option<String>,
+pub(crate) struct ThreadAtDeath {
+    pub(crate) error: Option<String>,
     /// Innermost first.
-    pub frames: Vec<Frame>,
-    pub tid: u32,
+    pub(crate) frames: Vec<Frame>,
+    pub(crate) tid: u32,
 }
 
 fn frames(f: &[model::stacks::Frame]) -> Vec<Frame> {
@@ -113,7 +113,7 @@ fn frames(f: &[model::stacks::Frame]) -> Vec<Frame> {
         .collect()
 }
 
-pub fn at_death(s: &model::death_stacks::StackAtDeath) -> StackAtDeath {
+pub(crate) fn at_death(s: &model::death_stacks::StackAtDeath) -> StackAtDeath {
     StackAtDeath {
         error: s.main.error.clone(),
         frames: frames(&s.main.frames),
@@ -133,7 +133,7 @@ pub fn at_death(s: &model::death_stacks::StackAtDeath) -> StackAtDeath {
     }
 }
 
-pub fn stacks(s: &[GrowthStack]) -> Vec<Stack> {
+pub(crate) fn stacks(s: &[GrowthStack]) -> Vec<Stack> {
     s.iter()
         .map(|s| Stack {
             count: s.count,
@@ -144,7 +144,7 @@ pub fn stacks(s: &[GrowthStack]) -> Vec<Stack> {
         .collect()
 }
 
-pub fn gpu_stacks(s: &[GrowthStack]) -> Vec<GpuStack> {
+pub(crate) fn gpu_stacks(s: &[GrowthStack]) -> Vec<GpuStack> {
     s.iter()
         .map(|s| GpuStack {
             bytes: s.bytes,

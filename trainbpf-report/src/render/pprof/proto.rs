@@ -7,125 +7,125 @@
 /// A whole profile. Every string is an index into `string_table`, whose
 /// first entry is "".
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct Profile {
+pub(crate) struct Profile {
     #[prost(message, repeated, tag = "1")]
-    pub sample_type: Vec<ValueType>,
+    pub(crate) sample_type: Vec<ValueType>,
     #[prost(message, repeated, tag = "2")]
-    pub sample: Vec<Sample>,
+    pub(crate) sample: Vec<Sample>,
     #[prost(message, repeated, tag = "3")]
-    pub mapping: Vec<Mapping>,
+    pub(crate) mapping: Vec<Mapping>,
     #[prost(message, repeated, tag = "4")]
-    pub location: Vec<Location>,
+    pub(crate) location: Vec<Location>,
     #[prost(message, repeated, tag = "5")]
-    pub function: Vec<Function>,
+    pub(crate) function: Vec<Function>,
     #[prost(string, repeated, tag = "6")]
-    pub string_table: Vec<String>,
+    pub(crate) string_table: Vec<String>,
     #[prost(int64, tag = "7")]
-    pub drop_frames: i64,
+    pub(crate) drop_frames: i64,
     #[prost(int64, tag = "8")]
-    pub keep_frames: i64,
+    pub(crate) keep_frames: i64,
     #[prost(int64, tag = "9")]
-    pub time_nanos: i64,
+    pub(crate) time_nanos: i64,
     #[prost(int64, tag = "10")]
-    pub duration_nanos: i64,
+    pub(crate) duration_nanos: i64,
     #[prost(message, optional, tag = "11")]
-    pub period_type: Option<ValueType>,
+    pub(crate) period_type: Option<ValueType>,
     #[prost(int64, tag = "12")]
-    pub period: i64,
+    pub(crate) period: i64,
     #[prost(int64, repeated, tag = "13")]
-    pub comment: Vec<i64>,
+    pub(crate) comment: Vec<i64>,
     #[prost(int64, tag = "14")]
-    pub default_sample_type: i64,
+    pub(crate) default_sample_type: i64,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct ValueType {
+pub(crate) struct ValueType {
     #[prost(int64, tag = "1")]
-    pub r#type: i64,
+    pub(crate) r#type: i64,
     #[prost(int64, tag = "2")]
-    pub unit: i64,
+    pub(crate) unit: i64,
 }
 
 /// Values at one stack: `location_id[0]` is the innermost frame.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct Sample {
+pub(crate) struct Sample {
     #[prost(uint64, repeated, tag = "1")]
-    pub location_id: Vec<u64>,
+    pub(crate) location_id: Vec<u64>,
     #[prost(int64, repeated, tag = "2")]
-    pub value: Vec<i64>,
+    pub(crate) value: Vec<i64>,
     #[prost(message, repeated, tag = "3")]
-    pub label: Vec<Label>,
+    pub(crate) label: Vec<Label>,
 }
 
 /// `str` or `num`, not both.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct Label {
+pub(crate) struct Label {
     #[prost(int64, tag = "1")]
-    pub key: i64,
+    pub(crate) key: i64,
     #[prost(int64, tag = "2")]
-    pub str: i64,
+    pub(crate) str: i64,
     #[prost(int64, tag = "3")]
-    pub num: i64,
+    pub(crate) num: i64,
     #[prost(int64, tag = "4")]
-    pub num_unit: i64,
+    pub(crate) num_unit: i64,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct Mapping {
+pub(crate) struct Mapping {
     #[prost(uint64, tag = "1")]
-    pub id: u64,
+    pub(crate) id: u64,
     #[prost(uint64, tag = "2")]
-    pub memory_start: u64,
+    pub(crate) memory_start: u64,
     #[prost(uint64, tag = "3")]
-    pub memory_limit: u64,
+    pub(crate) memory_limit: u64,
     #[prost(uint64, tag = "4")]
-    pub file_offset: u64,
+    pub(crate) file_offset: u64,
     #[prost(int64, tag = "5")]
-    pub filename: i64,
+    pub(crate) filename: i64,
     #[prost(int64, tag = "6")]
-    pub build_id: i64,
+    pub(crate) build_id: i64,
     #[prost(bool, tag = "7")]
-    pub has_functions: bool,
+    pub(crate) has_functions: bool,
     #[prost(bool, tag = "8")]
-    pub has_filenames: bool,
+    pub(crate) has_filenames: bool,
     #[prost(bool, tag = "9")]
-    pub has_line_numbers: bool,
+    pub(crate) has_line_numbers: bool,
     #[prost(bool, tag = "10")]
-    pub has_inline_frames: bool,
+    pub(crate) has_inline_frames: bool,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct Location {
+pub(crate) struct Location {
     #[prost(uint64, tag = "1")]
-    pub id: u64,
+    pub(crate) id: u64,
     #[prost(uint64, tag = "2")]
-    pub mapping_id: u64,
+    pub(crate) mapping_id: u64,
     #[prost(uint64, tag = "3")]
-    pub address: u64,
+    pub(crate) address: u64,
     #[prost(message, repeated, tag = "4")]
-    pub line: Vec<Line>,
+    pub(crate) line: Vec<Line>,
     #[prost(bool, tag = "5")]
-    pub is_folded: bool,
+    pub(crate) is_folded: bool,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct Line {
+pub(crate) struct Line {
     #[prost(uint64, tag = "1")]
-    pub function_id: u64,
+    pub(crate) function_id: u64,
     #[prost(int64, tag = "2")]
-    pub line: i64,
+    pub(crate) line: i64,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct Function {
+pub(crate) struct Function {
     #[prost(uint64, tag = "1")]
-    pub id: u64,
+    pub(crate) id: u64,
     #[prost(int64, tag = "2")]
-    pub name: i64,
+    pub(crate) name: i64,
     #[prost(int64, tag = "3")]
-    pub system_name: i64,
+    pub(crate) system_name: i64,
     #[prost(int64, tag = "4")]
-    pub filename: i64,
+    pub(crate) filename: i64,
     #[prost(int64, tag = "5")]
-    pub start_line: i64,
+    pub(crate) start_line: i64,
 }

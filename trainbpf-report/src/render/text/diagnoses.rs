@@ -88,7 +88,7 @@ pub(super) fn verdict(out: &mut String, r: &Report) {
 
 /// `report --explain`: every diagnosis, per kill then the run's, each with
 /// its confidence, all of its evidence and all of its fixes.
-pub fn explain(r: &Report, o: &TextOptions) -> String {
+pub(crate) fn explain(r: &Report, o: &TextOptions) -> String {
     let p = Paint(o.color);
     let width = o.width.max(MIN_WIDTH);
     let mut out = String::new();

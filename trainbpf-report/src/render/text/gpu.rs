@@ -29,7 +29,7 @@ fn context_phrase(p: &GpuProcess) -> Option<String> {
 const GPU_STACKS: usize = 3;
 
 /// The GPU section, when the recording has anything GPU-related.
-pub fn section(out: &mut String, r: &Report, width: usize, p: &Paint) {
+pub(crate) fn section(out: &mut String, r: &Report, width: usize, p: &Paint) {
     let g = &r.gpu;
     if g.is_empty() {
         return;
@@ -433,7 +433,7 @@ fn total(k: &GpuAtKill) -> Held {
 /// What a host OOM kill's story gains from the GPU side: contexts created
 /// before it (each costs host memory), pinned buffers that grew, and what
 /// the processes held.
-pub fn kill_lines(out: &mut String, r: &Report, i: usize, width: usize) {
+pub(crate) fn kill_lines(out: &mut String, r: &Report, i: usize, width: usize) {
     let Some(k) = r.gpu.at_kills.get(i) else {
         return;
     };
@@ -495,7 +495,7 @@ pub fn kill_lines(out: &mut String, r: &Report, i: usize, width: usize) {
 }
 
 /// Lines for the end-of-run verdict.
-pub fn verdict(out: &mut String, r: &Report) {
+pub(crate) fn verdict(out: &mut String, r: &Report) {
     let g = &r.gpu;
     for o in g.cuda_ooms.iter().take(3) {
         let _ = writeln!(

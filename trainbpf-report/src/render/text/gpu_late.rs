@@ -9,7 +9,7 @@ use crate::model::Report;
 use crate::term::escape as esc;
 use crate::units::human_ms;
 
-pub fn part(out: &mut String, r: &Report, width: usize, p: &Paint) {
+pub(crate) fn part(out: &mut String, r: &Report, width: usize, p: &Paint) {
     let g = &r.gpu;
     if g.late.is_empty() {
         return;

@@ -145,7 +145,7 @@ fn projection_line(p: &Projection) -> String {
 
 /// The section in the full report: only when a leak is suspected, or
 /// `record` warned of one.
-pub fn section(out: &mut String, r: &Report, width: usize, p: &Paint) {
+pub(crate) fn section(out: &mut String, r: &Report, width: usize, p: &Paint) {
     if r.leaks.suspected() {
         leaks_part(out, r, width, p);
     }
@@ -201,7 +201,7 @@ fn leaks_part(out: &mut String, r: &Report, width: usize, p: &Paint) {
 }
 
 /// `report --leaks`: the section alone, with every trend kept.
-pub fn report(r: &Report, o: &TextOptions) -> String {
+pub(crate) fn report(r: &Report, o: &TextOptions) -> String {
     let p = Paint(o.color);
     let width = o.width.max(MIN_WIDTH);
     let mut out = String::new();
@@ -276,7 +276,7 @@ pub fn report(r: &Report, o: &TextOptions) -> String {
 }
 
 /// The verdict's leak lines.
-pub fn verdict(out: &mut String, r: &Report) {
+pub(crate) fn verdict(out: &mut String, r: &Report) {
     let leaks: Vec<String> = r
         .leaks
         .leaks()

@@ -16,7 +16,7 @@ use crate::units::human_secs;
 /// Lines of the job's timeline; more are counted.
 const TIMELINE_SHOWN: usize = 40;
 
-pub fn merged(m: &Merged, o: &TextOptions) -> String {
+pub(crate) fn merged(m: &Merged, o: &TextOptions) -> String {
     let p = Paint(o.color);
     let width = o.width.max(MIN_WIDTH);
     let mut out = String::new();
@@ -31,7 +31,11 @@ pub fn merged(m: &Merged, o: &TextOptions) -> String {
 
 /// One part of each recording's report (`--leaks`, `--stacks`,
 /// `--explain`), under its host's heading.
-pub fn each(m: &Merged, o: &TextOptions, part: fn(&Report, &TextOptions) -> String) -> String {
+pub(crate) fn each(
+    m: &Merged,
+    o: &TextOptions,
+    part: fn(&Report, &TextOptions) -> String,
+) -> String {
     let p = Paint(o.color);
     let mut out = String::new();
     for r in &m.reports {

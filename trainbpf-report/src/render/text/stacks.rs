@@ -180,7 +180,7 @@ fn growth_lines(out: &mut String, r: &Report, k: &Kill) {
 }
 
 /// `report --stacks`: every process's growth stacks over the whole run.
-pub fn report(r: &Report, o: &TextOptions) -> String {
+pub(crate) fn report(r: &Report, o: &TextOptions) -> String {
     let p = Paint(o.color);
     let mut out = String::new();
     let _ = writeln!(out, "{}", p.bold("Growth stacks (innermost frame first)"));
