@@ -1,4 +1,6 @@
-//! `trainbpf report` and the end-of-run verdict: file → reader → model → renderer.
+//! `trainbpf report` and the end-of-run verdict: the recordings opened and
+//! the output files written as the invoking user, and what is between them
+//! (reader → model → renderer) left to `trainbpf_report::pipeline`.
 use std::{
     fs::File,
     io::{BufReader, IsTerminal as _},
@@ -27,16 +29,6 @@ fn open_input(path: &Path) -> Result<File> {
 pub fn events(path: &Path) -> Result<String> {
     let f = open_input(path)?;
     Ok(pipeline::events(BufReader::with_capacity(1 << 16, f))?)
-}
-
-/// Reads the whole recording through the model; memory stays bounded by
-/// the model's window, not the file's length.
-pub fn build(path: &Path, window: Duration) -> Result<Report> {
-    let f = open_input(path)?;
-    Ok(pipeline::build(
-        BufReader::with_capacity(1 << 16, f),
-        window,
-    )?)
 }
 
 /// Files `report` writes besides what it prints.
@@ -160,11 +152,6 @@ pub fn verdict_with(recording: &File, scope: &Scope) -> Result<String> {
         scope,
     )?;
     Ok(render::text::verdict(&r))
-}
-
-/// The end-of-run verdict `record` prints.
-pub fn verdict(path: &Path) -> Result<String> {
-    Ok(render::text::verdict(&build(path, pipeline::WINDOW)?))
 }
 
 /// Columns of the terminal on stdout; `COLUMNS`, else 100 when piped.
