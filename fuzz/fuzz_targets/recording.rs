@@ -3,5 +3,5 @@
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    trainbpf::fuzzing::check(data);
+    trainbpf_report::fuzzing::check(data);
 });

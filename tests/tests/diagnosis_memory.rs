@@ -18,7 +18,7 @@ mod common;
 
 use common::*;
 use serde_json::Value;
-use trainbpf::units::human_kb;
+use trainbpf_report::units::human_kb;
 
 const LIMIT: &str = "256M";
 const LIMIT_KB: u64 = 256 << 10;

@@ -8,7 +8,7 @@ mod common;
 use std::{process::Command, time::Duration};
 
 use common::*;
-use trainbpf::{
+use trainbpf_report::{
     fuzzing::{LAST_NOTE_NS, fake_frame_heads},
     recording::Reader,
 };

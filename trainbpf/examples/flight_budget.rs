@@ -18,9 +18,9 @@ use std::{fs::File, io::BufReader, path::PathBuf, process::ExitCode, time::Insta
 use trainbpf::{
     compact::{Flight, FlightOptions},
     job::parse_size,
-    recording::{Reader, Writer},
     safe_file::Owner,
 };
+use trainbpf_report::recording::{Reader, Writer};
 
 const SEC: u64 = 1_000_000_000;
 
@@ -67,7 +67,7 @@ fn main() -> ExitCode {
     println!("| hour | file | records so far |");
     println!("|---|---|---|");
     while let Some((kind, bytes)) = r.next_raw() {
-        let ts = trainbpf::decode::decode(kind, bytes, page_kb)
+        let ts = trainbpf_report::decode::decode(kind, bytes, page_kb)
             .map(|t| t.ts_ns)
             .unwrap_or(second * SEC);
         let t0 = *first.get_or_insert(ts);

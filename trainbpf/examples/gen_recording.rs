@@ -31,12 +31,12 @@
 
 use std::{fs::File, io::BufWriter, path::PathBuf, process::ExitCode, time::Instant};
 
-use trainbpf::{
+use trainbpf_common as c;
+use trainbpf_report::{
     decode::samples::{CgroupPressure, Pressure, Psi},
     decode::{CgroupName, ExitStatus, JobExit, JobStart, Lost, UserBody, encode_user, pod_bytes},
     recording::{Attach, ClockPair, RecordConfig, RecordingHeader, Writer},
 };
-use trainbpf_common as c;
 
 const MS: u64 = 1_000_000;
 const SEC: u64 = 1000 * MS;

@@ -4,6 +4,7 @@ use std::{ffi::OsString, path::PathBuf, process::ExitCode};
 
 use anyhow::{Context as _, Result, bail};
 use clap::{Parser, Subcommand};
+use trainbpf_report::pipeline;
 
 use crate::{
     loader::{DEFAULT_PROC_MAP_ENTRIES, OomProbe, Tunables},
@@ -206,8 +207,8 @@ pub enum Command {
     },
 }
 
-fn leak_options(span: std::time::Duration) -> crate::model::LeakOptions {
-    crate::model::LeakOptions {
+fn leak_options(span: std::time::Duration) -> trainbpf_report::model::LeakOptions {
+    trainbpf_report::model::LeakOptions {
         min_span_ns: span.as_nanos().min(u64::MAX as u128) as u64,
         ..Default::default()
     }
@@ -289,7 +290,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             })?;
             // The verdict comes from the recording itself, through the same
             // reader and model as `report`.
-            let scope = report::Scope {
+            let scope = pipeline::Scope {
                 leaks: leak_options(leak_span),
                 ..Default::default()
             };
@@ -342,18 +343,18 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                     perfetto: perfetto.as_deref(),
                     pprof: pprof.as_deref(),
                 };
-                let scope = report::Scope {
+                let scope = pipeline::Scope {
                     until,
                     leaks: leak_options(leak_span),
                 };
                 let part = if leaks {
-                    report::Part::Leaks
+                    pipeline::Part::Leaks
                 } else if stacks {
-                    report::Part::Stacks
+                    pipeline::Part::Stacks
                 } else if explain {
-                    report::Part::Explain
+                    pipeline::Part::Explain
                 } else {
-                    report::Part::All
+                    pipeline::Part::All
                 };
                 match paths.as_slice() {
                     [one] => report::run(one, json, window, no_color, &files, &scope, part),
@@ -369,5 +370,31 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             crate::write_stdout(&crate::doctor::run(json))?;
             Ok(ExitCode::SUCCESS)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The report crate's fixture test runs its pipeline with its own
+    /// defaults, standing for `report` without flags: they must be the
+    /// flags' defaults.
+    #[test]
+    fn report_without_flags_is_the_pipelines_default() {
+        let cli = Cli::try_parse_from(["trainbpf", "report", "x.rec"]).unwrap();
+        let Command::Report {
+            window,
+            leak_span,
+            until,
+            ..
+        } = cli.command
+        else {
+            panic!("not the report command");
+        };
+        assert_eq!(window, pipeline::WINDOW);
+        let default = pipeline::Scope::default();
+        assert_eq!(until, default.until);
+        assert_eq!(leak_options(leak_span), default.leaks);
     }
 }

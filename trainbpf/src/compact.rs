@@ -29,15 +29,15 @@ use std::{
     io::{self, Read, Write},
 };
 
-use crate::units::{PROTECT_NS, human_span};
+use trainbpf_report::units::{PROTECT_NS, human_span};
 mod flight;
 pub use flight::{Flight, FlightOptions};
-
-use crate::{
+use trainbpf_report::{
     decode::{self, Compaction, Event, UserBody},
     recording::{self, Reader, Rewind, Writer},
-    safe_file::FileError,
 };
+
+use crate::safe_file::FileError;
 
 /// A bucket is closed once records this much newer have been read (records
 /// from different CPUs and from userspace arrive slightly out of order).
@@ -393,7 +393,7 @@ pub fn compact<R1: Read, R2: Read, W: Write + Rewind>(
 }
 
 fn human_bytes(b: u64) -> String {
-    crate::units::human_bytes_kib(b)
+    trainbpf_report::units::human_bytes_kib(b)
 }
 
 #[cfg(test)]
@@ -401,13 +401,16 @@ mod tests {
     use std::io::Cursor;
 
     use trainbpf_common as c;
+    use trainbpf_report::{decode::pod_bytes, fuzzing::hdr, recording::RecordingHeader};
 
     use super::*;
-    use crate::{
-        decode::pod_bytes,
-        fuzzing::{hdr, zeroed},
-        recording::RecordingHeader,
-    };
+
+    /// A record with every field zero.
+    fn zeroed<T: Copy>() -> T {
+        // SAFETY: only used for trainbpf-common's records, plain integer
+        // #[repr(C)] structs, for which all-zero bytes are a valid value.
+        unsafe { std::mem::zeroed() }
+    }
 
     const HOUR: u64 = 3600 * SEC;
 

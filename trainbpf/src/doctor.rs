@@ -149,7 +149,7 @@ pub fn selected(text: &str) -> Option<&str> {
 }
 
 /// 1536 → "1.5 KiB": sizes as every output writes them (`units`).
-pub use crate::units::human_bytes_brief as fmt_bytes;
+pub use trainbpf_report::units::human_bytes_brief as fmt_bytes;
 
 fn pct(part: u64, whole: u64) -> u64 {
     (part as f64 * 100.0 / whole.max(1) as f64).round() as u64

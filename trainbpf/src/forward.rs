@@ -7,7 +7,7 @@ use std::fs;
 
 use nix::{libc::signalfd_siginfo, sys::signal::Signal};
 
-use crate::decode::{SignalReceived, Terminal};
+use trainbpf_report::decode::{SignalReceived, Terminal};
 
 /// `si_code` of a signal the kernel generated (a terminal's Ctrl-C, a
 /// hangup).

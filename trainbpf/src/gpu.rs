@@ -37,17 +37,15 @@ use aya::{
 };
 use nvml_wrapper::{Nvml, enums::device::UsedGpuMemory};
 use trainbpf_common::{GpuConfig, GpuCounters};
+use trainbpf_report::decode::gpu::{
+    GpuLost, GpuSource, GpuUserBody, NvmlDevice, NvmlProcess, NvmlSample, encode_user,
+};
 
 use self::{
     attach::{attach_nv_kprobe, attach_xid, load_uprobes},
     pinned::Pinned,
 };
-use crate::{
-    decode::gpu::{
-        GpuLost, GpuSource, GpuUserBody, NvmlDevice, NvmlProcess, NvmlSample, encode_user,
-    },
-    kernel,
-};
+use crate::kernel;
 
 mod attach;
 mod elf;

@@ -27,11 +27,9 @@ use aya::{
     programs::ProgramError,
 };
 use trainbpf_common::{Config, Counters};
+use trainbpf_report::recording::{Attach, Fallback};
 
-use crate::{
-    kernel::{self, KernelBtf},
-    recording::{Attach, Fallback},
-};
+use crate::kernel::{self, KernelBtf};
 
 mod attach;
 mod ebpf_log;
@@ -213,7 +211,7 @@ fn btf_facts(t: &Tunables, page_size: u64) -> Result<Facts, LoadError> {
             let msg = match facts() {
                 Ok((c, task)) => {
                     let mut m = vec![0u8, u8::from(task.is_ok())];
-                    m.extend_from_slice(&crate::decode::pod_bytes(&c));
+                    m.extend_from_slice(&trainbpf_report::decode::pod_bytes(&c));
                     m.extend_from_slice(task.err().unwrap_or_default().as_bytes());
                     m
                 }

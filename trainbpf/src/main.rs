@@ -20,7 +20,10 @@ fn main() -> ExitCode {
         Err(e) => {
             // Errors quote paths and names from the command line and from
             // processes: escaped like every other text output.
-            eprintln!("trainbpf: {}", trainbpf::term::sanitize(&format!("{e:#}")));
+            eprintln!(
+                "trainbpf: {}",
+                trainbpf_report::term::sanitize(&format!("{e:#}"))
+            );
             ExitCode::FAILURE
         }
     }

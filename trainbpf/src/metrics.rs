@@ -11,7 +11,7 @@
 //!
 //! Labels follow Prometheus' conventions: no per-pid label, a bounded set
 //! of label values. A process's comm is the job's to choose: it is
-//! escaped like anything a process wrote ([`crate::term::escape`]) and
+//! escaped like anything a process wrote ([`trainbpf_report::term::escape`]) and
 //! cut to [`MAX_LABEL_CHARS`]; past [`MAX_KILL_SERIES`] distinct label
 //! sets, a kill is counted under `comm="other"`, `rank="other"`,
 //! `container="other"` (its constraint kept).
@@ -190,7 +190,7 @@ const CAUSES: [&str; 5] = ["oom_memcg", "oom_global", "signal", "crash", "exit"]
 /// A label value from something a process chose (its comm): escaped,
 /// control characters made visible, cut to [`MAX_LABEL_CHARS`].
 pub fn label(s: &str) -> String {
-    crate::term::escape(s)
+    trainbpf_report::term::escape(s)
         .chars()
         .take(MAX_LABEL_CHARS)
         .collect()

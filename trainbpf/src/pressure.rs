@@ -13,7 +13,7 @@ use procfs_core::{PressureRecord, parse_pressure_record};
 
 /// Defined with the recording's events; re-exported for the collector's
 /// other modules (`record.rs`, `status.rs`).
-use crate::decode::samples::{CgroupPressure, Pressure, Psi};
+use trainbpf_report::decode::samples::{CgroupPressure, Pressure, Psi};
 
 /// /proc/meminfo as name → number (kB for sizes, a count for
 /// `HugePages_*`): the one parser of it, which `doctor` uses too. Lines
@@ -149,33 +149,31 @@ pub fn sample(cgroup: Option<(&Path, bool)>) -> Pressure {
     p
 }
 
-impl Pressure {
-    /// Whether `self` differs from `prev` enough to be worth a record:
-    /// memory moved by 1 MiB or more, or any counter moved.
-    pub fn moved_from(&self, prev: &Pressure) -> bool {
-        let far = |a: u64, b: u64| a.abs_diff(b) >= 1024;
-        far(self.mem_available_kb, prev.mem_available_kb)
-            || far(self.swap_free_kb, prev.swap_free_kb)
-            || far(self.shmem_kb, prev.shmem_kb)
-            || far(self.committed_as_kb, prev.committed_as_kb)
-            || self
+/// Whether `now` differs from `prev` enough to be worth a record: memory
+/// moved by 1 MiB or more, or any counter moved.
+pub fn moved(prev: &Pressure, now: &Pressure) -> bool {
+    let far = |a: u64, b: u64| a.abs_diff(b) >= 1024;
+    far(now.mem_available_kb, prev.mem_available_kb)
+        || far(now.swap_free_kb, prev.swap_free_kb)
+        || far(now.shmem_kb, prev.shmem_kb)
+        || far(now.committed_as_kb, prev.committed_as_kb)
+        || now
+            .cgroup
+            .as_ref()
+            .map(|c| (c.usage_kb / 1024, c.max_events, c.oom_kill_events))
+            != prev
                 .cgroup
                 .as_ref()
                 .map(|c| (c.usage_kb / 1024, c.max_events, c.oom_kill_events))
-                != prev
-                    .cgroup
-                    .as_ref()
-                    .map(|c| (c.usage_kb / 1024, c.max_events, c.oom_kill_events))
-            || self
+        || now
+            .psi
+            .as_ref()
+            .map(|p| (p.some_total_us / 10_000, p.full_total_us / 10_000))
+            != prev
                 .psi
                 .as_ref()
                 .map(|p| (p.some_total_us / 10_000, p.full_total_us / 10_000))
-                != prev
-                    .psi
-                    .as_ref()
-                    .map(|p| (p.some_total_us / 10_000, p.full_total_us / 10_000))
-            || self.stall_count != prev.stall_count
-    }
+        || now.stall_count != prev.stall_count
 }
 
 #[cfg(test)]
@@ -250,8 +248,8 @@ mod tests {
         };
         let mut b = a.clone();
         b.mem_available_kb += 100;
-        assert!(!b.moved_from(&a));
+        assert!(!moved(&a, &b));
         b.mem_available_kb += 2048;
-        assert!(b.moved_from(&a));
+        assert!(moved(&a, &b));
     }
 }

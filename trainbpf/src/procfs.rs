@@ -15,7 +15,7 @@ pub mod identity;
 use procfs_core::{FromBufRead, process::MemoryMaps};
 
 /// Defined with the recording's events; re-exported for `sampler.rs`.
-use crate::decode::samples::{ProcInfo, ShmKind, ShmObject, Smaps};
+use trainbpf_report::decode::samples::{ProcInfo, ShmKind, ShmObject, Smaps};
 
 /// The most of a command line read: the kernel allows a quarter of the
 /// stack limit, megabytes, and each process's is recorded.

@@ -25,12 +25,14 @@ use nix::sys::{
     signal::{SigSet, SigmaskHow, Signal},
     signalfd::{SfdFlags, SignalFd},
 };
+use trainbpf_report::{
+    decode::ExitStatus,
+    recording::{ClockPair, RecordConfig, RecordingHeader, Writer},
+};
 
 use crate::{
-    decode::ExitStatus,
     job::{self, Invoker, MemCgroup},
     loader::{self, Loaded, Tunables},
-    recording::{ClockPair, RecordConfig, RecordingHeader, Writer},
     safe_file::{self, Place},
 };
 use collect::{Attached, collect};
@@ -45,7 +47,7 @@ pub struct RecordOptions {
     /// No status line on the terminal.
     pub quiet: bool,
     /// What the status line calls a leak.
-    pub leaks: crate::model::LeakOptions,
+    pub leaks: trainbpf_report::model::LeakOptions,
     /// Keep the recording under a size (`--max-size`); `None`: unbounded.
     pub flight: Option<crate::compact::FlightOptions>,
     /// `--metrics ADDR`: serve Prometheus metrics there (docs/metrics.md).
@@ -298,7 +300,7 @@ fn recording_header(
     loaded: &Loaded,
     tunables: &Tunables,
     page_size: u64,
-    unprotected: Option<crate::recording::Fallback>,
+    unprotected: Option<trainbpf_report::recording::Fallback>,
 ) -> RecordingHeader {
     let machine = crate::pressure::sample(None);
     let uts = nix::sys::utsname::uname().ok();
@@ -317,7 +319,7 @@ fn recording_header(
         swap_total_kb: machine.swap_total_kb,
         overcommit: {
             let (memory, ratio, kbytes) = crate::doctor::read_overcommit();
-            crate::recording::Overcommit {
+            trainbpf_report::recording::Overcommit {
                 memory,
                 ratio,
                 kbytes,

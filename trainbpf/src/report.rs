@@ -1,4 +1,6 @@
-//! `trainbpf report` and the end-of-run verdict: file → reader → model → renderer.
+//! `trainbpf report` and the end-of-run verdict: the recordings opened and
+//! the output files written as the invoking user, and what is between them
+//! (reader → model → renderer) left to `trainbpf_report::pipeline`.
 use std::{
     fs::File,
     io::{BufReader, IsTerminal as _},
@@ -7,13 +9,13 @@ use std::{
 };
 
 use anyhow::Result;
-
-use crate::{
-    cli::placeholders,
-    model::{self, ModelOptions, Report},
-    recording::Reader,
-    render, safe_file,
+use trainbpf_report::{
+    model::{self, Report},
+    pipeline::{self, Part, Scope},
+    render,
 };
+
+use crate::{cli::placeholders, safe_file};
 
 /// The recording, opened as the user who ran `sudo` (issue 12 review,
 /// finding B): root's rights must not read another user's 0600 recording.
@@ -22,86 +24,11 @@ fn open_input(path: &Path) -> Result<File> {
     Ok(safe_file::open_input(path, owner)?)
 }
 
-fn open(path: &Path) -> Result<Reader<BufReader<File>>> {
-    let f = open_input(path)?;
-    Ok(Reader::new(BufReader::with_capacity(1 << 16, f))?)
-}
-
 /// Every decoded event as one JSON object per line: for debugging probes
 /// and for tools that want the raw timeline.
 pub fn events(path: &Path) -> Result<String> {
-    let mut r = open(path)?;
-    let mut out = String::new();
-    for t in r.by_ref() {
-        out.push_str(&serde_json::to_string(&t)?);
-        out.push('\n');
-    }
-    for skip in &r.skipped().ranges {
-        out.push_str(&serde_json::to_string(
-            &serde_json::json!({"skipped": skip}),
-        )?);
-        out.push('\n');
-    }
-    if let Some(stop) = r.stop() {
-        out.push_str(&serde_json::to_string(
-            &serde_json::json!({"stopped_early": stop}),
-        )?);
-        out.push('\n');
-    }
-    Ok(out)
-}
-
-/// Reads the whole recording through the model; memory stays bounded by
-/// the model's window, not the file's length.
-pub fn build(path: &Path, window: Duration) -> Result<Report> {
     let f = open_input(path)?;
-    build_from(BufReader::with_capacity(1 << 16, f), window)
-}
-
-/// [`build`] over any input (the fuzz harness feeds it bytes).
-pub fn build_from<R: std::io::Read>(input: R, window: Duration) -> Result<Report> {
-    build_scoped(input, window, &Scope::default())
-}
-
-/// How much of the recording `report` reads, and how it judges leaks.
-#[derive(Clone, Debug, Default)]
-pub struct Scope {
-    /// Only the events up to this long after the first: the report as it
-    /// would have read then (e.g. a leak's projection before the kill).
-    pub until: Option<Duration>,
-    pub leaks: model::LeakOptions,
-}
-
-/// Records arrive up to this late (per-CPU ring buffers, collector records
-/// written as made): reading stops this far past `until`.
-const UNTIL_SLACK_NS: u64 = 5_000_000_000;
-
-/// [`build_from`], cut at `scope.until`, with its leak options.
-pub fn build_scoped<R: std::io::Read>(input: R, window: Duration, scope: &Scope) -> Result<Report> {
-    let mut r = Reader::new(input)?;
-    let header = r.header().clone();
-    let opts = ModelOptions {
-        window_ns: window.as_nanos().min(u64::MAX as u128) as u64,
-        leaks: scope.leaks.clone(),
-    };
-    let cut = scope
-        .until
-        .map(|d| d.as_nanos().min(u64::MAX as u128) as u64);
-    let mut first = None;
-    let events = r.by_ref().map_while(|t| {
-        let Some(cut) = cut else { return Some(Some(t)) };
-        let end = first.get_or_insert(t.ts_ns).saturating_add(cut);
-        if t.ts_ns > end.saturating_add(UNTIL_SLACK_NS) {
-            None
-        } else {
-            Some((t.ts_ns <= end).then_some(t))
-        }
-    });
-    let mut report = model::build(&header, events.flatten(), &opts);
-    report.undecodable = r.undecodable;
-    report.stopped_early = r.stop().cloned();
-    report.skipped = r.skipped().clone();
-    Ok(report)
+    Ok(pipeline::events(BufReader::with_capacity(1 << 16, f))?)
 }
 
 /// Files `report` writes besides what it prints.
@@ -110,19 +37,6 @@ pub struct Files<'a> {
     pub html: Option<&'a Path>,
     pub perfetto: Option<&'a Path>,
     pub pprof: Option<&'a Path>,
-}
-
-/// Which part of the text report to print.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Part {
-    #[default]
-    All,
-    /// The leaks section alone, every trend in it (`--leaks`).
-    Leaks,
-    /// Every process's growth stacks (`--stacks`).
-    Stacks,
-    /// Every diagnosis with its evidence and fixes (`--explain`).
-    Explain,
 }
 
 pub fn run(
@@ -135,21 +49,13 @@ pub fn run(
     part: Part,
 ) -> Result<String> {
     let f = open_input(path)?;
-    let mut report = build_scoped(BufReader::with_capacity(1 << 16, f), window, scope)?;
+    let mut report = pipeline::build_scoped(BufReader::with_capacity(1 << 16, f), window, scope)?;
     report.source.path = path.display().to_string();
     write_files(&report, files)?;
     if json {
-        let mut s = serde_json::to_string_pretty(&render::json::render(&report))?;
-        s.push('\n');
-        return Ok(s);
+        return Ok(pipeline::json(&report)?);
     }
-    let o = text_options(no_color);
-    Ok(match part {
-        Part::All => render::text::render(&report, &o),
-        Part::Leaks => render::text::leaks_report(&report, &o),
-        Part::Stacks => render::text::stacks_report(&report, &o),
-        Part::Explain => render::text::explain(&report, &o),
-    })
+    Ok(pipeline::text(&report, part, &text_options(no_color)))
 }
 
 fn text_options(no_color: bool) -> render::text::TextOptions {
@@ -240,20 +146,12 @@ mod merged;
 /// own descriptor: never by reopening the path, which the job may have
 /// made a link or a FIFO meanwhile.
 pub fn verdict_with(recording: &File, scope: &Scope) -> Result<String> {
-    let r = build_scoped(
+    let r = pipeline::build_scoped(
         BufReader::with_capacity(1 << 16, safe_file::ReadAt::new(recording, 0)),
-        Duration::from_secs(60),
+        pipeline::WINDOW,
         scope,
     )?;
     Ok(render::text::verdict(&r))
-}
-
-/// The end-of-run verdict `record` prints.
-pub fn verdict(path: &Path) -> Result<String> {
-    Ok(render::text::verdict(&build(
-        path,
-        Duration::from_secs(60),
-    )?))
 }
 
 /// Columns of the terminal on stdout; `COLUMNS`, else 100 when piped.

@@ -148,7 +148,10 @@ mod tests {
             ts_ns: 0x0102_0304_0506_0708,
             start_ns: 1,
         };
-        assert_eq!(ts_of(&crate::decode::pod_bytes(&h)), 0x0102_0304_0506_0708);
+        assert_eq!(
+            ts_of(&trainbpf_report::decode::pod_bytes(&h)),
+            0x0102_0304_0506_0708
+        );
         assert_eq!(ts_of(&[1, 2, 3]), 0);
     }
 

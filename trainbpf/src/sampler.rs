@@ -11,7 +11,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::decode::samples::Smaps;
+use trainbpf_report::decode::samples::Smaps;
 
 /// One round's answer.
 pub struct Sampled {

@@ -23,8 +23,8 @@ use nix::{
     fcntl::{OFlag, OpenHow, ResolveFlag, openat2},
     sys::stat::{FileStat, Mode},
 };
+use trainbpf_report::decode::samples::{ShmFs, ShmKind, ShmObject};
 
-use crate::decode::samples::{ShmFs, ShmKind, ShmObject};
 use crate::procfs::{maps_line, parse_sysvipc, shm_mappings};
 
 /// Mount namespaces and roots followed at once: a job has one or a few.

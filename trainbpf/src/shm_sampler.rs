@@ -16,7 +16,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::decode::samples::{ShmLook, ShmTrigger};
+use trainbpf_report::decode::samples::{ShmLook, ShmTrigger};
+
 use crate::shm_look::ShmLooker;
 
 /// The timer's interval while looks are cheap: an object that lives a few

@@ -10,7 +10,7 @@ use std::collections::{HashMap, HashSet};
 use aya::maps::{HashMap as BpfHashMap, MapData, StackTraceMap};
 use trainbpf_common::{ProcId, PyProc, PyStack, StackKey, StackVal};
 
-use crate::decode::{
+use trainbpf_report::decode::{
     ProcKey,
     stacks::{StackDelta, StackSample},
 };
@@ -85,7 +85,7 @@ pub struct Collector {
     locate: Vec<ProcKey>,
     /// Each process's named native frames, by address: what names its
     /// stack at death once it is gone.
-    known: HashMap<ProcKey, HashMap<u64, crate::decode::stacks::Frame>>,
+    known: HashMap<ProcKey, HashMap<u64, trainbpf_report::decode::stacks::Frame>>,
     /// Each process's executable files, held open: what names the frames
     /// of its stack at death that its growth stacks never ran.
     mapped: mapped::ByProc,
@@ -271,7 +271,7 @@ impl Collector {
     /// the native frames' symbols can take long the first time (a
     /// library's line tables), and the process may be gone by then.
     fn name(&mut self, tgid: u32, idx: &[usize], out: &mut [StackDelta]) {
-        let python: Vec<(Vec<crate::decode::stacks::Frame>, Option<String>)> = idx
+        let python: Vec<(Vec<trainbpf_report::decode::stacks::Frame>, Option<String>)> = idx
             .iter()
             .map(|&i| {
                 let d = &out[i];
@@ -367,8 +367,8 @@ impl Collector {
                     out[i].error = Some(e.clone());
                     ips[n]
                         .iter()
-                        .take(crate::decode::stacks::MAX_FRAMES)
-                        .map(|&addr| crate::decode::stacks::Frame {
+                        .take(trainbpf_report::decode::stacks::MAX_FRAMES)
+                        .map(|&addr| trainbpf_report::decode::stacks::Frame {
                             kind: "native".into(),
                             addr,
                             ..Default::default()
@@ -398,7 +398,7 @@ impl Collector {
     fn python(
         &mut self,
         d: &mut StackDelta,
-        py: Vec<crate::decode::stacks::Frame>,
+        py: Vec<trainbpf_report::decode::stacks::Frame>,
         note: Option<String>,
     ) {
         if !py.is_empty() {

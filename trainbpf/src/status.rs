@@ -18,7 +18,7 @@ use std::{
 
 use trainbpf_common as common;
 
-use crate::{
+use trainbpf_report::{
     decode::{self, Event, LeakWarning, Timed, samples::Pressure},
     model::leaks::{Domain, LeakOptions, Live, Projection, Trend},
     term::escape as esc,
@@ -166,7 +166,7 @@ impl Status {
             );
             // The line's names are escaped; this guards the rest of it. A
             // terminal gone is no reason to stop recording.
-            let _ = write!(d.out, "\r\x1b[2K{}", crate::term::sanitize(&s));
+            let _ = write!(d.out, "\r\x1b[2K{}", trainbpf_report::term::sanitize(&s));
             let _ = d.out.flush();
             d.drawn = true;
         }

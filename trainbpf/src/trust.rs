@@ -14,7 +14,7 @@ use std::{
     process::Command,
 };
 
-use crate::term::escape;
+use trainbpf_report::term::escape;
 
 /// Where helper programs are looked for, in order.
 pub const BIN_DIRS: [&str; 6] = [

@@ -20,12 +20,12 @@ use std::{
     time::Instant,
 };
 
-use trainbpf::{
+use trainbpf::rings::Batch;
+use trainbpf_common as common;
+use trainbpf_report::{
     decode::pod_bytes,
     recording::{Reader, RecordingHeader, Rewind, Writer},
-    rings::Batch,
 };
-use trainbpf_common as common;
 
 struct Counting;
 

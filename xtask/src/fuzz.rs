@@ -1,5 +1,5 @@
 //! `cargo xtask fuzz`: the recording decoder under libFuzzer (cargo-fuzz),
-//! for a given time. Installs what it needs: the pinned nightly (setup) and
+//! for a given time. Installs what it needs: the pinned nightly and
 //! cargo-fuzz. docs/fuzzing.md.
 
 use std::{
@@ -11,7 +11,7 @@ use std::{
 use anyhow::{Context, Result, bail, ensure};
 
 use crate::{
-    setup::{pinned_toolchain, setup},
+    setup::pinned_nightly,
     util::{cargo, probe, run, workspace_root},
 };
 
@@ -24,10 +24,9 @@ pub struct Options {
 
 pub fn fuzz(o: &Options) -> Result<()> {
     ensure!(o.seconds > 0, "--seconds must be at least 1");
-    // The fuzz target links trainbpf, whose build script builds the eBPF
-    // object with the pinned nightly and bpf-linker.
-    setup()?;
-    let pin = pinned_toolchain()?;
+    // The fuzz target links trainbpf-report alone: no eBPF object, so no
+    // bpf-linker; the nightly is for libFuzzer's sanitizers.
+    let pin = pinned_nightly()?;
     cargo_fuzz()?;
     let root = workspace_root();
     let corpus = root.join("fuzz/corpus").join(TARGET);
@@ -38,7 +37,7 @@ pub fn fuzz(o: &Options) -> Result<()> {
             "run",
             "--quiet",
             "--package",
-            "trainbpf",
+            "trainbpf-report",
             "--example",
             "fuzz_seeds",
             "--",

@@ -27,6 +27,14 @@ pub fn setup() -> Result<()> {
     Ok(())
 }
 
+/// The pinned nightly alone, installed if missing, and its name: what
+/// cargo-fuzz needs for its sanitizers; the fuzz target builds no eBPF.
+pub fn pinned_nightly() -> Result<String> {
+    let pin = pinned_toolchain()?;
+    nightly(&pin)?;
+    Ok(pin)
+}
+
 /// The nightly named in `.ebpf-toolchain`, the one place it is pinned.
 pub fn pinned_toolchain() -> Result<String> {
     let path = workspace_root().join(".ebpf-toolchain");

@@ -241,7 +241,8 @@ fn parse(output: Output, path: &OsStr) -> Result<Vec<Piece>, PlaceholderError> {
                     return Err(PlaceholderError::Unknown {
                         flag,
                         path: shown(),
-                        name: crate::term::escape(&String::from_utf8_lossy(raw)).into_owned(),
+                        name: trainbpf_report::term::escape(&String::from_utf8_lossy(raw))
+                            .into_owned(),
                         known: output.known(),
                     });
                 };
@@ -330,7 +331,7 @@ pub fn sanitise(value: &str) -> String {
 /// some filesystems refused).
 fn time_stamp(realtime_ns: u64) -> String {
     // "2026-12-01T18:01:02.123Z" → "20261201T180102Z"
-    let t = crate::render::rfc3339_ms(realtime_ns);
+    let t = trainbpf_report::render::rfc3339_ms(realtime_ns);
     let mut s: String = t[..19].chars().filter(|c| *c != '-' && *c != ':').collect();
     s.push('Z');
     s

@@ -102,7 +102,7 @@ pub fn parse_hostname(s: &str) -> Result<String, String> {
     if s.is_empty() || s.len() > MAX || !s.chars().all(ok) {
         return Err(format!(
             "{:?} is not a host name (1 to {MAX} letters, digits, '.', '_' or '-')",
-            crate::term::escape(s)
+            trainbpf_report::term::escape(s)
         ));
     }
     Ok(s.to_string())

@@ -8,11 +8,10 @@ use std::{
     io::{self, Read},
 };
 
+use trainbpf_report::recording::Writer;
+
 use super::{CompactError, Policy, Stats, compact, human_bytes, human_span};
-use crate::{
-    recording::Writer,
-    safe_file::{FileError, InstallError, Place, ReadAt},
-};
+use crate::safe_file::{FileError, InstallError, Place, ReadAt};
 
 /// `record --max-size` and `--full-span`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

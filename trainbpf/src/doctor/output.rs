@@ -28,7 +28,7 @@ pub fn render_json(f: &Facts, checks: &[Check]) -> String {
 pub fn render_text(f: &Facts, checks: &[Check]) -> String {
     // Findings quote process names (oom_score_adj) and helpers' output:
     // escaped for the terminal (JSON escapes by its own rules).
-    use crate::term::escape as esc;
+    use trainbpf_report::term::escape as esc;
     let mut s = format!(
         "trainbpf doctor: Linux {}{}\n\n",
         esc(&f.kernel),

@@ -20,13 +20,13 @@ use aya::{
     programs::TracePoint,
 };
 use trainbpf_common::{CudaMapEvent, FileKey, Held, LateWindow, MAP_HELD, SEEN_TRIED};
+use trainbpf_report::decode::gpu::GpuLate;
 
 use super::{
     held::{Pidfd, continue_held},
     watchdog::{HOLD_LIMIT, Watchdog},
     why,
 };
-use crate::decode::gpu::GpuLate;
 
 const BPF_NOEXIST: u64 = 1;
 

@@ -11,6 +11,10 @@ use trainbpf_common::{
     CudaMapEvent, MAP_HELD, MAP_NOT_HELD_FULL, MAP_NOT_HELD_OFF, MAP_NOT_HELD_SIGNAL,
     MAP_NOT_READABLE,
 };
+use trainbpf_report::{
+    decode::gpu::{GpuAttach, GpuLate, GpuUserBody},
+    units::human_ms,
+};
 
 use super::{
     GpuProbes, Records,
@@ -20,10 +24,6 @@ use super::{
     pinned::Pinned,
     probe::{NotOpened, Tried},
     rec,
-};
-use crate::{
-    decode::gpu::{GpuAttach, GpuLate, GpuUserBody},
-    units::human_ms,
 };
 
 fn why_not_held(held: u32) -> Option<String> {

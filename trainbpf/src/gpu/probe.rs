@@ -14,9 +14,9 @@ use aya::{
     Ebpf,
     maps::{HashMap as BpfHashMap, MapData},
 };
+use trainbpf_report::decode::gpu::{GpuAttach, GpuUserBody};
 
 use super::{CUDA_SYMBOLS, GpuProbes, Records, attach::attach_pair, pinned::Pinned, rec};
-use crate::decode::gpu::{GpuAttach, GpuUserBody};
 
 /// Library files found through the job that one run tries, at most. A job
 /// maps one driver (two with a forward-compatibility copy, a few across
@@ -189,12 +189,12 @@ impl GpuProbes {
             // The path is the job's to choose, escapes and all.
             eprintln!(
                 "trainbpf: GPU: {} (pid {} maps it): {} calls probed{}",
-                crate::term::escape(&a.path),
+                trainbpf_report::term::escape(&a.path),
                 pid.unwrap_or(0),
                 a.attached.len(),
                 a.error
                     .as_deref()
-                    .map(|e| format!(" ({})", crate::term::escape(e)))
+                    .map(|e| format!(" ({})", trainbpf_report::term::escape(e)))
                     .unwrap_or_default()
             );
         }

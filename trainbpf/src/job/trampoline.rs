@@ -91,7 +91,7 @@ pub fn exec_trampoline(args: &[OsString]) -> i32 {
         return fail(format!("cannot run the job as uid {uid}: {e}"), 1);
     }
     let err = cmd.exec();
-    let name = crate::term::escape(&cmd_argv[0].to_string_lossy()).into_owned();
+    let name = trainbpf_report::term::escape(&cmd_argv[0].to_string_lossy()).into_owned();
     match err.kind() {
         io::ErrorKind::NotFound => fail(format!("{name}: command not found"), 127),
         io::ErrorKind::PermissionDenied => fail(format!("{name}: permission denied"), 126),

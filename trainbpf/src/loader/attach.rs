@@ -7,9 +7,10 @@ use aya::{
     programs::{BtfTracePoint, FEntry, KProbe, ProgramError, TracePoint},
 };
 use trainbpf_common::Config;
+use trainbpf_report::recording::Attach;
 
 use super::{LoadError, OomProbe, Tunables, why};
-use crate::{kernel, recording::Attach};
+use crate::kernel;
 
 /// The kill context: fentry, then kprobe, on `oom_kill_process`, as
 /// `--oom-probe` allows.

@@ -11,7 +11,7 @@ use std::{
 use aya::Ebpf;
 use aya_log::EbpfLogger;
 
-use crate::decode::EbpfLog;
+use trainbpf_report::decode::EbpfLog;
 
 /// The reader of the programs' log ring.
 pub struct KernelLog {

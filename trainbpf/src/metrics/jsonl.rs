@@ -82,7 +82,7 @@ impl EventsLog {
     pub(super) fn line(&self, f: &Finished) -> Option<String> {
         let time = |ts: u64| {
             let real = (ts as i128 + self.offset_ns).max(0) as u64;
-            crate::render::rfc3339_ms(real)
+            trainbpf_report::render::rfc3339_ms(real)
         };
         let line = match f {
             Finished::Kill(k) => Line {

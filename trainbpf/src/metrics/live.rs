@@ -1,7 +1,7 @@
 //! Kills and deaths told apart while the job runs, from the same records
 //! the recording gets, by the model's own rules: a kill's constraint from
 //! `oom_kill_process` or the kernel's log lines
-//! ([`crate::model::kill_constraint`]), a death's cause as
+//! ([`trainbpf_report::model::kill_constraint`]), a death's cause as
 //! `model::deaths` gives it. The report reads the whole recording; this
 //! decides within a couple of seconds of a kill, so that a scrape sees it
 //! while the job still runs.
@@ -13,7 +13,7 @@ use std::collections::{HashMap, VecDeque};
 
 use trainbpf_common as common;
 
-use crate::{
+use trainbpf_report::{
     decode::{
         self, Event, ExitStatus, ProcKey, UserBody,
         samples::{CgroupPressure, ProcInfo},
@@ -167,7 +167,7 @@ impl Live {
         match &t.event {
             Event::Oom(r) if r.in_job => self.on_oom(ts, r),
             Event::Printk { msg, .. } => {
-                if let Some((pid, c)) = crate::model::kill_constraint(msg) {
+                if let Some((pid, c)) = trainbpf_report::model::kill_constraint(msg) {
                     if self.log.len() == MAX_LOG {
                         self.log.pop_front();
                     }
@@ -233,7 +233,7 @@ impl Live {
             // the way the report does; `ProcInfo`'s torchrun rank stays the
             // fallback for recordings' collectors that send no identity.
             UserBody::Identity(rec) if self.ranks.len() < MAX_PROCS => {
-                let id = crate::model::identity::Identity::from_record(rec);
+                let id = trainbpf_report::model::identity::Identity::from_record(rec);
                 if let Some(r) = id.rank {
                     self.ranks.insert(rec.tgid, r);
                 }
@@ -340,7 +340,7 @@ impl Live {
             sender_pid: None,
             sender_comm: None,
         };
-        match crate::model::wait_status(exit_code) {
+        match trainbpf_report::model::wait_status(exit_code) {
             ExitStatus::Code(c) => d.code = Some(c),
             ExitStatus::Signal(s) => {
                 d.signal = Some(s);

@@ -1,5 +1,6 @@
+use trainbpf_report::decode::{CgroupName, OomControl, OomRecord, OomRecordKind, Rss, Task, Timed};
+
 use super::*;
-use crate::decode::{CgroupName, OomControl, OomRecord, OomRecordKind, Rss, Task, Timed};
 
 const S: u64 = 1_000_000_000;
 
@@ -154,7 +155,7 @@ fn deaths_by_signal_crash_and_exit() {
     let mut l = Live::new(4);
     l.observe(&Timed {
         ts_ns: S,
-        event: Event::Signal(Box::new(crate::decode::SignalRecord {
+        event: Event::Signal(Box::new(trainbpf_report::decode::SignalRecord {
             target: ProcKey {
                 tgid: 10,
                 start_ns: 7,
@@ -228,7 +229,7 @@ fn the_jobs_memory_is_the_sum_of_its_live_processes() {
 /// (the ledger's reorder window: a second on, the exit is applied).
 #[test]
 fn gpu_memory_held_until_the_process_ends() {
-    use crate::decode::gpu::{CudaCall, CudaOp, GpuEvent};
+    use trainbpf_report::decode::gpu::{CudaCall, CudaOp, GpuEvent};
     let mut l = Live::new(4);
     let call = |ts: u64, op: CudaOp, size: u64, ptr: u64| Timed {
         ts_ns: ts,
@@ -270,7 +271,7 @@ fn a_victims_identity_record_gives_its_rank_and_container() {
         id: 42,
         path: "/trainbpf-1-abc".into(),
     }));
-    let mut rec = crate::decode::ProcIdentity {
+    let mut rec = trainbpf_report::decode::ProcIdentity {
         tgid: 900,
         ..Default::default()
     };

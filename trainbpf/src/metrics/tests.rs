@@ -1,6 +1,7 @@
+use trainbpf_report::decode::UserBody;
+use trainbpf_report::model::{Cause, Constraint};
+
 use super::*;
-use crate::decode::UserBody;
-use crate::model::{Cause, Constraint};
 
 fn kill(comm: &str, rank: Option<u32>) -> Finished {
     Finished::Kill(KillEvent {
@@ -49,14 +50,15 @@ fn the_exposition_text() {
         sender_pid: None,
         sender_comm: None,
     }));
-    o.live.on_user(&UserBody::Lost(crate::decode::Lost {
-        by_kind: vec![0, 3],
-        undecodable: 1,
-        ..Default::default()
-    }));
+    o.live
+        .on_user(&UserBody::Lost(trainbpf_report::decode::Lost {
+            by_kind: vec![0, 3],
+            undecodable: 1,
+            ..Default::default()
+        }));
     o.live.on_user(&UserBody::Pressure(Box::new(
-        crate::decode::samples::Pressure {
-            cgroup: Some(crate::decode::samples::CgroupPressure {
+        trainbpf_report::decode::samples::Pressure {
+            cgroup: Some(trainbpf_report::decode::samples::CgroupPressure {
                 usage_kb: 1024,
                 limit_kb: None,
                 ..Default::default()

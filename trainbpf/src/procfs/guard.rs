@@ -23,7 +23,7 @@ use std::{
     time::Duration,
 };
 
-use crate::decode::JobReads;
+use trainbpf_report::decode::JobReads;
 
 /// How long a read of a job process's memory or `/proc` entries may take:
 /// they take microseconds, milliseconds under memory pressure.

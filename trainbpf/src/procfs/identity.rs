@@ -6,7 +6,7 @@
 
 use std::{collections::BTreeMap, fs::File, io::Read};
 
-use crate::decode::identity::{
+use trainbpf_report::decode::identity::{
     IDENTITY_VARS, MAX_CGROUP_BYTES, MAX_CGROUPS, MAX_VAR_BYTES, ProcIdentity,
 };
 

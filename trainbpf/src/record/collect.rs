@@ -14,6 +14,10 @@ use aya::maps::{MapData, PerCpuArray};
 use nix::sys::signalfd::SignalFd;
 use tokio::io::unix::AsyncFd;
 use trainbpf_common as common;
+use trainbpf_report::{
+    decode::{CgroupName, ExitStatus, JobExit, JobStart, UserBody},
+    recording::Writer,
+};
 
 use super::{
     RecordError, Target,
@@ -21,10 +25,8 @@ use super::{
     io_err, mono_ns,
 };
 use crate::{
-    decode::{CgroupName, ExitStatus, JobExit, JobStart, UserBody},
     job::{self, Invoker, MemCgroup},
     loader::Loaded,
-    recording::Writer,
 };
 
 /// The kernel's map of the job's processes.

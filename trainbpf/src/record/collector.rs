@@ -10,13 +10,13 @@ use std::{
 
 use aya::maps::MapData;
 use trainbpf_common as common;
-
-use super::{RecordError, io_err, mono_ns};
-use crate::{
+use trainbpf_report::{
     decode::{self, ExitStatus, Lost, UserBody},
     recording::Writer,
-    stacks::Msg,
 };
+
+use super::{RecordError, io_err, mono_ns};
+use crate::stacks::Msg;
 
 /// Naming what the records point at: cgroups, executables, identities.
 mod names;
@@ -35,7 +35,7 @@ pub(super) struct Collector {
     known_exes: std::collections::HashSet<u32>,
     last_lost: Lost,
     last_sync: Instant,
-    last_pressure: Option<crate::decode::samples::Pressure>,
+    last_pressure: Option<trainbpf_report::decode::samples::Pressure>,
     stall: ([u64; 3], [u64; 3]),
     /// What the job's threads freed inside reclaim or compaction, kB.
     reclaim_freed_kb: u64,
@@ -215,7 +215,7 @@ impl Collector {
                         ..
                     }) = decode::decode(kind, bytes, 4)
                 {
-                    self.root_exit = Some(crate::model::wait_status(exit_code));
+                    self.root_exit = Some(trainbpf_report::model::wait_status(exit_code));
                 }
             }
             // A process running before the recorder (`--all`, an attach):
@@ -437,7 +437,7 @@ impl Collector {
         if self
             .last_pressure
             .as_ref()
-            .is_none_or(|last| p.moved_from(last))
+            .is_none_or(|last| crate::pressure::moved(last, &p))
         {
             self.last_pressure = Some(p.clone());
             self.user(UserBody::Pressure(Box::new(p)));
@@ -477,7 +477,7 @@ impl Collector {
         for w in warnings {
             eprintln!(
                 "trainbpf: warning: {}",
-                crate::render::text::warning_text(&w, now)
+                trainbpf_report::render::text::warning_text(&w, now)
             );
             self.user(UserBody::LeakWarning(w));
         }
@@ -497,9 +497,9 @@ impl Collector {
             // The programs wrote these from kernel memory: escaped.
             eprintln!(
                 "trainbpf: kernel {} {}: {}",
-                crate::term::escape(&l.program),
-                crate::term::escape(&l.level),
-                crate::term::escape(&l.message)
+                trainbpf_report::term::escape(&l.program),
+                trainbpf_report::term::escape(&l.level),
+                trainbpf_report::term::escape(&l.message)
             );
             self.user(UserBody::EbpfLog(l));
         }
@@ -519,7 +519,7 @@ impl Collector {
     fn tell_writer_notices(&mut self) {
         for n in self.writer.take_notices() {
             match n {
-                crate::recording::Notice::Resumed { .. } => eprintln!("trainbpf: {n}"),
+                trainbpf_report::recording::Notice::Resumed { .. } => eprintln!("trainbpf: {n}"),
                 _ => eprintln!("trainbpf: warning: {n}"),
             }
         }

@@ -51,7 +51,7 @@ pub fn missing_capabilities(caps: u64, invoker: &Invoker, euid: u32) -> Option<S
 /// Sets our own oom_score_adj to -1000 and returns the old value, which the
 /// job gets back, and, when that failed, why, for the recording's header
 /// (the report then says the recorder was not protected).
-pub(super) fn protect_from_oom_killer() -> (i32, Option<crate::recording::Fallback>) {
+pub(super) fn protect_from_oom_killer() -> (i32, Option<trainbpf_report::recording::Fallback>) {
     let old = fs::read_to_string("/proc/self/oom_score_adj")
         .ok()
         .and_then(|s| s.trim().parse().ok())
@@ -65,7 +65,7 @@ pub(super) fn protect_from_oom_killer() -> (i32, Option<crate::recording::Fallba
             eprintln!(
                 "trainbpf: warning: could not set the recorder's oom_score_adj to -1000 ({reason})"
             );
-            let f = crate::recording::Fallback {
+            let f = trainbpf_report::recording::Fallback {
                 probe: "oom_score_adj -1000 (the recorder's OOM protection)".into(),
                 reason,
             };

@@ -5,9 +5,14 @@
 use std::{io::BufReader, path::PathBuf, time::Duration};
 
 use anyhow::{Context as _, Result, bail};
+use trainbpf_report::{
+    model,
+    pipeline::{self, Part, Scope},
+    render,
+};
 
-use super::{Files, Part, Scope, build_scoped, open_input, text_options};
-use crate::{model, render, safe_file};
+use super::{Files, open_input, text_options};
+use crate::safe_file;
 
 /// The recordings `report` was given: files as they are, and for a
 /// directory every regular `*.rec` file in it, by name. Each path is
@@ -71,24 +76,16 @@ pub fn run_merged(
     let mut parts = Vec::with_capacity(paths.len());
     for p in paths {
         let f = open_input(p)?;
-        let r = build_scoped(BufReader::with_capacity(1 << 16, f), window, scope)
+        let r = pipeline::build_scoped(BufReader::with_capacity(1 << 16, f), window, scope)
             .with_context(|| format!("reading {}", p.display()))?;
         parts.push((p.display().to_string(), r));
     }
     let m = model::merge::merge(parts);
     write_files(&m, files)?;
     if json {
-        let mut s = serde_json::to_string_pretty(&render::json::render_merged(&m))?;
-        s.push('\n');
-        return Ok(s);
+        return Ok(pipeline::merged_json(&m)?);
     }
-    let o = text_options(no_color);
-    Ok(match part {
-        Part::All => render::text::merged(&m, &o),
-        Part::Leaks => render::text::each(&m, &o, render::text::leaks_report),
-        Part::Stacks => render::text::each(&m, &o, render::text::stacks_report),
-        Part::Explain => render::text::each(&m, &o, render::text::explain),
-    })
+    Ok(pipeline::merged_text(&m, part, &text_options(no_color)))
 }
 
 /// The merged HTML page and Perfetto trace; their placeholders name the

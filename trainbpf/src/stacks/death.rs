@@ -8,14 +8,14 @@
 use std::collections::HashMap;
 
 use trainbpf_common::{DeathStack, STACK_DEPTH};
+use trainbpf_report::decode::{
+    ProcKey,
+    stacks::{Frame, MAX_FRAMES, StackAtDeath},
+};
 
 use super::{
     Collector, py, stack_error,
     symbolize::{bounded, resolve_here},
-};
-use crate::decode::{
-    ProcKey,
-    stacks::{Frame, MAX_FRAMES, StackAtDeath},
 };
 use crate::procfs::{backing::Backing, guard::FILES_DEADLINE};
 

@@ -15,9 +15,10 @@ use blazesym::symbolize::{
     Input, Symbolized, Symbolizer,
     source::{Elf, Source},
 };
+use trainbpf_report::decode::stacks::Frame;
 
 use super::symbolize::bounded;
-use crate::{decode::stacks::Frame, procfs::backing::Backing};
+use crate::procfs::backing::Backing;
 
 /// Executable mappings held per process (a Python with its extension
 /// modules maps a few dozen files).
@@ -140,7 +141,7 @@ impl Mapped {
 }
 
 /// Every job process's held mappings, by process.
-pub type ByProc = HashMap<crate::decode::ProcKey, Mapped>;
+pub type ByProc = HashMap<trainbpf_report::decode::ProcKey, Mapped>;
 
 #[cfg(test)]
 mod tests {

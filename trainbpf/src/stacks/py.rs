@@ -18,10 +18,10 @@ use std::{
 
 use aya::maps::{HashMap as BpfHashMap, MapData};
 use trainbpf_common::{PY_NONE, ProcId, PyProc, PyStack};
+use trainbpf_report::decode::{ProcKey, stacks::Frame};
 
 use super::symbolize::bounded;
 use crate::{
-    decode::{ProcKey, stacks::Frame},
     procfs::guard::{Count, DEADLINE, FILES_DEADLINE, Readers, STATS, Stall},
     python::{Interpreter, PyError},
 };

@@ -8,13 +8,11 @@ use blazesym::symbolize::{
     Input, Reason, Symbolized, Symbolizer,
     source::{Process, Source},
 };
+use trainbpf_report::decode::stacks::{Frame, MAX_FRAME_TEXT, MAX_FRAMES};
 
-use crate::{
-    decode::stacks::{Frame, MAX_FRAME_TEXT, MAX_FRAMES},
-    procfs::{
-        backing::Backing,
-        guard::{Count, STATS},
-    },
+use crate::procfs::{
+    backing::Backing,
+    guard::{Count, STATS},
 };
 
 thread_local! {

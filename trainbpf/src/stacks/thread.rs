@@ -15,12 +15,10 @@ use std::{
 };
 
 use trainbpf_common::DeathStack;
+use trainbpf_report::decode::{ProcKey, UserBody};
 
 use super::{Collector, StackMaps};
-use crate::{
-    decode::{ProcKey, UserBody},
-    procfs::guard::Readers,
-};
+use crate::procfs::guard::Readers;
 
 /// How often the growth stacks are drained at most.
 const STACKS_EVERY: Duration = Duration::from_millis(100);

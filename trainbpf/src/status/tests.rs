@@ -2,8 +2,8 @@
 
 use super::*;
 // The warning's text is the report's, so that both say the same.
-use crate::model::leaks::Verdict;
-use crate::render::text::warning_text;
+use trainbpf_report::model::leaks::Verdict;
+use trainbpf_report::render::text::warning_text;
 
 fn trend(pid: u32, comm: &str, slope: f64, verdict: Verdict) -> Trend {
     Trend {

@@ -15,10 +15,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::{
-    decode::{ProcIdentity, ProcInfo},
-    procfs::guard::{Count, DEADLINE, Readers, STATS, Stall},
-};
+use trainbpf_report::decode::{ProcIdentity, ProcInfo};
+
+use crate::procfs::guard::{Count, DEADLINE, Readers, STATS, Stall};
 
 /// Requests waiting to be read; past this a request is dropped, counted.
 const MAX_QUEUED: usize = 4096;

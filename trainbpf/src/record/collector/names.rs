@@ -5,8 +5,9 @@
 
 use std::{fs, time::Duration};
 
+use trainbpf_report::decode::{self, CgroupName, UserBody};
+
 use super::{Collector, MAX_JOB_PROCS};
-use crate::decode::{self, CgroupName, UserBody};
 use crate::job;
 use crate::procfs::{
     guard::{Count, STATS},

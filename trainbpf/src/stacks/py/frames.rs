@@ -7,12 +7,10 @@ use trainbpf_common::{
     PY_DEEP, PY_EMPTY, PY_FAULT_FRAMES, PY_FAULT_THREADS, PY_MANY_THREADS, PY_MAX_FRAMES,
     PY_MAX_THREADS, PY_NO_THREAD, PY_NONE, PY_NOT_INIT, PY_OK, PY_STORE_FULL, PyProc, PyStack,
 };
+use trainbpf_report::decode::stacks::Frame;
 
 use super::super::symbolize::bounded;
-use crate::{
-    decode::stacks::Frame,
-    python::{Interpreter, Layout, PyError, PyFrame, PyOffsets, offsets::NONE},
-};
+use crate::python::{Interpreter, Layout, PyError, PyFrame, PyOffsets, offsets::NONE};
 
 /// What the kernel's walker needs, from the offsets the userspace walker
 /// reads with.
@@ -114,7 +112,7 @@ pub fn fold(native: &[Frame], python: Vec<Frame>, interpreter: &str) -> Vec<Fram
         .cloned()
         .collect();
     out.extend(python);
-    out.truncate(crate::decode::stacks::MAX_FRAMES);
+    out.truncate(trainbpf_report::decode::stacks::MAX_FRAMES);
     out
 }
 
