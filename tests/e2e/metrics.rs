@@ -14,7 +14,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::support::{TempDir, bin, job_kill, report_json, require_root, serial, u};
+use crate::support::{Cg, TempDir, bin, job_kill, report_json, require_root, serial, u};
 use serde_json::Value;
 
 const PROMETHEUS: &str = "/usr/bin/prometheus";

@@ -11,7 +11,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::support::{TempDir, require_root};
+use crate::support::{TempDir, require_root, serial};
 use trainbpf::python::{Interpreter, PyError, ThreadStack};
 
 const SCRIPT: &str = r#"import sys, threading, time
