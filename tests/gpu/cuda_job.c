@@ -3,7 +3,7 @@
  * It loads the library with dlopen and calls it through dlsym pointers, as
  * the CUDA runtime and frameworks do, from four threads, with failing calls,
  * then forks a worker that creates a context of its own, and exits holding
- * memory. tests/tests/gpu.rs asserts the ledger this must produce; the
+ * memory. tests/e2e/gpu/ledger.rs asserts the ledger this must produce; the
  * figures are spelled out there.
  *
  * usage: cuda_job LIBCUDA_PATH

@@ -1,5 +1,5 @@
 /*
- * Jobs for the GPU diagnoses (tests/tests/diagnosis_misc.rs), run against
+ * Jobs for the GPU diagnoses (tests/e2e/diagnosis/misc.rs), run against
  * the stand-in libcuda (tests/gpu/standin_cuda.c), each the shape of a
  * real failure:
  *

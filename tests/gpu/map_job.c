@@ -1,6 +1,6 @@
 /*
  * A job that maps a file named like the driver the way a hostile one may,
- * for the probing tests (tests/tests/gpu_probing.rs):
+ * for the probing tests (tests/e2e/gpu/probing.rs):
  *
  *   map_job opath PATH MARKER MS  opens PATH with O_PATH, which needs no
  *                                 read permission, and mmaps that

@@ -1,7 +1,7 @@
 //! `cargo xtask gpu-check`: real PyTorch CUDA jobs under `trainbpf record`,
 //! with the GPU ledger compared to what PyTorch and NVML say (docs/gpu.md).
 //!
-//! The stand-in tests (tests/tests/gpu.rs) prove the uprobes, the collector
+//! The stand-in tests (tests/e2e/gpu/ledger.rs) prove the uprobes, the collector
 //! and the ledger against a fake `libcuda.so.1`. Whether a real driver's
 //! calls reach the probed symbols at all only a real GPU can show, so this
 //! runs `xtask/gpu/torch_job.py` once per allocator mode and puts the
@@ -1098,7 +1098,7 @@ mod tests {
 
     /// A report as `trainbpf report --json` writes it, cut down to what the
     /// check reads: the shape of a stand-in recording's report
-    /// (tests/tests/gpu.rs), with the figures a default-allocator torch run
+    /// (tests/e2e/gpu/ledger.rs), with the figures a default-allocator torch run
     /// would give: 3 × 256 MiB, one freed (cached), 512 MiB, a 20 MiB
     /// segment for the 4 MiB matmul operands and cuBLAS's workspace, and
     /// 2 MiB of small blocks; two DataLoader workers that never touch CUDA.

@@ -239,7 +239,7 @@ pub fn ensure_chromium() -> Result<()> {
 }
 
 /// Debian's Go for `report --pprof`'s test, which reads the profile with
-/// `go tool pprof` (tests/tests/pprof.rs).
+/// `go tool pprof` (tests/e2e/pprof.rs).
 pub fn ensure_go() -> Result<()> {
     ensure_debian_package(
         "golang-go",
@@ -250,7 +250,7 @@ pub fn ensure_go() -> Result<()> {
 
 /// Debian's Prometheus server for `record --metrics`' test, which scrapes
 /// the recorder and queries the kill through its HTTP API
-/// (tests/tests/metrics.rs). Its recommends (exporters) are not needed;
+/// (tests/e2e/metrics.rs). Its recommends (exporters) are not needed;
 /// the package's service is started by nothing here: the test runs its
 /// own server.
 pub fn ensure_prometheus() -> Result<()> {

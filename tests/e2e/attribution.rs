@@ -1,0 +1,4 @@
+//! Who grew memory: per-process figures against the kernel's own.
+
+mod growth;
+mod truth;

@@ -1,0 +1,5 @@
+//! The GPU ledger, the late-library hold and the probing, with stand-in drivers.
+
+mod late;
+mod ledger;
+mod probing;

@@ -1,0 +1,5 @@
+//! Python frames in growth stacks and at death, on each CPython here.
+
+mod cow;
+mod growth;
+mod stacks;

@@ -1,0 +1,246 @@
+//! The victim's stack at death (`record --stacks`) of a process with two
+//! threads: one grows through `grow_here()` until the OOM kill, one
+//! waits in `wait_here()` called from `sleeper()`. Each thread's stack is
+//! taken as it dequeues the SIGKILL, in its own context: the allocating
+//! one is the one shown, named down to `grow_here`; the other is among
+//! `threads`, in `sleeper`.
+
+use std::process::Command;
+
+use crate::support::*;
+use serde_json::Value;
+
+const THREADS_C: &str = r#"#include <pthread.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+__attribute__((noinline)) void wait_here(void) { pause(); }
+
+__attribute__((noinline)) void *sleeper(void *arg) {
+    for (;;)
+        wait_here();
+    return arg;
+}
+
+__attribute__((noinline)) char *grow_here(size_t n) {
+    char *p = malloc(n);
+    for (size_t i = 0; i < n; i += 4096)
+        p[i] = 1;
+    return p;
+}
+
+int main(void) {
+    pthread_t t;
+    pthread_create(&t, NULL, sleeper, NULL);
+    usleep(100000);
+    for (;;) {
+        grow_here(1 << 20);
+        usleep(5000);
+    }
+}
+"#;
+
+fn names(frames: &Value) -> Vec<String> {
+    frames
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["function"].as_str().unwrap_or("?").to_string())
+        .collect()
+}
+
+#[test]
+fn each_thread_of_the_victim_is_taken_at_death() {
+    require_root();
+    let _g = serial();
+    let dir = TempDir::new("death");
+    let src = dir.path("threads.c");
+    std::fs::write(&src, THREADS_C).unwrap();
+    let exe = dir.path("threads");
+    let cc = Command::new("/usr/bin/cc")
+        .args(["-O0", "-g", "-fno-omit-frame-pointer", "-pthread", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(
+        cc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let rec = dir.path("d.rec");
+    let out = record(
+        &rec,
+        &["--stacks", "--memory-limit", "64M", "-q"],
+        &[exe.to_str().unwrap()],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("killed"), "no kill: {stderr}");
+    let r = report_json(&rec);
+    let v = &job_kill(&r)["victim"];
+    let d = &v["stack_at_death"];
+    assert!(!d.is_null(), "no stack at death: {}", v["stack_error"]);
+    eprintln!("at death: {d}");
+    // The allocating thread (the main one) is shown.
+    assert_eq!(d["trigger"], true, "{d}");
+    assert_eq!(u(&d["tid"]), u(&v["pid"]), "{d}");
+    let main = names(&d["frames"]);
+    assert_eq!(
+        main.first().map(String::as_str),
+        Some("grow_here"),
+        "{main:?}"
+    );
+    assert!(main.iter().any(|f| f == "main"), "{main:?}");
+    // The other thread, in its own context.
+    let threads = d["threads"].as_array().unwrap();
+    assert_eq!(threads.len(), 1, "{d}");
+    assert_ne!(threads[0]["tid"], d["tid"]);
+    let other = names(&threads[0]["frames"]);
+    assert!(
+        other.iter().any(|f| f == "sleeper" || f == "wait_here"),
+        "the waiting thread's stack: {other:?} ({})",
+        threads[0]["error"]
+    );
+    // The text report shows it under the kill.
+    let text = Command::new(bin())
+        .arg("report")
+        .arg(&rec)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("The victim's stack at death") && text.contains("in grow_here"),
+        "{text}"
+    );
+}
+
+const CRASH_C: &str = r#"#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+__attribute__((noinline)) void grow_here(size_t n) { memset(malloc(n), 1, n); }
+
+__attribute__((noinline)) void crash_here(void) { *(volatile int *)0 = 1; }
+
+int main(void) {
+    grow_here(8 << 20);
+    sleep(2);
+    crash_here();
+    return 0;
+}
+"#;
+
+/// Any fatal signal, not only an OOM kill: a SIGSEGV's stack at death
+/// names the faulting function, in `deaths[]`.
+#[test]
+fn a_crash_has_its_stack_at_death() {
+    require_root();
+    let _g = serial();
+    let dir = TempDir::new("crash");
+    let src = dir.path("crash.c");
+    std::fs::write(&src, CRASH_C).unwrap();
+    let exe = dir.path("crash");
+    let cc = Command::new("/usr/bin/cc")
+        .args(["-O0", "-g", "-fno-omit-frame-pointer", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(
+        cc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let rec = dir.path("c.rec");
+    record(&rec, &["--stacks", "-q"], &[exe.to_str().unwrap()]);
+    let r = report_json(&rec);
+    let d = r["deaths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["signal"] == 11)
+        .unwrap_or_else(|| panic!("no SIGSEGV death: {}", r["deaths"]));
+    let s = &d["stack_at_death"];
+    eprintln!("at death: {s}");
+    assert_eq!(s["signal"], 11, "{d}");
+    let main = names(&s["frames"]);
+    assert_eq!(main.first().map(String::as_str), Some("crash_here"), "{s}");
+    assert!(main.iter().any(|f| f == "main"), "{main:?}");
+}
+
+const MANY_C: &str = r#"#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void *waiter(void *arg) {
+    for (;;)
+        pause();
+    return arg;
+}
+
+int main(void) {
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setstacksize(&a, 64 << 10);
+    for (int i = 0; i < 600; i++) {
+        pthread_t t;
+        pthread_create(&t, &a, waiter, NULL);
+    }
+    for (;;) {
+        memset(malloc(1 << 20), 1, 1 << 20);
+        usleep(2000);
+    }
+}
+"#;
+
+/// A process of 600 threads: their stacks at death (1.6 KiB each)
+/// would overflow the precious ring. The kill and the exit are still
+/// recorded, and the stacks that did not fit are counted as lost.
+#[test]
+fn many_threads_never_push_out_the_kill() {
+    require_root();
+    let _g = serial();
+    let dir = TempDir::new("many");
+    let src = dir.path("many.c");
+    std::fs::write(&src, MANY_C).unwrap();
+    let exe = dir.path("many");
+    let cc = Command::new("/usr/bin/cc")
+        .args(["-O0", "-g", "-fno-omit-frame-pointer", "-pthread", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(
+        cc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let rec = dir.path("m.rec");
+    let out = record(
+        &rec,
+        &["--stacks", "--memory-limit", "128M", "-q"],
+        &[exe.to_str().unwrap()],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("killed"), "no kill: {stderr}");
+    let r = report_json(&rec);
+    let k = job_kill(&r);
+    let d = &k["victim"]["stack_at_death"];
+    assert!(!d.is_null(), "{}", k["victim"]["stack_error"]);
+    let kept = d["threads"].as_array().unwrap().len() as u64 + 1 + u(&d["more_threads"]);
+    let lost = u(&r["lost"]["by_kind"]["stack_at_death"]);
+    eprintln!("stacks at death kept {kept}, lost {lost}");
+    assert_eq!(u(&r["lost"]["by_kind"]["exit"]), 0, "{}", r["lost"]);
+    assert!(kept + lost >= 601, "kept {kept} + lost {lost}");
+    assert!(lost > 0, "600 threads fit? kept {kept}");
+    assert!(
+        r["deaths"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["pid"] == k["victim"]["pid"] && x["signal"] == 9),
+        "{}",
+        r["deaths"]
+    );
+}
