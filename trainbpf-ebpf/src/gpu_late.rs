@@ -17,13 +17,13 @@
 //! instead: its calls into the NVIDIA driver (ioctls on `/dev/nvidia*`),
 //! per process, in `WINDOWS`.
 //!
-//! Only a mapping of a descriptor open for reading holds anyone (issue 24,
-//! finding 1): this program runs before `mmap` checks the descriptor, and
+//! Only a mapping of a descriptor open for reading holds anyone:
+//! this program runs before `mmap` checks the descriptor, and
 //! one opened `O_PATH` (no read permission needed) or write-only makes the
 //! mapping fail, on a file the job's user may not be able to read. Such a
 //! mapping is said once per file (`SEEN_UNREADABLE`) and nothing else.
 //!
-//! A hold ends within a bound whatever the recorder does (finding 7): its
+//! A hold ends within a bound whatever the recorder does: its
 //! entry carries when it began and the process's start time, the hold's
 //! watchdog (trainbpf/src/gpu/watchdog.rs) continues a process held past
 //! its limit, and every held one if the recorder dies, through a pidfd

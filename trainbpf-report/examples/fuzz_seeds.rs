@@ -17,7 +17,7 @@ fn main() -> ExitCode {
     // Cut at the middle, and damaged a little: starting points for the
     // truncation and resynchronisation paths.
     files.push(("seed-half.rec".into(), seed[..seed.len() / 2].to_vec()));
-    // Fake frame heads over good frames (issue 12, finding 11): small, so
+    // Fake frame heads over good frames: small, so
     // the fuzzer's inputs stay small; the cost per byte of the pattern at
     // megabytes is pinned by tests, not by the fuzzer's timeout.
     files.push(("fake-heads.rec".into(), fake_frame_heads(8 << 10)));

@@ -96,7 +96,7 @@ pub(crate) fn fix_checksums(data: &[u8]) -> Vec<u8> {
 pub const LAST_NOTE_NS: u64 = 1 << 40;
 
 /// A recording built to be slow to read where the reader's cost is not
-/// linear in the file's size (issue 12, finding 11): a good frame (a note
+/// linear in the file's size: a good frame (a note
 /// at time 0), about `size` bytes of fake frame heads in three patterns,
 /// then a good frame (a note at [`LAST_NOTE_NS`]). Every fake head's length
 /// is within the bound, most lie within the file, and every CRC is wrong:

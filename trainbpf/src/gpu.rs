@@ -16,7 +16,7 @@
 //! Everything tried and not used is recorded with the reason
 //! ([`GpuSource`], [`GpuAttach`]), once.
 //!
-//! What a job hands the root recorder here is bounded (issue 24): only a
+//! What a job hands the root recorder here is bounded: only a
 //! file the job's user may read is read, opened with that user's
 //! credentials ([`pinned`]); its symbol tables are read within a fixed
 //! size ([`elf`]); a run tries at most [`probe::MAX_LIBRARIES`] files found

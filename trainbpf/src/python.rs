@@ -1,6 +1,6 @@
 //! CPython stacks of a live process, read from outside it.
 //!
-//! This is the userspace half of the Python stack capture (issue 15):
+//! This is the userspace half of the Python stack capture:
 //! [`Interpreter::find`] locates the interpreter a process runs (a static
 //! `python3.x` or a `libpython3.x.so`), its version, its load bias and
 //! `_PyRuntime`, and the struct offsets of that version ([`PyOffsets`],

@@ -17,8 +17,8 @@ use trainbpf_report::{
 
 use crate::{cli::placeholders, safe_file};
 
-/// The recording, opened as the user who ran `sudo` (issue 12 review,
-/// finding B): root's rights must not read another user's 0600 recording.
+/// The recording, opened as the user who ran `sudo`:
+/// root's rights must not read another user's 0600 recording.
 fn open_input(path: &Path) -> Result<File> {
     let owner = safe_file::Owner::from(&crate::job::Invoker::detect()?);
     Ok(safe_file::open_input(path, owner)?)

@@ -1,5 +1,5 @@
 //! Files the root recorder writes, made so that no one can turn it against
-//! the machine (issue 12, "files written as root").
+//! the machine.
 //!
 //! - Directory work runs with the invoking user's filesystem credentials
 //!   (fsuid, fsgid, supplementary groups), on a short-lived thread: Linux

@@ -198,7 +198,7 @@ fn metrics_port_and_path_agree_everywhere() {
     }
 }
 
-// Issue 24, finding 4: the DaemonSet served every tenant's process names on every node address.
+// The DaemonSet served every tenant's process names on every node address.
 /// /metrics on the pod's own IP, in the pod's own network namespace, where
 /// the shipped NetworkPolicy applies: it selects the recorder's pods, lets
 /// in one namespace on the metrics port alone, and lets nothing out.

@@ -59,8 +59,8 @@ enum Task {
     /// Root: build, record the bundled example being OOM-killed in a
     /// 300 MiB memory limit, then print the report.
     Demo,
-    /// Root: overhead benchmark (issue 5). Each workload runs untraced,
-    /// under trainbpf (with and without --stacks where issue 15 asks),
+    /// Root: overhead benchmark. Each workload runs untraced,
+    /// under trainbpf (with and without --stacks where the stacks rule asks),
     /// bpftrace and perf, interleaved; writes
     /// target/bench/results.md (smoke.md with --smoke) and prints it. About
     /// 35 minutes in full.

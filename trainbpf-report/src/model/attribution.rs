@@ -364,7 +364,7 @@ mod tests {
         assert_eq!(s.without_cache_kb(), Some(97_000));
     }
 
-    /// Issue 24, finding 10: four writers copy 1 GiB each in a cgroup that
+    /// Four writers copy 1 GiB each in a cgroup that
     /// held 3 GiB of page cache (read in by the job's `cat`) at its limit:
     /// most of that cache is reclaimed while they write. The cache is set
     /// apart, and the writers' growth adds up to the rest.

@@ -27,7 +27,7 @@ use std::{
 /// The path an output flag names: which flag (for its errors), and which
 /// placeholders it may use. `record`'s paths take all five, from the
 /// recorder; `report`'s take only what a recording tells of itself: its
-/// host and when it started (issue 24, finding 6).
+/// host and when it started.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Output {
     /// `record -o`.

@@ -1,5 +1,5 @@
-//! A driver library's symbol offsets, read within fixed bounds (issue 24,
-//! finding 2).
+//! A driver library's symbol offsets, read within fixed bounds.
+//!
 //!
 //! The file is the job's to make, and a section header says how big its
 //! table is: a sparse file of a few KiB can claim a `.dynsym` of

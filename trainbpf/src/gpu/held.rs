@@ -1,5 +1,5 @@
-//! Continuing a held process without naming it by a raw pid (issue 24,
-//! finding 7).
+//! Continuing a held process without naming it by a raw pid.
+//!
 //!
 //! A pid names a process only while that process lives; the one held may
 //! have been killed and its pid taken by another. So a held process is

@@ -1,5 +1,5 @@
 //! A library file to probe, held by a descriptor from the moment it is
-//! found (issue 12 review, finding A).
+//! found.
 //!
 //! A path is resolved once, by `open(O_PATH)`, and everything after that
 //! (the ELF symbol table, the attach) goes through `/proc/self/fd/N` of
@@ -15,8 +15,8 @@
 //! offsets: aya's own look-up would also open `.gnu_debuglink`, a path the
 //! library's author chooses.
 //!
-//! What is parsed is opened with the job's user's credentials (issue 24,
-//! finding 1): the recorder reads, and puts its breakpoints on, only a
+//! What is parsed is opened with the job's user's credentials:
+//! the recorder reads, and puts its breakpoints on, only a
 //! file that user may read. The descriptor's magic link makes the kernel
 //! check the file's own permissions for the opener, as an open of its
 //! path would. The symbol tables are read within fixed bounds

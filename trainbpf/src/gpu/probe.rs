@@ -1,5 +1,5 @@
-//! Probing one library file, and how many a run probes (issue 24,
-//! finding 2).
+//! Probing one library file, and how many a run probes.
+//!
 //!
 //! Each file a job's process maps costs the recorder a read of its symbol
 //! tables (bounded per file, [`super::elf`]) and two perf events per call

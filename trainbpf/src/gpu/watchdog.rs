@@ -1,4 +1,4 @@
-//! The hold's watchdog (issue 24, finding 7): a process of its own that
+//! The hold's watchdog: a process of its own that
 //! ends every hold within [`HOLD_LIMIT`], and all of them at once when the
 //! recorder dies, so that neither a stuck nor a dead recorder leaves a job
 //! stopped.

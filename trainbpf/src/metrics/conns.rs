@@ -3,7 +3,7 @@
 //! closing the connection that has waited longest without asking anything,
 //! rather than refusing the newcomer: otherwise one client holding every
 //! slot open, idle, and reopening each as it times out, blinds every
-//! scraper (issue 24, finding 3).
+//! scraper.
 //!
 //! A connection carries one request (the server turns keep-alive off), so
 //! it is idle from its accept until its request head is read, then busy

@@ -5,8 +5,8 @@
 //! holds its memory map's lock while another waits to take it for writing
 //! (every later reader of the lock then waits behind it, the kernel's
 //! readers of `/proc/PID/cmdline`, `environ` and `mem` among them). The
-//! thread that drains the ring buffers never makes such a read (issue 24,
-//! finding 8); the threads that do hand each one to a worker here and
+//! thread that drains the ring buffers never makes such a read;
+//! the threads that do hand each one to a worker here and
 //! wait for it at most its deadline. A read past its deadline is
 //! abandoned: its worker may stay blocked in the kernel, so at most
 //! [`MAX_STUCK`] may be at once, and past that reads are refused until

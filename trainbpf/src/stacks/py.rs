@@ -7,7 +7,7 @@
 //! Every read of a process (its maps, its interpreter's file, its memory)
 //! runs on a `procfs::guard` worker with a deadline, the interpreter
 //! handed over and back: the process can make a read of its memory wait
-//! for good (issue 24, finding 8). One whose read stalled is not read
+//! for good. One whose read stalled is not read
 //! again, and its frames say why.
 
 use std::{

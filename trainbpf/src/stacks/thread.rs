@@ -1,5 +1,5 @@
-//! The growth stacks' collector on a thread of its own (issue 24, finding
-//! 8). Naming a stack reads the job: its maps, the files it maps (their
+//! The growth stacks' collector on a thread of its own.
+//! Naming a stack reads the job: its maps, the files it maps (their
 //! symbols) and its memory (its CPython state), and the job can make such
 //! a read wait as long as it likes. The thread that drains the rings
 //! hands this one what it needs, in order (forks, execs, exits, stacks at

@@ -149,7 +149,7 @@ impl std::io::Write for Screen {
     }
 }
 
-/// Issue 24, finding 9: `--quiet` (or no terminal) and a drawn line
+/// `--quiet` (or no terminal) and a drawn line
 /// ask the leak model on one schedule, so that the warnings written
 /// into the recording, and the projection `--metrics` serves, are the
 /// same: only the drawing differs.

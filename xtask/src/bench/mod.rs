@@ -1,4 +1,4 @@
-//! `cargo xtask bench`: what watching a job costs the job (issue 5).
+//! `cargo xtask bench`: what watching a job costs the job.
 //!
 //! Workloads (xtask/bench/workload.c, built with gcc here) time their own
 //! work and print it, so a tool's start-up and shutdown stay out of the
@@ -15,7 +15,7 @@
 //! everywhere; G2 is the same loop on the machine's own driver, run only
 //! where an NVIDIA GPU is present.
 //!
-//! Tools: `trainbpf record`, and with `--stacks` (issue 15: stacks go on by
+//! Tools: `trainbpf record`, and with `--stacks` (stacks go on by
 //! default only if they cost W1 one thread and steady growth at most 5%),
 //! a bpftrace script doing the nearest equivalent work (a fault count per
 //! process in a kernel map, plus `oom:mark_victim`), and
@@ -330,7 +330,7 @@ fn plan(smoke: bool, nproc: usize, w4_secs: u64, tools: &[Tool]) -> Vec<Workload
     // and frees: 4,000 driver calls a second.
     let (gpu_steps, gpu_pairs, gpu_work) = if smoke { (3, 10, 50) } else { (60, 100, 1800) };
     let s = |v: &[&str]| v.iter().map(|a| a.to_string()).collect::<Vec<_>>();
-    // Stacks on and off side by side where issue 15's rule judges them (W1
+    // Stacks on and off side by side where the stacks rule judges them (W1
     // one thread, steady growth) and for Python; elsewhere, off.
     let no_stacks: Vec<Tool> = tools
         .iter()

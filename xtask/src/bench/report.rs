@@ -305,7 +305,7 @@ pub(super) fn render(info: &RunInfo) -> String {
         s.and_then(|s| Some(s.bytes_per_min? <= 1e6)),
     );
 
-    // Issue 18: the CUDA uprobes on an allocation-heavy job. G1 runs on
+    // The CUDA uprobes on an allocation-heavy job. G1 runs on
     // the stand-in driver, whose calls cost next to nothing, so its ratio
     // is the probes' cost against a step's work alone; G2 is the real one.
     for (id, what) in [
@@ -350,7 +350,7 @@ pub(super) fn render(info: &RunInfo) -> String {
     md
 }
 
-/// Issue 15's rule for `record --stacks`: on by default only if W1 one
+/// The rule for `record --stacks`: on by default only if W1 one
 /// thread and the steady growth (W5) stay at or below 1.05x with stacks
 /// on. Judged on the stacks arm's own ratio to untraced; the plain
 /// recorder's figure beside it shows what the stacks add.

@@ -205,7 +205,7 @@ fn of_the_kill(r: &Report) -> Vec<&Diagnosis> {
     d.iter().filter(|d| d.kill == Some(0)).collect()
 }
 
-/// Issue 24, finding 9: a steady leak that reached the limit in seconds,
+/// A steady leak that reached the limit in seconds,
 /// too short for a leak and too slow for fast growth, was diagnosed only
 /// as the container's limit ("raise the limit").
 #[test]
@@ -243,7 +243,7 @@ fn the_growth_rules_leave_no_gap_between_them() {
     }
 }
 
-/// Issue 24, finding 9: the same recording gives the same diagnoses
+/// The same recording gives the same diagnoses
 /// whether or not `record` warned while the job ran; the warnings are
 /// evidence, said as such, and decide nothing.
 #[test]

@@ -481,7 +481,7 @@ mod tests {
         }
     }
 
-    /// Issue 24, finding 10: the page cache is its own line, not a shortfall
+    /// The page cache is its own line, not a shortfall
     /// of the job's.
     #[test]
     fn page_cache_is_set_apart_in_the_sum_check_line() {

@@ -1,5 +1,5 @@
-//! Who each job process is, read on a thread of its own (issue 24,
-//! finding 8): its environment and command line live in its memory,
+//! Who each job process is, read on a thread of its own:
+//! its environment and command line live in its memory,
 //! whose lock the job can make any reader wait on as long as it likes (a
 //! thread of its own blocked in a read of a FUSE page that holds the lock,
 //! and another waiting to take it for writing). The collector asks and
