@@ -187,6 +187,7 @@ fn try_sched_exit(ctx: &BtfTracePointContext) -> Result<u32, u32> {
         && mm != 0
         && let Some(st) = procs::get(&key)
     {
+        pages::fold_pages_of(tgid, key.start_ns);
         memory::emit_at_exit(st, task, mm, tgid);
     }
     pages::drop_pages_of(&key);

@@ -79,6 +79,8 @@ mod pages;
 mod procs;
 /// Growth stacks' Python frames, walked in the kernel.
 mod python;
+/// A process's RSS counters, read from its mm.
+mod rss;
 /// Signals sent to the job, and `oom_score_adj` changes.
 mod signals;
 /// Growth stacks: the user stack at each new high of a process's memory.

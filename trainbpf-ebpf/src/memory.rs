@@ -13,28 +13,10 @@ use trainbpf_common::*;
 use crate::{
     count_lost, header, in_job, job_flag, lazy,
     maps::{EVENTS, ProcState, RSS_CACHE},
-    pages, procs, rd, rd_comm, task_memcg_id,
+    procs, rd, rd_comm,
+    rss::{read_counter, read_counters},
+    task_memcg_id,
 };
-
-/// `mm->rss_stat[member]`: `percpu_counter.count` on 6.2+ (the value
-/// `get_mm_counter()` reports), `atomic_long_t` before. The per-CPU deltas of
-/// a percpu_counter are not summed: like the kernel's own OOM report, we read
-/// the approximate central count.
-#[inline(always)]
-fn read_counter(mm: u64, member: usize) -> i64 {
-    let off = conf!(mm_rss_stat) + member as i64 * conf!(rss_elem_size) + conf!(rss_count_off);
-    rd(mm, off).unwrap_or(0)
-}
-
-#[inline(always)]
-pub(crate) fn read_counters(mm: u64) -> [i64; NR_MM_COUNTERS] {
-    [
-        read_counter(mm, MM_FILEPAGES),
-        read_counter(mm, MM_ANONPAGES),
-        read_counter(mm, MM_SWAPENTS),
-        read_counter(mm, MM_SHMEMPAGES),
-    ]
-}
 
 /// The state of the current process, created on first sight.
 #[inline(always)]
@@ -207,15 +189,15 @@ pub(crate) fn maybe_emit(
 /// A job process's last thread is exiting, its memory not yet freed (since
 /// Linux 6.16 `sched_process_exit` fires before `exit_mm`; before, the mm
 /// is gone and nothing is sent): one last record when its figures moved
-/// since the one before. Its figures are then its final ones, not those
-/// of its last threshold crossing, which a worker that stops growing and
-/// exits later left up to a threshold behind (16 MiB at 1 GiB).
+/// since the one before. Its figures are then its final ones, not those of
+/// its last threshold crossing, which a worker that stops growing and exits
+/// later left up to a threshold behind (16 MiB at 1 GiB). The caller has
+/// added this CPU's held pages to `st` (`pages::fold_pages_of`).
 #[inline(always)]
 pub(crate) fn emit_at_exit(st: *mut ProcState, task: u64, mm: u64, tgid: u32) {
     // SAFETY: `st` points into a live map value; the helper has no
     // preconditions.
     unsafe {
-        pages::fold_pages_of(tgid, (*st).start_ns);
         (*st).cur = read_counters(mm);
         if moved(st) == 0 {
             return;
@@ -232,7 +214,10 @@ pub(crate) fn emit_at_exit(st: *mut ProcState, task: u64, mm: u64, tgid: u32) {
     }
 }
 
-/// Sends the process's record, `reason` its `MemEvent::reason`.
+/// Sends the process's record, `reason` its `MemEvent::reason`. The pages
+/// this CPU held for the process are in `st` already: the page path adds
+/// them before it reads the counters, the exit before it calls; where
+/// `rss_stat` feeds this, no CPU holds any.
 ///
 /// # Safety
 /// `st` points into a live map value.
@@ -248,8 +233,6 @@ unsafe fn emit(
 ) {
     // SAFETY: the caller's.
     unsafe {
-        // This CPU's pages not yet in the entry belong in the record.
-        pages::fold_pages_of(tgid, (*st).start_ns);
         let cache = (*st).cache_added_pages as i64 - (*st).cache_removed_pages as i64;
         let net = (*st).alloc_pages as i64 - (*st).freed_pages as i64 - cache;
         let Some(mut entry) = EVENTS.reserve::<MemEvent>(0) else {

@@ -18,7 +18,7 @@ use trainbpf_common::*;
 
 use crate::{
     count_lost, css_cgroup_id, header, job_flag, lazy_precious, leader_start_ns, maps::PRECIOUS,
-    memory::read_counters, rd, rd_comm, task_memcg_id,
+    rd, rd_comm, rss::read_counters, task_memcg_id,
 };
 
 /// Fills the victim's half of an OomEvent from its task_struct, and the

@@ -20,8 +20,10 @@ use trainbpf_common::Counters;
 use crate::{
     PF_EXITING,
     maps::{COUNTERS, PAGE_CACHE, PageCache, ProcKey, ProcState},
-    memory::{maybe_emit, read_counters},
-    procs, rd, stacks, stalls,
+    memory::maybe_emit,
+    procs, rd,
+    rss::read_counters,
+    stacks, stalls,
 };
 
 /// What a slot does with its thread's pages.
@@ -418,6 +420,8 @@ fn check_growth<const STACKS: bool>(st: *mut ProcState, tgid: u32, ctx: *mut c_v
     // SAFETY: `st` points into a live map value; threads of one process
     // racing here can only duplicate or delay a record.
     unsafe {
+        // This CPU's pages not yet in the entry belong in what is read.
+        fold_pages_of(tgid, (*st).start_ns);
         (*st).cur = read_counters(mm);
         (*st).checked_pages = (*st).alloc_pages + (*st).freed_pages;
     }

@@ -29,8 +29,8 @@ use trainbpf_common::*;
 use crate::{
     PF_EXITING, in_job,
     maps::{COUNTERS, Global, PENDING_DELETE, PROCS, ProcKey, ProcState, STATE},
-    memory::read_counters,
     rd,
+    rss::read_counters,
 };
 
 /// `BPF_NOEXIST` (uapi/linux/bpf.h) and the error it gives for a key there.
