@@ -1,0 +1,37 @@
+//! What the programs count instead of losing silently (`COUNTERS`).
+
+use crate::KIND_MAX;
+
+/// Per-CPU counters that userspace reads and records: nothing is dropped
+/// silently.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Ring-buffer reserves that failed, by record kind.
+    pub lost: [u64; KIND_MAX as usize],
+    /// Job processes not tracked because the per-process map was full: lost
+    /// events.
+    pub proc_map_full: u64,
+    /// Time tasks spent stalled, and how often, by `STALL_*`.
+    pub stall_ns: [u64; 4],
+    pub stall_count: [u64; 4],
+    /// Job members not added because the job map was full.
+    pub job_map_full: u64,
+    /// Processes outside the job not tracked because the per-process map
+    /// had no room left outside the job's reserve.
+    pub other_map_full: u64,
+    /// Pages job threads freed inside reclaim or compaction: other
+    /// processes' memory and cache, not charged to the thread.
+    pub reclaim_freed_pages: u64,
+    /// Page tables allocated for forked children in their parents'
+    /// context, taken back out of the parents' allocations.
+    pub fork_pages: u64,
+    /// Pages allocated or freed in interrupt context: nobody's.
+    pub irq_pages: u64,
+    /// Growth stacks (`record --stacks`) not aggregated because the
+    /// per-stack map or the high-water map was full: lost events.
+    pub stack_map_full: u64,
+    /// Growth stacks that could not be read (`bpf_get_stackid` failed):
+    /// aggregated under their error, and counted here.
+    pub stack_errors: u64,
+}

@@ -1,0 +1,145 @@
+//! Growth stacks, their Python frames and the stack at death (`stacks.rs`,
+//! `python.rs`, `death.rs`).
+
+use crate::Header;
+
+/// A process's growth stack in the kernel's aggregation map: the process
+/// (tgid and start time, as everywhere) and the `StackTrace` map's id, or
+/// the negative errno when the stack could not be read.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct StackKey {
+    pub tgid: u32,
+    pub stack_id: i32,
+    pub start_ns: u64,
+    /// The Python frames' id in `PY_STACKS` (a hash of their code and
+    /// instruction pairs), or 0 where none were stored.
+    pub py_id: u64,
+    /// How the Python walk went: a `PY_*` state.
+    pub py_state: u32,
+    pub _pad: u32,
+}
+
+/// `StackKey::py_state`: not a Python process the collector located (no
+/// walk was tried).
+pub const PY_NONE: u32 = 0;
+
+/// The thread's Python frames, all of them, under `py_id`.
+pub const PY_OK: u32 = 1;
+
+/// The innermost `PY_MAX_FRAMES` of a deeper chain, under `py_id`.
+pub const PY_DEEP: u32 = 2;
+
+/// The frame chain could not be read past some frame: those before it
+/// are under `py_id` (0 if none).
+pub const PY_FAULT_FRAMES: u32 = 3;
+
+/// No thread state of the interpreter is this thread's (a thread Python
+/// did not start, or one not yet registered).
+pub const PY_NO_THREAD: u32 = 4;
+
+/// The thread state's frame chain is empty: no Python code running.
+pub const PY_EMPTY: u32 = 5;
+
+/// The interpreter's state (runtime, interpreter, thread list) could not
+/// be read.
+pub const PY_FAULT_THREADS: u32 = 6;
+
+/// The interpreter is not initialised (no interpreter state yet).
+pub const PY_NOT_INIT: u32 = 7;
+
+/// More thread states than `PY_MAX_THREADS` before this thread's.
+pub const PY_MANY_THREADS: u32 = 8;
+
+/// `PY_STACKS` was full: the frames were read but not kept.
+pub const PY_STORE_FULL: u32 = 9;
+
+/// Python frames kept per growth stack, innermost first.
+pub const PY_MAX_FRAMES: usize = 32;
+
+/// Thread states searched for the current thread's.
+pub const PY_MAX_THREADS: usize = 64;
+
+/// What the kernel's Python walker needs of one process's interpreter
+/// (the collector fills it from `python::PyOffsets` and `_PyRuntime`);
+/// every offset in bytes, `u64::MAX` for a field the version lacks.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PyProc {
+    /// `_PyRuntime`'s address in the process.
+    pub runtime: u64,
+    /// `(major << 8) | minor`.
+    pub version: u64,
+    pub runtime_interpreters_head: u64,
+    /// `_PyRuntime.gilstate.tstate_current`: before 3.11, where a thread
+    /// state has no kernel tid, the walked thread is the GIL's holder.
+    pub runtime_tstate_current: u64,
+    pub interp_threads_head: u64,
+    pub tstate_next: u64,
+    pub tstate_frame: u64,
+    /// `u64::MAX` unless the top frame hangs off a `_PyCFrame` (3.11, 3.12).
+    pub cframe_current_frame: u64,
+    pub tstate_native_thread_id: u64,
+    pub frame_previous: u64,
+    pub frame_code: u64,
+    pub frame_instr: u64,
+    /// `u64::MAX` where shim frames are not skipped (before 3.12).
+    pub frame_owner: u64,
+    /// 1: `frame_instr` is an `int` (`f_lasti`, up to 3.10); 0: a pointer.
+    pub instr_is_int: u64,
+}
+
+/// A growth stack's Python frames as the kernel read them: `(code object,
+/// instruction field)` pairs, innermost first; the instruction field is
+/// `f_lasti` sign-extended up to 3.10, a pointer from 3.11.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PyStack {
+    pub len: u64,
+    pub frames: [[u64; 2]; PY_MAX_FRAMES],
+}
+
+/// What a growth stack accounts for so far: bytes of new high, and how
+/// many times it was taken. Cumulative; userspace sends the deltas.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StackVal {
+    pub bytes: u64,
+    pub count: u64,
+}
+
+/// A process as the kernel's per-process maps key it (`STACK_HIGH`):
+/// its tgid and its group leader's start time.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ProcId {
+    pub tgid: u32,
+    pub _pad: u32,
+    pub start_ns: u64,
+}
+
+/// Frames kept per stack (the kernel's `PERF_MAX_STACK_DEPTH`).
+pub const STACK_DEPTH: usize = 127;
+
+/// One job thread's stacks as it dequeues a fatal signal (`signal_deliver`
+/// of a signal whose action is to end the process, a SIGKILL among them):
+/// in its own context, its user memory intact. Its native frames are the
+/// user stack by frame pointers (`bpf_get_stack`), its Python frames the
+/// walker's pairs (as in [`PyStack`]); the collector names them at once,
+/// from what it resolved of the process's growth stacks where the process
+/// is gone already.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeathStack {
+    pub hdr: Header,
+    /// The thread's id, and the signal.
+    pub tid: u32,
+    pub sig: u32,
+    /// Bytes `bpf_get_stack` wrote (8 per frame), or its negative errno.
+    pub native_len: i64,
+    /// The Python walk's `PY_*` state (`PY_NONE`: not a located Python).
+    pub py_state: u32,
+    pub _pad: u32,
+    pub native: [u64; STACK_DEPTH],
+    pub py: PyStack,
+}
