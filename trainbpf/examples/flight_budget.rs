@@ -16,9 +16,11 @@
 use std::{fs::File, io::BufReader, path::PathBuf, process::ExitCode, time::Instant};
 
 use trainbpf::{
-    compact::{Flight, FlightOptions},
-    job::parse_size,
-    safe_file::Owner,
+    record::compact::{Flight, FlightOptions},
+    util::{
+        safe_file::Owner,
+        values::{parse_duration, parse_size},
+    },
 };
 use trainbpf_report::recording::{Reader, Writer};
 
@@ -34,7 +36,7 @@ fn main() -> ExitCode {
         match a.as_str() {
             "--max-size" => max_size = parse_size(&args.next().unwrap_or_default()).unwrap(),
             "--full-span" => {
-                full_span = trainbpf::cli::parse_duration(&args.next().unwrap_or_default())
+                full_span = parse_duration(&args.next().unwrap_or_default())
                     .unwrap()
                     .as_nanos() as u64
             }
@@ -49,7 +51,7 @@ fn main() -> ExitCode {
     let mut r = Reader::new(BufReader::new(File::open(&input).unwrap())).unwrap();
     let header = r.header().clone();
     let page_kb = (header.page_size / 1024).max(1);
-    let created = trainbpf::safe_file::create_recording(&out, Owner::current()).unwrap();
+    let created = trainbpf::util::safe_file::create_recording(&out, Owner::current()).unwrap();
     let mut w = Writer::new(created.file, &header).unwrap();
     let mut flight = Flight::new(
         created.place,

@@ -17,7 +17,7 @@
 //! probes, lockdown, the ring buffer, what `record` will use). This file is
 //! the driver: the shared types, the order of the checks, and [`run`].
 
-pub mod cgroup;
+pub mod cgroup_limit;
 pub mod ebpf;
 /// What record runs and loads as root, and what it refuses.
 mod helpers;
@@ -34,12 +34,12 @@ use std::fs;
 use serde::Serialize;
 use trainbpf_common::Config;
 
-use crate::mounts::{Mount, parse_mountinfo};
+use crate::util::mounts::{Mount, parse_mountinfo};
 use crate::{
-    kernel::{self, KernelBtf},
+    loader::kernel::{self, KernelBtf},
     loader::{self, Features},
 };
-pub use cgroup::{CgroupFacts, CgroupLevel};
+pub use cgroup_limit::{CgroupFacts, CgroupLevel};
 pub use ebpf::{LockdownFacts, TracefsFacts};
 pub use helpers::HelperFacts;
 pub use memory::Meminfo;
@@ -174,7 +174,7 @@ pub fn checks(f: &Facts) -> Vec<Check> {
     vec![
         memory::check_overcommit(f.overcommit.0, f.overcommit.1, f.overcommit.2, &f.meminfo),
         memory::check_swap(&f.meminfo),
-        cgroup::check_cgroup(f.cgroup.as_ref(), mem_total),
+        cgroup_limit::check_cgroup(f.cgroup.as_ref(), mem_total),
         oom_score_adj::check_oom_score_adj(f.self_oom_score_adj, &f.extreme_adj),
         protect::check_oom_protect(f.root, &f.oom_protect),
         memory::check_shm(&f.shm, mem_total),
@@ -247,7 +247,7 @@ pub fn gather() -> Facts {
             .to_string(),
         root,
         overcommit: read_overcommit(),
-        cgroup: cgroup::gather_cgroup(&mounts),
+        cgroup: cgroup_limit::gather_cgroup(&mounts),
         self_oom_score_adj: read_num("/proc/self/oom_score_adj"),
         extreme_adj: oom_score_adj::gather_extreme_adj(),
         oom_protect: protect::gather(),

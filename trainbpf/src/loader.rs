@@ -29,15 +29,20 @@ use aya::{
 use trainbpf_common::{Config, Counters};
 use trainbpf_report::recording::{Attach, Fallback};
 
-use crate::kernel::{self, KernelBtf};
+use kernel::KernelBtf;
 
-mod attach;
+use crate::util::values::{MAX_HEARTBEAT_MS, MAX_RELATIVE_SHIFT, parse_ring_size, parse_size};
+
 mod ebpf_log;
 mod features;
-pub use attach::RSS_VIA_PAGES;
-use attach::{attach_kill_context, attach_lifecycle, attach_memory, attach_printk, attach_victim};
+mod gpu_config;
+pub mod kernel;
+mod probes;
+pub mod stack_maps;
 pub use ebpf_log::KernelLog;
 pub use features::{Features, Probe, Unavailable, probe_features};
+pub use probes::RSS_VIA_PAGES;
+use probes::{attach_kill_context, attach_lifecycle, attach_memory, attach_printk, attach_victim};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -56,27 +61,85 @@ pub enum LoadError {
 /// machine, a quarter held for the job.
 pub const DEFAULT_PROC_MAP_ENTRIES: u32 = 32768;
 
+/// The recorder's knobs: each is a `record` flag (the command line
+/// flattens this struct) and is read where it is used. A new one is a
+/// field here and its use, nothing else.
+#[derive(clap::Args, Clone, Debug)]
 pub struct Tunables {
+    /// Report a process when its memory moved by at least this much.
+    #[arg(long = "rss-threshold", value_name = "SIZE", default_value = "4M",
+          value_parser = parse_size)]
     pub rss_threshold_bytes: u64,
+    /// ...or by 1/2^N of its size, whichever is larger (0: off; at most 62).
+    #[arg(long, value_name = "N", default_value_t = 6,
+          value_parser = clap::value_parser!(u32).range(0..=MAX_RELATIVE_SHIFT))]
     pub rss_relative_shift: u32,
+    /// Report a smaller change once this many milliseconds have passed
+    /// (at most a day).
+    #[arg(long, value_name = "MS", default_value_t = 5000,
+          value_parser = clap::value_parser!(u64).range(0..=MAX_HEARTBEAT_MS))]
     pub heartbeat_ms: u64,
-    pub ring_bytes: u32,
-    /// Entries of the per-process map (`PROCS`); a quarter is held for the
-    /// job's processes.
-    pub proc_map_entries: u32,
+    /// Probe on oom_kill_process: auto (fentry, then kprobe), fentry,
+    /// kprobe, or none (the victim tracepoint alone).
+    #[arg(long, value_enum, default_value_t = OomProbe::Auto)]
     pub oom_probe: OomProbe,
+    /// Ring buffer size (a power of two, at least one page).
+    #[arg(long = "ring-size", value_name = "SIZE", default_value = "4M",
+          value_parser = parse_ring_size)]
+    pub ring_bytes: u32,
+    /// Entries of the kernel's per-process memory map, a quarter of them
+    /// held for the job (tests set it small to fill it).
+    #[arg(long, default_value_t = DEFAULT_PROC_MAP_ENTRIES, hide = true,
+          value_parser = clap::value_parser!(u32).range(16..=1 << 22))]
+    pub proc_map_entries: u32,
+    /// Have the kernel programs log what only they can see (a map that
+    /// filled, a ring that refused a record, a kernel read at BTF's
+    /// offset that failed), each message with the program that logged
+    /// it: into the recording, and to stderr. Off, the log calls are
+    /// dead code the verifier drops.
+    #[arg(long)]
+    pub ebpf_log: bool,
+    /// Growth stacks: take a job process's user stack (frame pointers)
+    /// each time its added memory climbs --stack-every above its last
+    /// high, and resolve it while the process lives; `report` shows
+    /// where each process's memory came from.
+    #[arg(long)]
+    pub stacks: bool,
+    /// With --stacks: new high between two stacks of a process (e.g.
+    /// 512K, 4M).
+    #[arg(long, value_name = "SIZE", default_value = "512K", value_parser = parse_size,
+          requires = "stacks")]
+    pub stack_every: u64,
     /// `--all`: every process on the machine is the job's.
+    #[arg(skip)]
     pub all_processes: bool,
     /// The recorder started the job itself (`record -- CMD`): only then may
     /// a job process that maps an unprobed CUDA driver be held until its
     /// probes are on. `--pid`, `--cgroup` and `--all` only watch, so there a
     /// late library's window is counted instead.
+    #[arg(skip)]
     pub hold_late_cuda: bool,
-    /// `--stacks`: take a job process's user stack each time its added
-    /// memory climbs this many bytes above its last high. `None`: off.
-    pub stack_every_bytes: Option<u64>,
-    /// `--ebpf-log`: the programs log what only they see (`KernelLog`).
-    pub ebpf_log: bool,
+}
+
+impl Tunables {
+    /// With `--stacks`: the climb above a process's last high between two
+    /// of its stacks. `None`: stacks off.
+    pub fn stack_every_bytes(&self) -> Option<u64> {
+        self.stacks.then_some(self.stack_every.max(1))
+    }
+}
+
+/// The flags' own defaults, so that `doctor` and the tests load what a
+/// plain `record` would.
+impl Default for Tunables {
+    fn default() -> Tunables {
+        #[derive(clap::Parser)]
+        struct Flags {
+            #[command(flatten)]
+            tunables: Tunables,
+        }
+        <Flags as clap::Parser>::parse_from(["trainbpf"]).tunables
+    }
 }
 
 /// Which probe on `oom_kill_process` to try.
@@ -103,7 +166,7 @@ pub struct Loaded {
     pub counters: PerCpuArray<MapData, Counters>,
     pub job: HashMap<MapData, u32, u32>,
     /// `--stacks`: the growth-stack maps; `None` when off.
-    pub stacks: Option<crate::stacks::StackMaps>,
+    pub stacks: Option<stack_maps::StackMaps>,
     pub attach: Attach,
     pub fallbacks: Vec<Fallback>,
     /// The programs' own log, with `--ebpf-log`.
@@ -175,7 +238,7 @@ fn config(kbtf: &KernelBtf, t: &Tunables, page_size: u64) -> Result<Config, Load
     config.procs_max = i64::from(t.proc_map_entries);
     config.procs_job_reserve = i64::from(t.proc_map_entries / 4);
     config.stack_every_pages = t
-        .stack_every_bytes
+        .stack_every_bytes()
         .map_or(0, |b| (b / page_size.max(1)).max(1) as i64);
     Ok(config)
 }
@@ -264,7 +327,7 @@ pub fn load(t: &Tunables, page_size: u64) -> Result<Loaded, LoadError> {
     // here, not in `config`, which may run in a child.
     config.recorder_tgid = i64::from(std::process::id());
     // The Xid tracepoint's layout, from tracefs (mounted above).
-    let mut gpu_config = crate::gpu::config();
+    let mut gpu_config = gpu_config::gpu_config();
     // A hold is ended by the watchdog through a pidfd checked against the
     // process's start time: without that field no process is held.
     if !t.hold_late_cuda || config.task_start_boottime < 0 {
@@ -276,7 +339,7 @@ pub fn load(t: &Tunables, page_size: u64) -> Result<Loaded, LoadError> {
         Some(&gpu_config),
         Some(t.ring_bytes),
         Some(t.proc_map_entries),
-        t.stack_every_bytes.is_some(),
+        t.stack_every_bytes().is_some(),
     )
     .map_err(|e| LoadError::Object(e.to_string()))?;
 
@@ -327,9 +390,9 @@ pub fn load(t: &Tunables, page_size: u64) -> Result<Loaded, LoadError> {
         .map_err(|e| LoadError::Object(e.to_string()))?;
     let job =
         HashMap::try_from(take(&mut ebpf, "JOB")?).map_err(|e| LoadError::Object(e.to_string()))?;
-    let stacks = if t.stack_every_bytes.is_some() && attach.stacks.is_some() {
+    let stacks = if t.stack_every_bytes().is_some() && attach.stacks.is_some() {
         let obj = |e: aya::maps::MapError| LoadError::Object(e.to_string());
-        Some(crate::stacks::StackMaps {
+        Some(stack_maps::StackMaps {
             stacks: aya::maps::StackTraceMap::try_from(take(&mut ebpf, "STACKS")?).map_err(obj)?,
             agg: HashMap::try_from(take(&mut ebpf, "STACK_AGG")?).map_err(obj)?,
             gpu_agg: HashMap::try_from(take(&mut ebpf, "GPU_STACK_AGG")?).map_err(obj)?,
@@ -385,7 +448,7 @@ fn load_object(
     // Growth stacks' maps take memory only when used (the stack table
     // alone is about 1 KiB an entry).
     let (st, agg, gpu_agg, high, py_procs, py_stacks) = if stacks {
-        use crate::stacks::{
+        use stack_maps::{
             AGG_MAP_ENTRIES, GPU_AGG_MAP_ENTRIES, HIGH_MAP_ENTRIES, PY_PROC_ENTRIES,
             PY_STACK_ENTRIES, STACK_MAP_ENTRIES,
         };

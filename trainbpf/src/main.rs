@@ -6,14 +6,14 @@ fn main() -> ExitCode {
     let args: Vec<_> = std::env::args_os().collect();
     // The job's trampoline (see job.rs): not a user-facing command.
     if args.get(1).is_some_and(|a| a == "__exec") {
-        return ExitCode::from(trainbpf::job::exec_trampoline(&args[2..]) as u8);
+        return ExitCode::from(trainbpf::record::job::exec_trampoline(&args[2..]) as u8);
     }
     // The late-library hold's watchdog (see gpu/watchdog.rs): internal too.
     if args
         .get(1)
-        .is_some_and(|a| a == trainbpf::gpu::WATCHDOG_SUBCOMMAND)
+        .is_some_and(|a| a == trainbpf::record::gpu::WATCHDOG_SUBCOMMAND)
     {
-        return ExitCode::from(trainbpf::gpu::watchdog_main(&args[2..]) as u8);
+        return ExitCode::from(trainbpf::record::gpu::watchdog_main(&args[2..]) as u8);
     }
     match trainbpf::cli::run(trainbpf::cli::Cli::parse()) {
         Ok(code) => code,

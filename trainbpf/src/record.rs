@@ -12,7 +12,16 @@
 
 mod collect;
 mod collector;
+pub mod compact;
+pub mod forward;
+pub mod gpu;
+pub mod job;
+pub mod live;
 mod privileges;
+pub mod rings;
+pub mod samplers;
+pub mod stacks;
+pub mod target;
 
 use std::{
     ffi::OsString,
@@ -31,11 +40,14 @@ use trainbpf_report::{
 };
 
 use crate::{
-    job::{self, Invoker, MemCgroup},
     loader::{self, Loaded, Tunables},
-    safe_file::{self, Place},
+    util::{
+        invoker::Invoker,
+        safe_file::{self, Place},
+    },
 };
 use collect::{Attached, collect};
+use job::MemCgroup;
 use privileges::missing_capabilities;
 use privileges::{effective_caps, protect_from_oom_killer};
 
@@ -49,7 +61,7 @@ pub struct RecordOptions {
     /// What the status line calls a leak.
     pub leaks: trainbpf_report::model::LeakOptions,
     /// Keep the recording under a size (`--max-size`); `None`: unbounded.
-    pub flight: Option<crate::compact::FlightOptions>,
+    pub flight: Option<crate::record::compact::FlightOptions>,
     /// `--metrics ADDR`: serve Prometheus metrics there (docs/metrics.md).
     pub metrics: Option<String>,
     /// `--events-jsonl PATH`: each kill and death as a JSON line.
@@ -85,12 +97,12 @@ pub enum RecordError {
     /// Starting or containing the job failed.
     #[error(transparent)]
     Job(#[from] job::JobError),
-    /// The recording could not be created safely (src/safe_file.rs).
+    /// The recording could not be created safely (util/safe_file.rs).
     #[error(transparent)]
     File(#[from] safe_file::FileError),
     /// `--pid`, `--cgroup` or `--all` reaches what the invoker may not see.
     #[error(transparent)]
-    Attach(#[from] crate::attach::AttachError),
+    Attach(#[from] crate::record::target::AttachError),
     /// The recording file could not be written.
     #[error("{what}: {source}")]
     Io {
@@ -129,22 +141,8 @@ impl Outcome {
     }
 }
 
-pub(super) fn now(clock: nix::time::ClockId) -> u64 {
-    nix::time::clock_gettime(clock)
-        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
-        .unwrap_or(0)
-}
-
-pub(crate) fn mono_ns() -> u64 {
-    now(nix::time::ClockId::CLOCK_MONOTONIC)
-}
-
-pub(crate) fn realtime_ns() -> u64 {
-    now(nix::time::ClockId::CLOCK_REALTIME)
-}
-
 /// The recording: created new as the invoking user, locked, never through
-/// a link or over someone's file (src/safe_file.rs).
+/// a link or over someone's file (util/safe_file.rs).
 fn open_output(path: &Path, invoker: &Invoker) -> Result<(File, Place), RecordError> {
     let created = safe_file::create_recording(path, invoker.into())?;
     if let Some(old) = &created.moved_aside {
@@ -165,7 +163,7 @@ pub fn run(mut opts: RecordOptions) -> Result<Outcome, RecordError> {
     }
     // Before anything is loaded or written: an attach the invoker may not
     // make leaves no recording behind.
-    let watcher = crate::attach::Watcher::new(&invoker);
+    let watcher = crate::record::target::Watcher::new(&invoker);
     let cgroup_dir = match &opts.target {
         Target::All => {
             watcher.all()?;
@@ -176,7 +174,7 @@ pub fn run(mut opts: RecordOptions) -> Result<Outcome, RecordError> {
             None
         }
         Target::Cgroup(dir) => {
-            let cg = crate::attach::CgroupDir::open(dir)?;
+            let cg = crate::record::target::CgroupDir::open(dir)?;
             watcher.cgroup(&cg)?;
             opts.target = Target::Cgroup(cg.path.clone());
             Some(cg)
@@ -201,10 +199,10 @@ pub fn run(mut opts: RecordOptions) -> Result<Outcome, RecordError> {
         .map_err(|e| io_err("signalfd")(e.into()))?;
 
     // Bound before anything loads: a port in use fails the recorder here.
-    let mut outputs = crate::metrics::Setup {
+    let mut outputs = crate::record::live::metrics::Setup {
         listener: match &opts.metrics {
             Some(addr) => Some(
-                crate::metrics::bind(addr)
+                crate::record::live::metrics::bind(addr)
                     .map_err(io_err(format!("--metrics {addr}: listening")))?,
             ),
             None => None,
@@ -232,7 +230,7 @@ pub fn run(mut opts: RecordOptions) -> Result<Outcome, RecordError> {
     }
     let (file, place) = open_output(&opts.output, &invoker)?;
     if let Some(path) = &opts.events_jsonl {
-        outputs.log = Some(crate::metrics::EventsLog::open(
+        outputs.log = Some(crate::record::live::metrics::EventsLog::open(
             path,
             (&invoker).into(),
             header.hostname.clone(),
@@ -270,9 +268,9 @@ pub fn run(mut opts: RecordOptions) -> Result<Outcome, RecordError> {
         job_adj,
         cgroup.as_ref(),
         sigfd,
-        crate::status::Status::new(opts.quiet, opts.leaks.clone()),
+        crate::record::live::status::Status::new(opts.quiet, opts.leaks.clone()),
         opts.flight
-            .map(|f| crate::compact::Flight::new(place.clone(), f)),
+            .map(|f| crate::record::compact::Flight::new(place.clone(), f)),
         outputs,
     ))?;
     if !place.still_names(&recording) {
@@ -302,7 +300,7 @@ fn recording_header(
     page_size: u64,
     unprotected: Option<trainbpf_report::recording::Fallback>,
 ) -> RecordingHeader {
-    let machine = crate::pressure::sample(None);
+    let machine = crate::record::samplers::pressure::sample(None);
     let uts = nix::sys::utsname::uname().ok();
     RecordingHeader {
         trainbpf_version: env!("CARGO_PKG_VERSION").into(),

@@ -8,54 +8,93 @@ use std::{
     time::Duration,
 };
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 use trainbpf_report::{
     model::{self, Report},
     pipeline::{self, Part, Scope},
     render,
 };
 
-use crate::{cli::placeholders, safe_file};
+use crate::util::{placeholders, safe_file};
 
 /// The recording, opened as the user who ran `sudo`:
 /// root's rights must not read another user's 0600 recording.
 fn open_input(path: &Path) -> Result<File> {
-    let owner = safe_file::Owner::from(&crate::job::Invoker::detect()?);
+    let owner = safe_file::Owner::from(&crate::util::invoker::Invoker::detect()?);
     Ok(safe_file::open_input(path, owner)?)
 }
 
 /// Every decoded event as one JSON object per line: for debugging probes
 /// and for tools that want the raw timeline.
-pub fn events(path: &Path) -> Result<String> {
+fn events(path: &Path) -> Result<String> {
     let f = open_input(path)?;
     Ok(pipeline::events(BufReader::with_capacity(1 << 16, f))?)
 }
 
 /// Files `report` writes besides what it prints.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Files<'a> {
-    pub html: Option<&'a Path>,
-    pub perfetto: Option<&'a Path>,
-    pub pprof: Option<&'a Path>,
+#[derive(Clone, Debug, Default)]
+pub struct Files {
+    pub html: Option<PathBuf>,
+    pub perfetto: Option<PathBuf>,
+    pub pprof: Option<PathBuf>,
 }
 
-pub fn run(
-    path: &Path,
-    json: bool,
-    window: Duration,
-    no_color: bool,
-    files: &Files<'_>,
-    scope: &Scope,
-    part: Part,
-) -> Result<String> {
+impl Files {
+    pub fn any(&self) -> bool {
+        self.html.is_some() || self.perfetto.is_some() || self.pprof.is_some()
+    }
+}
+
+/// What `report` prints: the report as text or JSON, or the decoded
+/// events (`--format`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Text,
+    Json,
+    Events,
+}
+
+/// What `report` prints and writes (`cli::ReportArgs::options`).
+#[derive(Clone, Debug)]
+pub struct ReportOptions {
+    pub format: Format,
+    /// With text: the part printed.
+    pub part: Part,
+    /// How far before each kill to look for growth.
+    pub window: Duration,
+    pub no_color: bool,
+    pub files: Files,
+    pub scope: Scope,
+}
+
+/// The report of `paths`: one recording, or several merged on one
+/// timeline; or, for one, its decoded events.
+pub fn run(paths: &[PathBuf], opts: &ReportOptions) -> Result<String> {
+    match (paths, opts.format) {
+        ([one], Format::Events) => events(one),
+        (_, Format::Events) => bail!("--format events reads one recording at a time"),
+        ([one], _) => run_one(one, opts),
+        (many, _) => run_merged(many, opts),
+    }
+}
+
+fn run_one(path: &Path, opts: &ReportOptions) -> Result<String> {
     let f = open_input(path)?;
-    let mut report = pipeline::build_scoped(BufReader::with_capacity(1 << 16, f), window, scope)?;
+    let mut report = pipeline::build_scoped(
+        BufReader::with_capacity(1 << 16, f),
+        opts.window,
+        &opts.scope,
+    )?;
     report.source.path = path.display().to_string();
-    write_files(&report, files)?;
-    if json {
+    write_files(&report, &opts.files)?;
+    if opts.format == Format::Json {
         return Ok(pipeline::json(&report)?);
     }
-    Ok(pipeline::text(&report, part, &text_options(no_color)))
+    Ok(pipeline::text(
+        &report,
+        opts.part,
+        &text_options(opts.no_color),
+    ))
 }
 
 fn text_options(no_color: bool) -> render::text::TextOptions {
@@ -103,20 +142,20 @@ pub(crate) fn output_path(
 
 /// Writes the HTML page, the Perfetto trace and the pprof profile as the
 /// invoking user, each whole or not at all: a new file renamed over the
-/// target, or written through to a device or FIFO (src/safe_file.rs).
+/// target, or written through to a device or FIFO (util/safe_file.rs).
 /// Each path's placeholders name this recording's host and start.
-fn write_files(report: &Report, files: &Files<'_>) -> Result<()> {
+fn write_files(report: &Report, files: &Files) -> Result<()> {
     use placeholders::Output;
-    let owner = safe_file::Owner::from(&crate::job::Invoker::detect()?);
+    let owner = safe_file::Owner::from(&crate::util::invoker::Invoker::detect()?);
     let values = output_values(&[model::merge::Recording::of(report, None)]);
     // Every path expanded before any is written: one that cannot be
     // leaves none behind.
     let [html, perfetto, pprof] = [
-        (Output::Html, files.html),
-        (Output::Perfetto, files.perfetto),
-        (Output::Pprof, files.pprof),
+        (Output::Html, &files.html),
+        (Output::Perfetto, &files.perfetto),
+        (Output::Pprof, &files.pprof),
     ]
-    .map(|(o, p)| p.map(|p| output_path(o, p, &values)).transpose());
+    .map(|(o, p)| p.as_deref().map(|p| output_path(o, p, &values)).transpose());
     let (html, perfetto, pprof) = (html?, perfetto?, pprof?);
     if let Some(p) = html {
         write_output(&p, render::html::render(report).as_bytes(), owner)?;
@@ -138,7 +177,8 @@ fn write_files(report: &Report, files: &Files<'_>) -> Result<()> {
     Ok(())
 }
 
-pub use merged::{inputs, run_merged};
+pub use merged::inputs;
+use merged::run_merged;
 /// `report A.rec B.rec ...` and `report DIR`: one job's recordings merged.
 mod merged;
 

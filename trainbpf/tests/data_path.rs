@@ -20,7 +20,7 @@ use std::{
     time::Instant,
 };
 
-use trainbpf::rings::Batch;
+use trainbpf::record::rings::Batch;
 use trainbpf_common as common;
 use trainbpf_report::{
     decode::pod_bytes,

@@ -107,22 +107,18 @@ fn the_daemonsets_command_line_parses_with_record() {
     let c = container(&ds);
     let argv = argv(c);
     let cli = Cli::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}:\n{e}"));
-    let Command::Record {
-        all,
-        max_size,
-        output,
-        cmd,
-        quiet,
-        hostname,
-        ..
-    } = cli.command
-    else {
+    let Command::Record(args) = cli.command else {
         panic!("not `record`: {argv:?}");
     };
-    assert!(all && cmd.is_empty() && quiet);
+    let (job, outputs) = (&args.job, &args.outputs);
+    assert!(job.all && job.cmd.is_empty() && outputs.quiet);
     // The node's name, not the pod's, in `{host}` and the recording.
-    assert_eq!(hostname.as_deref(), Some(NODE_NAME));
-    assert!(max_size > 0, "a node's recorder runs for days: bounded");
+    assert_eq!(outputs.hostname.as_deref(), Some(NODE_NAME));
+    assert!(
+        args.history.max_size > 0,
+        "a node's recorder runs for days: bounded"
+    );
+    let output = &outputs.output;
     let out = output.to_str().unwrap();
     assert!(out.contains("{host}"), "one file per node: {out}");
     // Written into the hostPath volume, or lost with the pod.

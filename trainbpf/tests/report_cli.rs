@@ -29,7 +29,7 @@ fn report_json_prints_the_checked_in_json() {
         // From the fixture's directory: `recordings[].path` is the path as
         // given, the same on every checkout.
         let out = Command::new(env!("CARGO_BIN_EXE_trainbpf"))
-            .args(["report", "--json"])
+            .args(["report", "--format=json"])
             .arg(rec.file_name().unwrap())
             .current_dir(rec.parent().unwrap())
             .env_remove("NO_COLOR")

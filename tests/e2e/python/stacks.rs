@@ -12,7 +12,7 @@ use std::{
 };
 
 use crate::support::{TempDir, require_root, serial};
-use trainbpf::python::{Interpreter, PyError, ThreadStack};
+use trainbpf::record::stacks::python::{Interpreter, PyError, ThreadStack};
 
 const SCRIPT: &str = r#"import sys, threading, time
 

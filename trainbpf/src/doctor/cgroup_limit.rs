@@ -1,11 +1,11 @@
 //! The `cgroup_limit` check: the memory cgroup this process is in and the
 //! limits above it, found through /proc/self/mountinfo and
-//! /proc/self/cgroup (`crate::mounts`, as the job's cgroup code finds it).
+//! /proc/self/cgroup (`crate::util::mounts`, as the job's cgroup code finds it).
 
 use std::fs;
 
 use super::{Check, Status, check, fmt_bytes, pct, read};
-use crate::mounts::{Mount, memory_cgroup_dir};
+use crate::util::mounts::{Mount, memory_cgroup_dir};
 
 /// The memory cgroup this process is in, and its ancestors up to the
 /// hierarchy's root: a parent's limit binds the children too.

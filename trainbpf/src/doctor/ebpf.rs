@@ -5,7 +5,7 @@ use std::fs;
 
 use super::{Check, Mount, Status, check, needs_root, selected};
 use crate::{
-    kernel,
+    loader::kernel,
     loader::{Features, Probe, Unavailable},
 };
 

@@ -1,12 +1,12 @@
 //! The `helpers` check: what `record`, as root, would run and load, and
-//! what the environment named that root refuses (see [`crate::trust`]).
+//! what the environment named that root refuses (see [`crate::util::trust`]).
 
 use std::path::{Path, PathBuf};
 
 use super::{Check, Status, check};
-use crate::trust;
+use crate::util::trust;
 
-/// Helper programs and NVML as [`crate::trust`] finds them.
+/// Helper programs and NVML as [`crate::util::trust`] finds them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HelperFacts {
     /// The `ldconfig` record runs to find `libcuda.so*`.

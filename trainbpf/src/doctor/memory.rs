@@ -12,7 +12,7 @@ pub struct Meminfo(pub BTreeMap<String, u64>);
 
 impl Meminfo {
     pub fn parse(text: &str) -> Meminfo {
-        Meminfo(crate::pressure::meminfo(text))
+        Meminfo(crate::record::samplers::pressure::meminfo(text))
     }
 
     /// A `kB` entry in bytes.
@@ -28,7 +28,7 @@ impl Meminfo {
 /// `some avg10=0.00 avg60=...` → the avg10 and avg60 of the `some` and
 /// `full` lines.
 pub fn parse_psi(text: &str) -> Option<[(f64, f64); 2]> {
-    use crate::pressure::{psi_avg, psi_records};
+    use crate::record::samplers::pressure::{psi_avg, psi_records};
     let (some, full) = psi_records(text)?;
     Some([some, full].map(|r| (psi_avg(r.avg10), psi_avg(r.avg60))))
 }

@@ -129,7 +129,7 @@ pub fn check_nvidia(n: &NvidiaFacts) -> Check {
 pub(super) fn gather_nvidia() -> NvidiaFacts {
     // Not through PATH: as root that would run whatever the user's PATH
     // names first.
-    let smi = crate::trust::program("nvidia-smi");
+    let smi = crate::util::trust::program("nvidia-smi");
     // nvidia-smi can hang for a long time on a GPU in a bad state: bound it.
     let timeout = Duration::from_secs(10);
     let smi_driver = smi.as_ref().map(|p| {

@@ -6,8 +6,8 @@ use aya::{
     programs::{BtfTracePoint, FEntry, KProbe, ProgramError, TracePoint},
 };
 
-use super::{DEFAULT_PROC_MAP_ENTRIES, OBJECT, OomProbe, Tunables, config, why};
-use crate::kernel::{self, KernelBtf};
+use super::{OBJECT, Tunables, config, why};
+use crate::loader::kernel::{self, KernelBtf};
 
 /// Why a feature probed by [`probe_features`] is unavailable.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -91,18 +91,7 @@ pub fn probe_features() -> Features {
         Err(e) => return all_fail(Unavailable::Missing(e.to_string())),
     };
     // Thresholds don't matter here: nothing is recorded.
-    let t = Tunables {
-        rss_threshold_bytes: 4 << 20,
-        rss_relative_shift: 6,
-        heartbeat_ms: 5000,
-        ring_bytes: 0,
-        proc_map_entries: DEFAULT_PROC_MAP_ENTRIES,
-        oom_probe: OomProbe::Auto,
-        all_processes: false,
-        hold_late_cuda: false,
-        stack_every_bytes: None,
-        ebpf_log: false,
-    };
+    let t = Tunables::default();
     let config = match config(&kbtf, &t, 4096) {
         Ok(c) => c,
         Err(e) => return all_fail(Unavailable::Missing(e.to_string())),

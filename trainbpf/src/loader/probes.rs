@@ -10,7 +10,7 @@ use trainbpf_common::Config;
 use trainbpf_report::recording::Attach;
 
 use super::{LoadError, OomProbe, Tunables, why};
-use crate::kernel;
+use crate::loader::kernel;
 
 /// The kill context: fentry, then kprobe, on `oom_kill_process`, as
 /// `--oom-probe` allows.

@@ -22,11 +22,12 @@ use trainbpf_report::{
 use super::{
     RecordError, Target,
     collector::{Collector, FLUSH_BYTES},
-    io_err, mono_ns,
+    io_err,
 };
 use crate::{
-    job::{self, Invoker, MemCgroup},
     loader::Loaded,
+    record::job::{self, MemCgroup},
+    util::{clock::mono_ns, invoker::Invoker},
 };
 
 /// The kernel's map of the job's processes.
@@ -45,9 +46,9 @@ pub(super) async fn collect(
     job_adj: i32,
     cgroup: Option<&MemCgroup>,
     sigfd: SignalFd,
-    status: crate::status::Status,
-    flight: Option<crate::compact::Flight>,
-    outputs: crate::metrics::Setup,
+    status: crate::record::live::status::Status,
+    flight: Option<crate::record::compact::Flight>,
+    outputs: crate::record::live::metrics::Setup,
 ) -> Result<(Option<ExitStatus>, File), RecordError> {
     let Loaded {
         mut ebpf,
@@ -71,9 +72,9 @@ pub(super) async fn collect(
     c.live = outputs
         .start(has_memcg, c.page_kb())
         .map_err(io_err("starting the --metrics server"))?;
-    c.stacks = stacks.map(crate::stacks::Stacks::start);
-    let rings =
-        crate::rings::Rings::new(events, precious).map_err(io_err("polling the ring buffers"))?;
+    c.stacks = stacks.map(crate::record::stacks::Stacks::start);
+    let rings = crate::record::rings::Rings::new(events, precious)
+        .map_err(io_err("polling the ring buffers"))?;
     // SAFETY: the fd is owned by the value moved in, and stays open until
     // the AsyncFd (and its registration) is dropped.
     let sigfd = unsafe { AsyncFd::register_with_interest(sigfd, tokio::io::Interest::READABLE) }
@@ -83,7 +84,7 @@ pub(super) async fn collect(
     // from a known place is probed from its first call.
     // The kernel holds a late driver mapping only of a job the recorder
     // runs (the loader's `hold_late_cuda`).
-    let (gpu, records) = crate::gpu::GpuProbes::start(
+    let (gpu, records) = crate::record::gpu::GpuProbes::start(
         &mut ebpf,
         attach.printk.is_some(),
         matches!(target, Target::Run(_)),
@@ -156,7 +157,7 @@ fn start_job(
         Target::Pid(p) => {
             // The process and every descendant alive now; the kernel adds
             // those born from here on.
-            for t in crate::procfs::descendants(*p) {
+            for t in crate::record::samplers::procfs::descendants(*p) {
                 if !attached.watcher.may_watch(t) {
                     continue;
                 }
@@ -169,9 +170,10 @@ fn start_job(
             let p = *p;
             let argv = c
                 .readers
-                .run(crate::procfs::guard::DEADLINE, move || {
-                    crate::procfs::proc_info(p, None)
-                })
+                .run(
+                    crate::record::samplers::procfs::guard::DEADLINE,
+                    move || crate::record::samplers::procfs::proc_info(p, None),
+                )
                 .ok()
                 .flatten()
                 .map(|i| i.cmdline.into_iter().map(OsString::from).collect())
@@ -251,13 +253,13 @@ fn start_job(
 /// Everything the collect loop drives once the job runs.
 struct Session {
     c: Collector,
-    rings: crate::rings::Rings,
+    rings: crate::record::rings::Rings,
     sigfd: AsyncFd<SignalFd>,
     /// Owns the programs and their links: dropping it detaches them.
     ebpf: aya::Ebpf,
     counters: PerCpuArray<MapData, common::Counters>,
     job: JobMap,
-    gpu: crate::gpu::GpuProbes,
+    gpu: crate::record::gpu::GpuProbes,
     tick: tokio::time::Interval,
     target: Target,
     attached: Attached,
@@ -341,13 +343,13 @@ impl Session {
                     while let Ok(Some(info)) = guard.get_inner().read_signal() {
                         // Who really sent it is written first: the kernel's
                         // record of the kill passed on names the recorder.
-                        let fwd = child.is_some() && crate::forward::should_forward(&info);
-                        c.user(UserBody::SignalReceived(crate::forward::received(
+                        let fwd = child.is_some() && crate::record::forward::should_forward(&info);
+                        c.user(UserBody::SignalReceived(crate::record::forward::received(
                             &info,
                             fwd.then_some(pid),
                         )));
                         if fwd {
-                            crate::forward::forward(pid, &info);
+                            crate::record::forward::forward(pid, &info);
                         } else if child.is_none() {
                             detach = true;
                         }
@@ -404,7 +406,7 @@ impl Session {
         // Workers orphaned by the main process's death are still the job: the
         // recorder is their subreaper and records them until they exit.
         c.job.remove(&pid);
-        c.job.retain(|&t| crate::procfs::alive(t));
+        c.job.retain(|&t| crate::record::samplers::procfs::alive(t));
         if child.is_none() {
             // Attached: nothing of the job is the recorder's to wait for.
         } else if stopping && !c.job.is_empty() {
@@ -427,7 +429,7 @@ impl Session {
                         c.kernel_log(kernel_log.as_mut());
                         c.live_tick(false);
                         reap_orphans(None);
-                        c.job.retain(|&t| crate::procfs::alive(t));
+                        c.job.retain(|&t| crate::record::samplers::procfs::alive(t));
                         if c.job.is_empty() {
                             break 'orphans;
                         }
@@ -447,7 +449,7 @@ impl Session {
                         guard.clear_ready();
                         let stop = matches!(info, Ok(Some(_)));
                         if let Ok(Some(info)) = info {
-                            c.user(UserBody::SignalReceived(crate::forward::received(&info, None)));
+                            c.user(UserBody::SignalReceived(crate::record::forward::received(&info, None)));
                         }
                         if stop {
                             eprintln!("trainbpf: stopped waiting; {} job processes run on", c.job.len());
@@ -493,7 +495,9 @@ impl Session {
         // A read abandoned past its deadline may still wait in the kernel;
         // most such waits end with this process, but a page of a FUSE file
         // in the server's hands holds it until the server answers or goes.
-        let stuck = crate::procfs::guard::STATS.snapshot().stuck;
+        let stuck = crate::record::samplers::procfs::guard::STATS
+            .snapshot()
+            .stuck;
         if stuck > 0 {
             eprintln!(
                 "trainbpf: {stuck} read(s) of the job's memory are still blocked in the kernel; the recording is complete (report: job_reads), and this process may end only when they do"
@@ -506,7 +510,7 @@ impl Session {
 /// Job processes that mapped a driver library not yet probed: probed and
 /// continued at once (they are held until then), and the forced windows of
 /// the test switch that have run their length.
-fn gpu_late(c: &mut Collector, gpu: &mut crate::gpu::GpuProbes, ebpf: &mut aya::Ebpf) {
+fn gpu_late(c: &mut Collector, gpu: &mut crate::record::gpu::GpuProbes, ebpf: &mut aya::Ebpf) {
     let now = mono_ns();
     let evs = std::mem::take(&mut c.gpu_maps);
     let mut recs = gpu.on_mapped(ebpf, evs, now);
@@ -528,8 +532,8 @@ async fn wait_child(
 
 /// What an attached recorder may watch, and the `--cgroup` it reads.
 pub(super) struct Attached {
-    pub(super) watcher: crate::attach::Watcher,
-    pub(super) cgroup: Option<crate::attach::CgroupDir>,
+    pub(super) watcher: crate::record::target::Watcher,
+    pub(super) cgroup: Option<crate::record::target::CgroupDir>,
 }
 
 impl Attached {
@@ -550,7 +554,9 @@ impl Attached {
 /// cgroup is (`--cgroup`); `--all` and a spawned job never end here.
 fn attached_done(target: &Target, job: &std::collections::HashSet<u32>) -> bool {
     match target {
-        Target::Pid(_) => job.iter().all(|&t| !crate::procfs::alive(t)),
+        Target::Pid(_) => job
+            .iter()
+            .all(|&t| !crate::record::samplers::procfs::alive(t)),
         Target::Cgroup(dir) => !dir.exists(),
         Target::Run(_) | Target::All => false,
     }

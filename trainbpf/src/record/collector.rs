@@ -15,8 +15,9 @@ use trainbpf_report::{
     recording::Writer,
 };
 
-use super::{RecordError, io_err, mono_ns};
-use crate::stacks::Msg;
+use super::{RecordError, io_err};
+use crate::record::stacks::Msg;
+use crate::util::clock::mono_ns;
 
 /// Naming what the records point at: cgroups, executables, identities.
 mod names;
@@ -30,7 +31,7 @@ pub(super) struct Collector {
     /// what a leak runs into).
     pub(super) job_memcg: Option<(PathBuf, String, bool)>,
     /// Keeps the file under `--max-size`.
-    flight: Option<crate::compact::Flight>,
+    flight: Option<crate::record::compact::Flight>,
     pub(super) known_cgroups: std::collections::HashSet<u64>,
     known_exes: std::collections::HashSet<u32>,
     last_lost: Lost,
@@ -45,42 +46,42 @@ pub(super) struct Collector {
     /// at a fork seen (`identify`).
     pub(super) identified: std::collections::HashSet<u32>,
     /// Reads who a job process is off the draining thread (`identify`).
-    ident: crate::procfs::identity::Reader,
+    ident: crate::record::samplers::procfs::identity::Reader,
     /// The workers every read of the job's memory and files runs on.
-    pub(super) readers: crate::procfs::guard::Readers,
+    pub(super) readers: crate::record::samplers::procfs::guard::Readers,
     last_reads: decode::JobReads,
     /// The job's main process, and how it ended as the kernel saw it (for
     /// an attached job, which the recorder cannot wait for).
     pub(super) root: u32,
     pub(super) root_exit: Option<ExitStatus>,
     /// Reads smaps_rollup off the draining thread.
-    sampler: crate::sampler::Sampler,
+    sampler: crate::record::samplers::smaps::Sampler,
     /// Looks at shared memory and /dev/shm off the draining thread: on a
     /// timer, and when a kill or a fatal signal is seen.
-    shm: crate::shm_sampler::ShmSampler,
+    shm: crate::record::samplers::shm::ShmSampler,
     last_procfs: Instant,
     procfs_every: Duration,
-    /// The terminal's status line (src/status.rs).
-    pub(super) status: crate::status::Status,
+    /// The terminal's status line (live/status.rs).
+    pub(super) status: crate::record::live::status::Status,
     /// `--stacks`: the growth stacks' thread (`stacks/thread.rs`), which
     /// names them off this one.
-    pub(super) stacks: Option<crate::stacks::Stacks>,
+    pub(super) stacks: Option<crate::record::stacks::Stacks>,
     /// Job processes that mapped a driver library not yet probed, most of
     /// them held until it is (`GpuProbes::on_mapped`): taken after each
     /// drain.
     pub(super) gpu_maps: Vec<common::CudaMapEvent>,
-    /// `--metrics` and `--events-jsonl` (src/metrics.rs).
-    pub(super) live: Option<crate::metrics::Outputs>,
+    /// `--metrics` and `--events-jsonl` (live/metrics.rs).
+    pub(super) live: Option<crate::record::live::metrics::Outputs>,
 }
 
 impl Collector {
     pub(super) fn new(
         writer: Writer<File>,
         job_memcg: Option<(PathBuf, String, bool)>,
-        flight: Option<crate::compact::Flight>,
-        status: crate::status::Status,
+        flight: Option<crate::record::compact::Flight>,
+        status: crate::record::live::status::Status,
     ) -> Collector {
-        let readers = crate::procfs::guard::Readers::new();
+        let readers = crate::record::samplers::procfs::guard::Readers::new();
         Collector {
             writer,
             job_memcg,
@@ -97,13 +98,13 @@ impl Collector {
             reclaim_freed_kb: 0,
             job: Default::default(),
             identified: Default::default(),
-            ident: crate::procfs::identity::Reader::start(readers.clone()),
+            ident: crate::record::samplers::procfs::identity::Reader::start(readers.clone()),
             readers,
             last_reads: Default::default(),
             root: 0,
             root_exit: None,
-            sampler: crate::sampler::Sampler::start(),
-            shm: crate::shm_sampler::ShmSampler::start(),
+            sampler: crate::record::samplers::smaps::Sampler::start(),
+            shm: crate::record::samplers::shm::ShmSampler::start(),
             status,
             last_procfs: Instant::now(),
             procfs_every: PROCFS_EVERY,
@@ -287,7 +288,7 @@ impl Collector {
         st.death(ev);
     }
 
-    pub(super) fn drain(&mut self, rings: &mut crate::rings::Rings) -> usize {
+    pub(super) fn drain(&mut self, rings: &mut crate::record::rings::Rings) -> usize {
         let n = rings.drain(|bytes| self.on_record(bytes));
         self.poll_identities();
         self.poll_shm();
@@ -363,7 +364,7 @@ impl Collector {
             self.last_lost = lost.clone();
             self.user(UserBody::Lost(lost));
         }
-        let reads = crate::procfs::guard::STATS.snapshot();
+        let reads = crate::record::samplers::procfs::guard::STATS.snapshot();
         if reads != self.last_reads {
             self.last_reads = reads.clone();
             self.user(UserBody::JobReads(reads));
@@ -371,7 +372,7 @@ impl Collector {
     }
 
     /// Records a finished shared-memory look, stamped when it began, and
-    /// asks for the next when it is time (`shm_sampler.rs`). Never waits.
+    /// asks for the next when it is time (`samplers/shm.rs`). Never waits.
     fn poll_shm(&mut self) {
         let job = &self.job;
         let done = self
@@ -416,7 +417,8 @@ impl Collector {
             return;
         }
         // Forget processes that are gone without an exit record (lost).
-        self.job.retain(|&t| crate::procfs::alive(t));
+        self.job
+            .retain(|&t| crate::record::samplers::procfs::alive(t));
         let pids = self.job.iter().take(MAX_SMAPS_PER_ROUND).copied().collect();
         if self.sampler.request(pids) {
             self.last_procfs = Instant::now();
@@ -426,7 +428,7 @@ impl Collector {
     /// Samples memory pressure (and the job's memory cgroup); records it
     /// when it moved.
     pub(super) fn poll_pressure(&mut self) {
-        let mut p = crate::pressure::sample(
+        let mut p = crate::record::samplers::pressure::sample(
             self.job_memcg
                 .as_ref()
                 .map(|(dir, _, v2)| (dir.as_path(), *v2)),
@@ -437,7 +439,7 @@ impl Collector {
         if self
             .last_pressure
             .as_ref()
-            .is_none_or(|last| crate::pressure::moved(last, &p))
+            .is_none_or(|last| crate::record::samplers::pressure::moved(last, &p))
         {
             self.last_pressure = Some(p.clone());
             self.user(UserBody::Pressure(Box::new(p)));

@@ -37,7 +37,7 @@ use trainbpf_report::{
     recording::{self, Reader, Rewind, Writer},
 };
 
-use crate::safe_file::FileError;
+use crate::util::safe_file::FileError;
 
 /// A bucket is closed once records this much newer have been read (records
 /// from different CPUs and from userspace arrive slightly out of order).

@@ -36,18 +36,16 @@ use aya::{
     programs::ProgramError,
 };
 use nvml_wrapper::{Nvml, enums::device::UsedGpuMemory};
-use trainbpf_common::{GpuConfig, GpuCounters};
+use trainbpf_common::GpuCounters;
 use trainbpf_report::decode::gpu::{
     GpuLost, GpuSource, GpuUserBody, NvmlDevice, NvmlProcess, NvmlSample, encode_user,
 };
 
 use self::{
-    attach::{attach_nv_kprobe, attach_xid, load_uprobes},
     pinned::Pinned,
+    uprobes::{attach_nv_kprobe, attach_xid, load_uprobes},
 };
-use crate::kernel;
 
-mod attach;
 mod elf;
 mod held;
 mod late;
@@ -55,17 +53,18 @@ mod mapped;
 mod maps;
 mod pinned;
 mod probe;
+mod uprobes;
 mod watchdog;
 
-pub use late::ENV_FORCE_WINDOW_MS;
+pub use late::{ENV_FORCE_WINDOW_MS, forced_window as late_window_forced};
 pub use watchdog::{SUBCOMMAND as WATCHDOG_SUBCOMMAND, run as watchdog_main};
 
 /// Extra `libcuda.so` paths, `:`-separated: a driver outside the usual
 /// places, or a stand-in library in tests.
 pub const ENV_LIBCUDA: &str = "TRAINBPF_LIBCUDA";
 /// The NVML library to load instead of `libnvidia-ml.so.1`; used only when
-/// root alone can change it (see [`crate::trust`]).
-pub const ENV_LIBNVML: &str = crate::trust::ENV_LIBNVML;
+/// root alone can change it (see [`crate::util::trust`]).
+pub const ENV_LIBNVML: &str = crate::util::trust::ENV_LIBNVML;
 
 /// Directories where drivers put `libcuda.so*` (Debian/Ubuntu, RHEL, the
 /// CUDA toolkit's forward-compatibility packages, WSL).
@@ -107,28 +106,6 @@ pub const CUDA_SYMBOLS: [(&str, &str); 23] = [
 /// The driver's host-page allocator, probed where kprobes exist.
 const NV_KPROBES: [&str; 2] = ["nv_alloc_pages", "nv_free_pages"];
 
-/// The `nvidia:nvidia_dev_xid` offsets for the object's `GPU_CONFIG`; all
-/// -1 when the driver has no such tracepoint (tracefs must be mounted).
-pub fn config() -> GpuConfig {
-    let mut c = GpuConfig::UNSET;
-    if let Some(f) = kernel::tp_format("nvidia", "nvidia_dev_xid") {
-        c.xid_dev = kernel::field(&f, "dev");
-        c.xid_code = kernel::field(&f, "error_code");
-        c.xid_msg = kernel::field(&f, "msg");
-    }
-    if let Some(f) = kernel::tp_format("syscalls", "sys_enter_mmap") {
-        c.mmap_flags = kernel::field(&f, "flags");
-        c.mmap_fd = kernel::field(&f, "fd");
-    }
-    if let Some(f) = kernel::tp_format("syscalls", "sys_enter_ioctl") {
-        c.ioctl_fd = kernel::field(&f, "fd");
-    }
-    if late::forced_window().is_some() {
-        c.late_hold = 0;
-    }
-    c
-}
-
 /// The recorder's GPU state while the job runs.
 pub struct GpuProbes {
     /// (st_dev, st_ino) of every library file tried, probed or not.
@@ -140,7 +117,7 @@ pub struct GpuProbes {
     /// Whether a file past the cap was said yet.
     over_cap_said: bool,
     /// Whose credentials open the files parsed: the job's user.
-    owner: crate::safe_file::Owner,
+    owner: crate::util::safe_file::Owner,
     /// The uprobe programs loaded (the verifier accepted them).
     loaded: bool,
     counters: Option<PerCpuArray<MapData, GpuCounters>>,
@@ -206,7 +183,7 @@ impl GpuProbes {
         ebpf: &mut Ebpf,
         printk: bool,
         hold: bool,
-        owner: crate::safe_file::Owner,
+        owner: crate::util::safe_file::Owner,
         now: u64,
     ) -> (GpuProbes, Records) {
         let mut out = Vec::new();
@@ -290,7 +267,7 @@ impl GpuProbes {
             false,
             "decoding the driver's allocation ioctls on /dev/nvidia* is not implemented".into(),
         );
-        let lib = crate::trust::nvml_library();
+        let lib = crate::util::trust::nvml_library();
         // Said at start, not only in the recording: whoever set the variable
         // learns at once why their library was not used.
         for r in &lib.refused {
@@ -433,7 +410,7 @@ fn candidates() -> Vec<(PathBuf, &'static str)> {
         }
     }
     // The trusted ldconfig only: one found through PATH would run as root.
-    for (name, path) in crate::trust::ld_cache() {
+    for (name, path) in crate::util::trust::ld_cache() {
         if name.starts_with("libcuda.so") {
             out.push((path, "ldconfig"));
         }

@@ -12,13 +12,11 @@ mod cgroup;
 mod trampoline;
 
 use std::{
-    ffi::{OsStr, OsString},
+    ffi::OsString,
     fs, io,
     os::fd::{AsRawFd, OwnedFd},
     path::{Path, PathBuf},
 };
-
-use nix::unistd::{Gid, Uid};
 
 pub use cgroup::MemCgroup;
 pub use trampoline::exec_trampoline;
@@ -81,52 +79,14 @@ fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> JobError {
     move |source| JobError::Io { what, source }
 }
 
-/// Who the job runs as: the user who ran `sudo`, or whoever we are.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Invoker {
-    pub uid: u32,
-    pub gid: u32,
-}
-
-impl Invoker {
-    /// `SUDO_UID`/`SUDO_GID` when set by sudo, else our own real ids. One
-    /// without the other, or one that is not a number, is an error: falling
-    /// back to our own ids would run the job as root.
-    pub fn detect() -> Result<Invoker, JobError> {
-        Self::from_env(
-            std::env::var_os("SUDO_UID").as_deref(),
-            std::env::var_os("SUDO_GID").as_deref(),
-        )
-    }
-
-    fn from_env(uid: Option<&OsStr>, gid: Option<&OsStr>) -> Result<Invoker, JobError> {
-        let id = |k: &str, v: &OsStr| {
-            v.to_str()
-                .and_then(|s| s.parse::<u32>().ok())
-                .ok_or_else(|| JobError::Sudo(format!("{k}={v:?} is not a numeric id")))
-        };
-        match (uid, gid) {
-            (None, None) => Ok(Invoker {
-                uid: Uid::current().as_raw(),
-                gid: Gid::current().as_raw(),
-            }),
-            (Some(u), Some(g)) => Ok(Invoker {
-                uid: id("SUDO_UID", u)?,
-                gid: id("SUDO_GID", g)?,
-            }),
-            (Some(_), None) => Err(JobError::Sudo("SUDO_UID is set without SUDO_GID".into())),
-            (None, Some(_)) => Err(JobError::Sudo("SUDO_GID is set without SUDO_UID".into())),
-        }
-    }
-}
-
 /// Root of the hierarchy that has the memory controller, found as `doctor`
 /// and the job's own cgroup find it: from /proc/self/cgroup and the mount
 /// table, not at a fixed path.
 pub fn memory_hierarchy() -> Option<(PathBuf, bool)> {
-    let mounts = crate::mounts::parse_mountinfo(&fs::read_to_string("/proc/self/mountinfo").ok()?);
+    let mounts =
+        crate::util::mounts::parse_mountinfo(&fs::read_to_string("/proc/self/mountinfo").ok()?);
     let own = fs::read_to_string("/proc/self/cgroup").ok()?;
-    let (version, _, _, top) = crate::mounts::memory_cgroup_dir(&own, &mounts)?;
+    let (version, _, _, top) = crate::util::mounts::memory_cgroup_dir(&own, &mounts)?;
     Some((top, version == 2))
 }
 
@@ -253,58 +213,9 @@ pub fn spawn(argv: &[OsString], oom_score_adj: i32) -> Result<Pending, JobError>
     Ok(Pending { child, pid, go: wr })
 }
 
-/// Parses sizes like `300M`, `1.5G`, `512MiB`, `1048576` (bytes).
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: f64 = num.parse().map_err(|_| format!("invalid size {s:?}"))?;
-    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        "t" | "tb" | "tib" => 1 << 40,
-        u => {
-            return Err(format!(
-                "invalid size unit {u:?} in {s:?} (use K, M, G or T)"
-            ));
-        }
-    };
-    let v = n * mult as f64;
-    if v.is_nan() || v < 1.0 {
-        return Err(format!("size {s:?} must be positive"));
-    }
-    Ok(v as u64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sudo_ids_come_in_pairs() {
-        let s = |v: &str| Some(OsStr::new(v).to_owned());
-        let inv = |u: Option<OsString>, g: Option<OsString>| {
-            Invoker::from_env(u.as_deref(), g.as_deref())
-        };
-        assert_eq!(
-            inv(s("1000"), s("100")).unwrap(),
-            Invoker {
-                uid: 1000,
-                gid: 100
-            }
-        );
-        let e = inv(s("1000"), None).unwrap_err().to_string();
-        assert!(e.contains("SUDO_UID is set without SUDO_GID"), "{e}");
-        assert!(inv(None, s("100")).is_err());
-        let e = inv(s("alice"), s("100")).unwrap_err().to_string();
-        assert!(e.contains("not a numeric id"), "{e}");
-        assert!(inv(s("1000"), s("")).is_err());
-        assert_eq!(inv(None, None).unwrap().uid, Uid::current().as_raw());
-    }
 
     #[test]
     fn the_go_pipe_is_close_on_exec_in_the_recorder() {
@@ -315,16 +226,5 @@ mod tests {
             let flags = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETFD).unwrap();
             assert_ne!(flags & libc::FD_CLOEXEC, 0);
         }
-    }
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("300M"), Ok(300 << 20));
-        assert_eq!(parse_size("1.5G"), Ok(3 << 29));
-        assert_eq!(parse_size("512MiB"), Ok(512 << 20));
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert!(parse_size("12X").is_err());
-        assert!(parse_size("0").is_err());
-        assert!(parse_size("").is_err());
     }
 }

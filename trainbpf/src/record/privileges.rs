@@ -4,7 +4,7 @@
 
 use std::fs;
 
-use crate::job::Invoker;
+use crate::util::invoker::Invoker;
 
 const CAP_SYS_ADMIN: u32 = 21;
 const CAP_PERFMON: u32 = 38;

@@ -7,56 +7,34 @@
 
 use std::collections::{HashMap, HashSet};
 
-use aya::maps::{HashMap as BpfHashMap, MapData, StackTraceMap};
-use trainbpf_common::{ProcId, PyProc, PyStack, StackKey, StackVal};
+use trainbpf_common::{ProcId, StackKey, StackVal};
 
 use trainbpf_report::decode::{
     ProcKey,
     stacks::{StackDelta, StackSample},
 };
 
+mod code_files;
 mod death;
 mod delta;
-mod mapped;
 mod py;
+pub mod python;
 mod symbolize;
 mod thread;
+pub use crate::loader::stack_maps::StackMaps;
 pub use delta::Deltas;
 pub use py::Pythons;
 pub use symbolize::{Native, bounded};
 pub use thread::{Msg, Stacks};
 
-use crate::procfs::{
+use crate::record::samplers::procfs::{
     backing::Backing,
     guard::{FILES_DEADLINE, Readers},
 };
 
-/// Entries of the kernel's maps: stacks (each 127 frames, about 1 KiB),
-/// (process, stack) totals, and processes' highs.
-pub const STACK_MAP_ENTRIES: u32 = 4096;
-pub const AGG_MAP_ENTRIES: u32 = 16384;
-/// (process, stack) totals of CUDA allocations: one entry per allocating
-/// line of a process, far fewer than its growth stacks.
-pub const GPU_AGG_MAP_ENTRIES: u32 = 4096;
-pub const HIGH_MAP_ENTRIES: u32 = 8192;
-/// Python processes the kernel walks, and their kept frames (each about
-/// 0.5 KiB).
-pub const PY_PROC_ENTRIES: u32 = 1024;
-pub const PY_STACK_ENTRIES: u32 = 4096;
 /// How many (process, stack) pairs the collector remembers as named: a
 /// pair named once is never resolved again.
 const MAX_NAMED: usize = 1 << 20;
-
-/// The maps `record --stacks` reads.
-pub struct StackMaps {
-    pub stacks: StackTraceMap<MapData>,
-    pub agg: BpfHashMap<MapData, StackKey, StackVal>,
-    /// CUDA allocations' bytes per (process, stack at the call).
-    pub gpu_agg: BpfHashMap<MapData, StackKey, StackVal>,
-    pub high: BpfHashMap<MapData, ProcId, i64>,
-    pub py_procs: BpfHashMap<MapData, ProcId, PyProc>,
-    pub py_stacks: BpfHashMap<MapData, u64, PyStack>,
-}
 
 /// What names a stack of a process: the native stack's id, and the Python
 /// frames' id and walk state.
@@ -66,7 +44,7 @@ fn name_of(k: &StackKey) -> StackName {
     (k.stack_id, k.py_id, k.py_state)
 }
 
-pub struct Collector {
+pub struct StackCollector {
     maps: StackMaps,
     deltas: Deltas,
     gpu_deltas: Deltas,
@@ -88,7 +66,7 @@ pub struct Collector {
     known: HashMap<ProcKey, HashMap<u64, trainbpf_report::decode::stacks::Frame>>,
     /// Each process's executable files, held open: what names the frames
     /// of its stack at death that its growth stacks never ran.
-    mapped: mapped::ByProc,
+    mapped: code_files::ByProc,
     /// Stacks at death waiting to be named, and where they go named.
     deaths: Option<(
         std::sync::mpsc::Receiver<Box<trainbpf_common::DeathStack>>,
@@ -108,20 +86,23 @@ pub fn stack_error(id: i32) -> String {
     }
 }
 
-impl Collector {
-    pub fn new(maps: StackMaps, readers: Readers) -> Collector {
-        Collector {
+impl StackCollector {
+    pub fn new(maps: StackMaps, readers: Readers) -> StackCollector {
+        StackCollector {
             maps,
             deltas: Deltas::default(),
             gpu_deltas: Deltas::default(),
-            pythons: Pythons::new(PY_PROC_ENTRIES as usize, readers.clone()),
+            pythons: Pythons::new(
+                crate::loader::stack_maps::PY_PROC_ENTRIES as usize,
+                readers.clone(),
+            ),
             readers,
             named: HashSet::new(),
             exited: Vec::new(),
             execed: Vec::new(),
             locate: Vec::new(),
             known: HashMap::new(),
-            mapped: mapped::ByProc::new(),
+            mapped: code_files::ByProc::new(),
             deaths: None,
         }
     }
@@ -307,15 +288,15 @@ impl Collector {
         let ips_owned = ips.clone();
         // Still the same process? One whose exit was seen may have its pid
         // reused already, and would resolve against another program.
-        let alive = idx
-            .first()
-            .is_some_and(|&i| !self.exited.contains(&out[i].proc) && crate::procfs::alive(tgid));
+        let alive = idx.first().is_some_and(|&i| {
+            !self.exited.contains(&out[i].proc) && crate::record::samplers::procfs::alive(tgid)
+        });
         let proc = idx.first().map(|&i| out[i].proc);
         // A forked Python worker gone already: what it ran before the
         // fork is mapped at the same addresses in its parent.
-        let parent = proc
-            .and_then(|p| self.pythons.parent_of(p))
-            .filter(|pp| !self.exited.contains(pp) && crate::procfs::alive(pp.tgid));
+        let parent = proc.and_then(|p| self.pythons.parent_of(p)).filter(|pp| {
+            !self.exited.contains(pp) && crate::record::samplers::procfs::alive(pp.tgid)
+        });
         let resolved = if let (true, Some(proc)) = (alive, proc) {
             // The process's files are held for its stack at death, and its
             // frames resolved, on a worker: both read what it maps.

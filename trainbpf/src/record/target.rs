@@ -24,7 +24,7 @@ use nix::{
     },
 };
 
-use crate::job::Invoker;
+use crate::util::invoker::Invoker;
 
 /// A bound on the cgroups walked below a `--cgroup` directory.
 const MAX_CGROUPS: usize = 10_000;

@@ -2,17 +2,13 @@
 //! (one per node, `record -o DIR/{host}.rec`), each built as one file is,
 //! then merged on the wall clock (model/merge.rs).
 
-use std::{io::BufReader, path::PathBuf, time::Duration};
+use std::{io::BufReader, path::PathBuf};
 
 use anyhow::{Context as _, Result, bail};
-use trainbpf_report::{
-    model,
-    pipeline::{self, Part, Scope},
-    render,
-};
+use trainbpf_report::{model, pipeline, render};
 
-use super::{Files, open_input, text_options};
-use crate::safe_file;
+use super::{Files, Format, ReportOptions, open_input, text_options};
+use crate::util::safe_file;
 
 /// The recordings `report` was given: files as they are, and for a
 /// directory every regular `*.rec` file in it, by name. Each path is
@@ -20,7 +16,7 @@ use crate::safe_file;
 /// stat that tells a directory too, or root's look would tell them whether
 /// a path they cannot reach exists.
 pub fn inputs(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
-    let owner = safe_file::Owner::from(&crate::job::Invoker::detect()?);
+    let owner = safe_file::Owner::from(&crate::util::invoker::Invoker::detect()?);
     let mut out = Vec::new();
     for p in paths {
         let dir = p.clone();
@@ -60,47 +56,49 @@ pub fn inputs(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
 
 /// The merged report of `paths` (more than one): text, or JSON; the HTML
 /// page and the Perfetto trace with one group per host.
-pub fn run_merged(
-    paths: &[PathBuf],
-    json: bool,
-    window: Duration,
-    no_color: bool,
-    files: &Files<'_>,
-    scope: &Scope,
-    part: Part,
-) -> Result<String> {
-    if files.pprof.is_some() {
+pub(super) fn run_merged(paths: &[PathBuf], opts: &ReportOptions) -> Result<String> {
+    if opts.files.pprof.is_some() {
         // One profile per recording: a pid means nothing across hosts.
         bail!("--pprof takes one recording at a time: run `report --pprof` on each file");
     }
     let mut parts = Vec::with_capacity(paths.len());
     for p in paths {
         let f = open_input(p)?;
-        let r = pipeline::build_scoped(BufReader::with_capacity(1 << 16, f), window, scope)
-            .with_context(|| format!("reading {}", p.display()))?;
+        let r = pipeline::build_scoped(
+            BufReader::with_capacity(1 << 16, f),
+            opts.window,
+            &opts.scope,
+        )
+        .with_context(|| format!("reading {}", p.display()))?;
         parts.push((p.display().to_string(), r));
     }
     let m = model::merge::merge(parts);
-    write_files(&m, files)?;
-    if json {
+    write_files(&m, &opts.files)?;
+    if opts.format == Format::Json {
         return Ok(pipeline::merged_json(&m)?);
     }
-    Ok(pipeline::merged_text(&m, part, &text_options(no_color)))
+    Ok(pipeline::merged_text(
+        &m,
+        opts.part,
+        &text_options(opts.no_color),
+    ))
 }
 
 /// The merged HTML page and Perfetto trace; their placeholders name the
 /// job's start, and a host only when every recording is of that one.
-fn write_files(m: &model::Merged, files: &Files<'_>) -> Result<()> {
-    use crate::cli::placeholders::Output;
-    let owner = safe_file::Owner::from(&crate::job::Invoker::detect()?);
+fn write_files(m: &model::Merged, files: &Files) -> Result<()> {
+    use crate::util::placeholders::Output;
+    let owner = safe_file::Owner::from(&crate::util::invoker::Invoker::detect()?);
     let values = super::output_values(&m.recordings);
     // Both expanded before either is written.
     let html = files
         .html
+        .as_deref()
         .map(|p| super::output_path(Output::Html, p, &values))
         .transpose()?;
     let perfetto = files
         .perfetto
+        .as_deref()
         .map(|p| super::output_path(Output::Perfetto, p, &values))
         .transpose()?;
     if let Some(p) = html {

@@ -16,7 +16,7 @@
 //! Every value is reduced to `[A-Za-z0-9._-]`, never `.` or `..`: an
 //! environment variable or a hostname cannot add a directory, climb out of
 //! one or put a control character in a path. The expanded path is then
-//! created exactly as before (src/safe_file.rs).
+//! created exactly as before (util/safe_file.rs).
 
 use std::{
     ffi::{OsStr, OsString},
@@ -168,7 +168,7 @@ impl Values {
             rank: env(&["RANK", "SLURM_PROCID"]),
             run_id: env(&["TORCHELASTIC_RUN_ID", "SLURM_JOB_ID"]),
             pid: Ok(std::process::id()),
-            realtime_ns: Ok(crate::record::now(nix::time::ClockId::CLOCK_REALTIME)),
+            realtime_ns: Ok(crate::util::clock::now(nix::time::ClockId::CLOCK_REALTIME)),
         }
     }
 

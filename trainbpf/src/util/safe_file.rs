@@ -63,8 +63,8 @@ impl Owner {
     }
 }
 
-impl From<&crate::job::Invoker> for Owner {
-    fn from(i: &crate::job::Invoker) -> Owner {
+impl From<&crate::util::invoker::Invoker> for Owner {
+    fn from(i: &crate::util::invoker::Invoker) -> Owner {
         Owner {
             uid: i.uid,
             gid: i.gid,

@@ -1,10 +1,8 @@
-//! The command line's numeric values. Each is checked against a range when
-//! it is parsed, so that a value past what the program can hold is a usage
-//! error naming the flag (exit 2), never a panic or a silent wrap later.
+//! The command line's values. Each is checked against a range when it is
+//! parsed, so that a value past what the program can hold is a usage error
+//! naming the flag (exit 2), never a panic or a silent wrap later.
 
 use std::time::Duration;
-
-use crate::job;
 
 /// No size flag takes more: 1 PiB, past any machine's memory or disk, and
 /// far below where a size in bytes, pages or kB would overflow.
@@ -23,13 +21,40 @@ pub const MAX_RELATIVE_SHIFT: i64 = 62;
 
 /// `300M`, `4G`, `1.5T`, or plain bytes; positive and at most [`MAX_SIZE`].
 pub fn parse_size(s: &str) -> Result<u64, String> {
-    // job::parse_size saturates a value past u64 to u64::MAX, which is
-    // past the bound too.
-    let v = job::parse_size(s)?;
+    // A value past u64 saturates to u64::MAX, past the bound too.
+    let v = parse_any_size(s)?;
     if v > MAX_SIZE {
         return Err(format!("size {s:?} is too large (at most 1024T)"));
     }
     Ok(v)
+}
+
+/// Sizes like `300M`, `1.5G`, `512MiB`, `1048576` (bytes), unbounded: a
+/// value past u64 saturates to u64::MAX.
+fn parse_any_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num.parse().map_err(|_| format!("invalid size {s:?}"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        u => {
+            return Err(format!(
+                "invalid size unit {u:?} in {s:?} (use K, M, G or T)"
+            ));
+        }
+    };
+    let v = n * mult as f64;
+    if v.is_nan() || v < 1.0 {
+        return Err(format!("size {s:?} must be positive"));
+    }
+    Ok(v as u64)
 }
 
 /// `--max-size`: a size of at least 1M, or `0` / `none` for no bound (0).
@@ -49,12 +74,12 @@ pub fn parse_max_size(s: &str) -> Result<u64, String> {
 }
 
 /// `--ring-size`: a power of two between 4K and 2G.
-pub fn parse_ring_size(s: &str) -> Result<u64, String> {
+pub fn parse_ring_size(s: &str) -> Result<u32, String> {
     let v = parse_size(s)?;
     if !v.is_power_of_two() || !(4096..=1 << 31).contains(&v) {
         return Err(format!("{s:?} is not a power of two between 4K and 2G"));
     }
-    Ok(v)
+    Ok(v as u32)
 }
 
 /// `60s`, `2m`, `500ms`, `1h`, or plain seconds; positive and at most
@@ -111,6 +136,17 @@ pub fn parse_hostname(s: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_take_units() {
+        assert_eq!(parse_size("300M"), Ok(300 << 20));
+        assert_eq!(parse_size("1.5G"), Ok(3 << 29));
+        assert_eq!(parse_size("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert!(parse_size("12X").is_err());
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("").is_err());
+    }
 
     #[test]
     fn sizes_past_the_bound_are_refused() {

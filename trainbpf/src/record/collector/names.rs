@@ -8,12 +8,12 @@ use std::{fs, time::Duration};
 use trainbpf_report::decode::{self, CgroupName, UserBody};
 
 use super::{Collector, MAX_JOB_PROCS};
-use crate::job;
-use crate::procfs::{
+use crate::record::job;
+use crate::record::samplers::procfs::{
     guard::{Count, STATS},
     identity::{Done, Request},
 };
-use crate::record::mono_ns;
+use crate::util::clock::mono_ns;
 use trainbpf_common as common;
 
 impl Collector {

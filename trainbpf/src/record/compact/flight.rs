@@ -11,7 +11,7 @@ use std::{
 use trainbpf_report::recording::Writer;
 
 use super::{CompactError, Policy, Stats, compact, human_bytes, human_span};
-use crate::safe_file::{FileError, InstallError, Place, ReadAt};
+use crate::util::safe_file::{FileError, InstallError, Place, ReadAt};
 
 /// `record --max-size` and `--full-span`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,7 +38,7 @@ impl FlightOptions {
 /// the file nears it, and swaps the result in when it is done.
 pub struct Flight {
     /// The recording's directory and name; compaction files are made
-    /// there as the recording's owner (src/safe_file.rs).
+    /// there as the recording's owner (util/safe_file.rs).
     place: Place,
     opts: FlightOptions,
     running: Option<Running>,
@@ -133,7 +133,7 @@ impl Flight {
                         libc::setpriority(libc::PRIO_PROCESS, tid, 10);
                     }
                     // A thread of its own: it makes its files as the owner.
-                    crate::safe_file::assume(place.owner())?;
+                    crate::util::safe_file::assume(place.owner())?;
                     compact_file(&place, &src, upto, opts, now_ns)
                 })
         });

@@ -35,10 +35,10 @@ pub(super) fn mapped_libcuda(pid: u32) -> Vec<Mapped> {
 
 /// `start-end perms offset major:minor inode   /path`; `None` for an
 /// anonymous mapping or a line that is not one.
-/// A maps line naming a file (`crate::procfs::maps_line`, which keeps a
+/// A maps line naming a file (`crate::record::samplers::procfs::maps_line`, which keeps a
 /// path's blanks).
 fn parse_maps_line(line: &str) -> Option<Mapped> {
-    let m = crate::procfs::maps_line(line)?;
+    let m = crate::record::samplers::procfs::maps_line(line)?;
     if !m.path.starts_with('/') {
         return None;
     }

@@ -32,7 +32,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use crate::safe_file::{FileError, Owner, as_owner};
+use crate::util::safe_file::{FileError, Owner, as_owner};
 
 /// `statfs.f_type` of FUSE.
 const FUSE_SUPER_MAGIC: u64 = 0x6573_5546;

@@ -16,7 +16,7 @@ use aya::{
 };
 use trainbpf_report::decode::gpu::{GpuAttach, GpuUserBody};
 
-use super::{CUDA_SYMBOLS, GpuProbes, Records, attach::attach_pair, pinned::Pinned, rec};
+use super::{CUDA_SYMBOLS, GpuProbes, Records, pinned::Pinned, rec, uprobes::attach_pair};
 
 /// Library files found through the job that one run tries, at most. A job
 /// maps one driver (two with a forward-compatibility copy, a few across

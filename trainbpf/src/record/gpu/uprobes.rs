@@ -13,7 +13,7 @@ use aya::{
 };
 
 use super::{CUDA_SYMBOLS, why};
-use crate::kernel;
+use crate::loader::kernel;
 
 pub(super) fn load_uprobes(ebpf: &mut Ebpf) -> Result<(), String> {
     let mut seen = HashSet::new();

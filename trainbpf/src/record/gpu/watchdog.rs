@@ -148,7 +148,7 @@ pub fn run(args: &[OsString]) -> i32 {
     };
     // Before anything else: whoever runs us through sudo gets nothing but
     // this refusal.
-    if let Err(why) = crate::job::started_by_recorder() {
+    if let Err(why) = crate::record::job::started_by_recorder() {
         return fail(format!(
             "{SUBCOMMAND} is internal to trainbpf record and does nothing otherwise: {why}"
         ));

@@ -188,7 +188,7 @@ impl MemCgroup {
         // SAFETY: the fd was just returned by pidfd_open and is ours.
         let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
         if !is_job() {
-            return !crate::procfs::alive(pid);
+            return !crate::record::samplers::procfs::alive(pid);
         }
         // SAFETY: a valid pidfd, a signal number, no siginfo, no flags.
         unsafe {
@@ -260,7 +260,7 @@ fn descends_from(pid: u32, ancestor: u32) -> bool {
         if p <= 1 {
             return false;
         }
-        match crate::procfs::ppid(p) {
+        match crate::record::samplers::procfs::ppid(p) {
             Some(pp) => p = pp,
             None => return false,
         }
@@ -274,9 +274,9 @@ fn descends_from(pid: u32, ancestor: u32) -> bool {
 fn own_memcg() -> Result<Own, JobError> {
     let read = |p: &str| fs::read_to_string(p).map_err(io_err(format!("reading {p}")));
     let cgroup = read("/proc/self/cgroup")?;
-    let mounts = crate::mounts::parse_mountinfo(&read("/proc/self/mountinfo")?);
-    let (version, proc_rel, dir, top) =
-        crate::mounts::memory_cgroup_dir(&cgroup, &mounts).ok_or(JobError::NoMemoryController)?;
+    let mounts = crate::util::mounts::parse_mountinfo(&read("/proc/self/mountinfo")?);
+    let (version, proc_rel, dir, top) = crate::util::mounts::memory_cgroup_dir(&cgroup, &mounts)
+        .ok_or(JobError::NoMemoryController)?;
     let v2 = version == 2;
     let marker = if v2 {
         "cgroup.controllers"

@@ -22,7 +22,7 @@ use std::{
 
 use nix::unistd::{Gid, Uid, User};
 
-use super::Invoker;
+use crate::util::invoker::Invoker;
 
 /// Runs as `trainbpf __exec FD ADJ -- CMD…`. Returns only on failure, with
 /// the exit code to use (127: not found, 126: not executable, 2: not

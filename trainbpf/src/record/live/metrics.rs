@@ -18,8 +18,8 @@
 
 mod conns;
 mod jsonl;
-mod live;
 mod server;
+mod settle;
 
 use std::{collections::HashSet, sync::Arc, sync::atomic::AtomicU64};
 
@@ -35,8 +35,8 @@ use prometheus_client::{
 };
 
 pub use jsonl::EventsLog;
-pub use live::{DeathEvent, Finished, KillEvent, Live};
 pub use server::{bind, serve};
+pub use settle::{DeathEvent, Finished, KillEvent, Live};
 
 /// Distinct label sets of `trainbpf_oom_kills_total` before the rest fold
 /// into "other".

@@ -12,7 +12,7 @@ use std::{collections::BTreeMap, fs, path::Path};
 use procfs_core::{PressureRecord, parse_pressure_record};
 
 /// Defined with the recording's events; re-exported for the collector's
-/// other modules (`record.rs`, `status.rs`).
+/// other modules (`record.rs`, `live/status.rs`).
 use trainbpf_report::decode::samples::{CgroupPressure, Pressure, Psi};
 
 /// /proc/meminfo as name → number (kB for sizes, a count for

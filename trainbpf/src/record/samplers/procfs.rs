@@ -1,7 +1,7 @@
 //! What the recorder reads from /proc about the job's processes, beside the
 //! kernel programs: command lines and torchrun ranks (for grouping),
 //! unique and proportional memory (USS/PSS), and the parsers the
-//! shared-memory look (`shm_look.rs`) reads SysV segments and mappings with.
+//! shared-memory look (`samplers/shm/look.rs`) reads SysV segments and mappings with.
 
 use std::{collections::HashMap, fs, io::Read as _};
 
@@ -14,7 +14,7 @@ pub mod identity;
 
 use procfs_core::{FromBufRead, process::MemoryMaps};
 
-/// Defined with the recording's events; re-exported for `sampler.rs`.
+/// Defined with the recording's events; re-exported for `smaps.rs`.
 use trainbpf_report::decode::samples::{ProcInfo, ShmKind, ShmObject, Smaps};
 
 /// The most of a command line read: the kernel allows a quarter of the

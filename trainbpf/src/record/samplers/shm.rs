@@ -1,4 +1,4 @@
-//! Looks at shared memory (`shm_look.rs`) on a thread of their own: on a
+//! Looks at shared memory (`samplers/shm/look.rs`) on a thread of their own: on a
 //! timer, and at once when a kill or a fatal signal is seen, since the
 //! objects outlive the processes and a full /dev/shm shows as a bus error.
 //!
@@ -10,6 +10,8 @@
 //! the next look forward, but never closer than 10 times a look's cost to
 //! the one before, so that a storm of kills costs a tenth of a core at most.
 
+pub mod look;
+
 use std::{
     sync::mpsc::{self, Receiver, SyncSender, TryRecvError},
     thread,
@@ -18,7 +20,7 @@ use std::{
 
 use trainbpf_report::decode::samples::{ShmLook, ShmTrigger};
 
-use crate::shm_look::ShmLooker;
+use look::ShmLooker;
 
 /// The timer's interval while looks are cheap: an object that lives a few
 /// seconds is seen.
@@ -63,7 +65,7 @@ impl ShmSampler {
                 let mut looker = ShmLooker::default();
                 // Ends when the collector drops its sender.
                 while let Ok(req) = req_rx.recv() {
-                    let ts_ns = crate::record::mono_ns();
+                    let ts_ns = crate::util::clock::mono_ns();
                     let started = Instant::now();
                     let (objects, fs) = looker.look(&req.pids);
                     let look = ShmLook {

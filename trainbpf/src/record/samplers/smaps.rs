@@ -1,5 +1,5 @@
 //! USS/PSS (`smaps_rollup`) sampling, on a thread of its own (shared
-//! memory has its own, `shm_sampler.rs`). The kernel walks a process's page tables to answer `smaps_rollup`:
+//! memory has its own, `samplers/shm.rs`). The kernel walks a process's page tables to answer `smaps_rollup`:
 //! for a job with tens of GiB mapped that takes seconds, and on the thread
 //! that drains the ring buffers those seconds were records lost. The
 //! collector asks for a round and picks the answer up on a later tick; one
@@ -85,7 +85,7 @@ fn sample(pids: &[u32]) -> Sampled {
     let started = Instant::now();
     let procs = pids
         .iter()
-        .filter_map(|&t| crate::procfs::smaps(t))
+        .filter_map(|&t| crate::record::samplers::procfs::smaps(t))
         .collect();
     Sampled {
         procs,

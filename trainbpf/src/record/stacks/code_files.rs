@@ -18,7 +18,7 @@ use blazesym::symbolize::{
 use trainbpf_report::decode::stacks::Frame;
 
 use super::symbolize::bounded;
-use crate::procfs::backing::Backing;
+use crate::record::samplers::procfs::backing::Backing;
 
 /// Executable mappings held per process (a Python with its extension
 /// modules maps a few dozen files).
@@ -68,7 +68,7 @@ impl Mapped {
             if !perms.contains('x') || !path.starts_with('/') {
                 continue;
             }
-            if let (Some(b), Some(m)) = (backing, crate::procfs::maps_line(line))
+            if let (Some(b), Some(m)) = (backing, crate::record::samplers::procfs::maps_line(line))
                 && b.dev(m.dev).is_some()
             {
                 continue;

@@ -14,10 +14,10 @@ use trainbpf_report::decode::{
 };
 
 use super::{
-    Collector, py, stack_error,
+    StackCollector, py, stack_error,
     symbolize::{bounded, resolve_here},
 };
-use crate::procfs::{backing::Backing, guard::FILES_DEADLINE};
+use crate::record::samplers::procfs::{backing::Backing, guard::FILES_DEADLINE};
 
 /// Native frames remembered per process from its growth stacks.
 pub const MAX_KNOWN_PER_PROC: usize = 1 << 16;
@@ -50,10 +50,10 @@ fn fill(frames: &mut [Frame], known: Option<&HashMap<u64, Frame>>) -> usize {
 /// Where the named stacks at death go, with their time.
 pub type DeathOut = Box<dyn FnMut(u64, StackAtDeath) + Send>;
 
-impl Collector {
+impl StackCollector {
     /// Stacks at death come on `rx` and go, named, to `out`
     /// (`thread.rs`): named between two processes of a drain too
-    /// ([`Collector::name_deaths`]), while the dying process may still be
+    /// ([`StackCollector::name_deaths`]), while the dying process may still be
     /// read.
     pub fn on_death(&mut self, rx: std::sync::mpsc::Receiver<Box<DeathStack>>, out: DeathOut) {
         self.deaths = Some((rx, out));
@@ -134,7 +134,8 @@ impl Collector {
         if fill(&mut frames, self.known.get(&proc)) == 0 {
             return frames;
         }
-        let alive = !self.exited.contains(&proc) && crate::procfs::alive(proc.tgid);
+        let alive =
+            !self.exited.contains(&proc) && crate::record::samplers::procfs::alive(proc.tgid);
         let live = if alive {
             // Its maps and files, read on a worker with a deadline.
             let (tgid, ips) = (proc.tgid, vec![ips.to_vec()]);

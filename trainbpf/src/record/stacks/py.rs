@@ -22,8 +22,8 @@ use trainbpf_report::decode::{ProcKey, stacks::Frame};
 
 use super::symbolize::bounded;
 use crate::{
-    procfs::guard::{Count, DEADLINE, FILES_DEADLINE, Readers, STATS, Stall},
-    python::{Interpreter, PyError},
+    record::samplers::procfs::guard::{Count, DEADLINE, FILES_DEADLINE, Readers, STATS, Stall},
+    record::stacks::python::{Interpreter, PyError},
 };
 
 mod frames;
@@ -226,7 +226,7 @@ impl Pythons {
             }
         };
         self.procs.insert(p, state);
-        self.since.insert(p, crate::record::mono_ns());
+        self.since.insert(p, crate::util::clock::mono_ns());
     }
 
     /// A job process forked: the kernel handed a located parent's
@@ -276,7 +276,7 @@ impl Pythons {
             (Ok(Ok(_)), _) => return,
         };
         self.procs.insert(child, state);
-        self.since.insert(child, crate::record::mono_ns());
+        self.since.insert(child, crate::util::clock::mono_ns());
         self.parents.insert(child, parent);
     }
 

@@ -148,10 +148,12 @@ impl Interpreter {
     /// Finds the CPython `pid` runs and the offsets to read it with.
     pub fn find(pid: u32) -> Result<Interpreter, PyError> {
         let backing =
-            crate::procfs::backing::Backing::of(pid).map_err(|source| PyError::Process {
-                pid,
-                what: "read its maps",
-                source,
+            crate::record::samplers::procfs::backing::Backing::of(pid).map_err(|source| {
+                PyError::Process {
+                    pid,
+                    what: "read its maps",
+                    source,
+                }
             })?;
         let found = find::locate(pid, &backing)?;
         let mem = mem::Mem::open_with(pid, backing)?;

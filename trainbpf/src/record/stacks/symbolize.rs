@@ -10,7 +10,7 @@ use blazesym::symbolize::{
 };
 use trainbpf_report::decode::stacks::{Frame, MAX_FRAME_TEXT, MAX_FRAMES};
 
-use crate::procfs::{
+use crate::record::samplers::procfs::{
     backing::Backing,
     guard::{Count, STATS},
 };
@@ -199,9 +199,12 @@ mod tests {
         let maps = std::fs::read_to_string(format!("/proc/{me}/maps")).unwrap();
         let line = maps
             .lines()
-            .find(|l| crate::procfs::maps_line(l).is_some_and(|m| m.start <= ip && ip < m.end))
+            .find(|l| {
+                crate::record::samplers::procfs::maps_line(l)
+                    .is_some_and(|m| m.start <= ip && ip < m.end)
+            })
             .unwrap();
-        let m = crate::procfs::maps_line(line).unwrap();
+        let m = crate::record::samplers::procfs::maps_line(line).unwrap();
         let (major, minor) = (libc::major(m.dev), libc::minor(m.dev));
         let mountinfo = format!("1 0 {major}:{minor} / / rw - fuse.test test rw\n");
         let b = Backing::parse(line, &mountinfo);

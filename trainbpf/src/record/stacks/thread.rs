@@ -17,8 +17,8 @@ use std::{
 use trainbpf_common::DeathStack;
 use trainbpf_report::decode::{ProcKey, UserBody};
 
-use super::{Collector, StackMaps};
-use crate::procfs::guard::Readers;
+use super::{StackCollector, StackMaps};
+use crate::record::samplers::procfs::guard::Readers;
 
 /// How often the growth stacks are drained at most.
 const STACKS_EVERY: Duration = Duration::from_millis(100);
@@ -78,7 +78,7 @@ impl Stacks {
         let spawned = thread::Builder::new()
             .name("trainbpf-stacks".into())
             .spawn(move || {
-                let mut c = Collector::new(maps, readers);
+                let mut c = StackCollector::new(maps, readers);
                 let named = out.clone();
                 c.on_death(
                     urgent,
@@ -140,7 +140,7 @@ impl Stacks {
                 Ok(Out::Record(ts, body)) => out.push((ts, body)),
                 Ok(Out::Finished) | Err(RecvTimeoutError::Disconnected) => break,
                 Err(RecvTimeoutError::Timeout) => {
-                    crate::procfs::guard::STATS.note(|| {
+                    crate::record::samplers::procfs::guard::STATS.note(|| {
                         format!(
                             "growth stacks: the last drain did not finish within {within:?}; its stacks are not recorded"
                         )
@@ -157,7 +157,7 @@ impl Stacks {
 /// The thread: the messages in order, and a drain at a tick each
 /// `STACKS_EVERY` or more (the map's read kept to about 1% of a core), and
 /// at the first tick after a kill, an exec or an exit.
-fn run(mut c: Collector, msgs: &Receiver<Msg>, out: &Sender<Out>) {
+fn run(mut c: StackCollector, msgs: &Receiver<Msg>, out: &Sender<Out>) {
     let mut every = STACKS_EVERY;
     let mut last = Instant::now();
     let mut due = false;
@@ -201,9 +201,9 @@ fn run(mut c: Collector, msgs: &Receiver<Msg>, out: &Sender<Out>) {
 /// next drain is due: a stack is resolved only while its process lives,
 /// so often, but the map's read (two syscalls a key) kept to about 1% of
 /// a core, and never less often than once a second.
-fn drain(c: &mut Collector, out: &Sender<Out>) -> Duration {
+fn drain(c: &mut StackCollector, out: &Sender<Out>) -> Duration {
     c.name_deaths();
-    let ts = crate::record::mono_ns();
+    let ts = crate::util::clock::mono_ns();
     let (sample, read) = c.drain();
     if let Some(s) = sample {
         let _ = out.send(Out::Record(ts, UserBody::Stacks(s)));

@@ -9,7 +9,7 @@ use std::{fs::File, io::Write as _, path::Path};
 use serde::Serialize;
 
 use super::Finished;
-use crate::safe_file::{self, FileError, Owner};
+use crate::util::safe_file::{self, FileError, Owner};
 
 pub struct EventsLog {
     pub(super) file: File,
@@ -57,8 +57,8 @@ struct Line<'a> {
 impl EventsLog {
     pub fn open(path: &Path, owner: Owner, host: String) -> Result<EventsLog, FileError> {
         let file = safe_file::open_append(path, owner)?;
-        let real = crate::record::realtime_ns() as i128;
-        let mono = crate::record::mono_ns() as i128;
+        let real = crate::util::clock::realtime_ns() as i128;
+        let mono = crate::util::clock::mono_ns() as i128;
         Ok(EventsLog {
             file,
             host,

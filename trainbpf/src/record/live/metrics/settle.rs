@@ -469,5 +469,5 @@ fn container_of(path: &str) -> Option<String> {
 }
 
 #[cfg(test)]
-#[path = "live_tests.rs"]
+#[path = "settle_tests.rs"]
 mod tests;

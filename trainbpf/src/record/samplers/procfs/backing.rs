@@ -54,7 +54,7 @@ impl Backing {
     /// `cut`: the maps text was cut short by the read's bound, and what
     /// lies past its last line is unknown.
     fn build(maps: &str, mountinfo: &str, cut: bool) -> Backing {
-        let devs: HashMap<u64, String> = crate::mounts::fs_types_by_dev(mountinfo)
+        let devs: HashMap<u64, String> = crate::util::mounts::fs_types_by_dev(mountinfo)
             .into_iter()
             .filter(|(_, t)| stalls(t))
             .collect();

@@ -25,7 +25,7 @@ use nix::{
 };
 use trainbpf_report::decode::samples::{ShmFs, ShmKind, ShmObject};
 
-use crate::procfs::{maps_line, parse_sysvipc, shm_mappings};
+use crate::record::samplers::procfs::{maps_line, parse_sysvipc, shm_mappings};
 
 /// Mount namespaces and roots followed at once: a job has one or a few.
 const MAX_NAMESPACES: usize = 16;

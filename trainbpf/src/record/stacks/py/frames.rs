@@ -10,7 +10,9 @@ use trainbpf_common::{
 use trainbpf_report::decode::stacks::Frame;
 
 use super::super::symbolize::bounded;
-use crate::python::{Interpreter, Layout, PyError, PyFrame, PyOffsets, offsets::NONE};
+use crate::record::stacks::python::{
+    Interpreter, Layout, PyError, PyFrame, PyOffsets, offsets::NONE,
+};
 
 /// What the kernel's walker needs, from the offsets the userspace walker
 /// reads with.
@@ -248,7 +250,7 @@ mod tests {
     /// walker is tested with, and each layout's quirks.
     #[test]
     fn describes_each_layout() {
-        use crate::python::offsets::table;
+        use crate::record::stacks::python::offsets::table;
         let p = describe_offsets(&table(3, 11).unwrap(), 0x1000);
         assert_eq!((p.runtime, p.version), (0x1000, 0x030b));
         assert_eq!(p.cframe_current_frame, 8);
@@ -269,7 +271,7 @@ mod tests {
     /// `int` instruction field's other half ignored.
     #[test]
     fn pairs_as_kept() {
-        use crate::python::offsets::table;
+        use crate::record::stacks::python::offsets::table;
         let p312 = describe_offsets(&table(3, 12).unwrap(), 0);
         let code = 0x7f12_3456_7890;
         assert_eq!(pair(&p312, code | 3 << 56, 5), None, "a shim frame");
@@ -290,7 +292,7 @@ mod tests {
     /// addresses, the stack says so, and the cut is counted.
     #[test]
     fn a_pass_names_a_bounded_number_of_frames() {
-        use crate::python::offsets::table;
+        use crate::record::stacks::python::offsets::table;
         let desc = describe_offsets(&table(3, 11).unwrap(), 0);
         let mut st = PyStack {
             len: 3,
@@ -299,7 +301,9 @@ mod tests {
         for (i, f) in st.frames.iter_mut().take(3).enumerate() {
             *f = [0x1000 * (i as u64 + 1), 0];
         }
-        let before = crate::procfs::guard::STATS.snapshot().py_frames_cut;
+        let before = crate::record::samplers::procfs::guard::STATS
+            .snapshot()
+            .py_frames_cut;
         let mut left = 1;
         let mut asked = 0;
         let (frames, note) = name_pairs(&desc, PY_OK, &st, &mut left, |code, instr| {
@@ -320,6 +324,11 @@ mod tests {
         assert_eq!(frames[0].function.as_deref(), Some("f"));
         assert!(frames[1].function.is_none() && frames[1].addr == 0x2000);
         assert!(note.is_some_and(|n| n.starts_with("2 Python frames not named")));
-        assert!(crate::procfs::guard::STATS.snapshot().py_frames_cut >= before + 2);
+        assert!(
+            crate::record::samplers::procfs::guard::STATS
+                .snapshot()
+                .py_frames_cut
+                >= before + 2
+        );
     }
 }

@@ -17,7 +17,7 @@ use std::{
     },
 };
 
-use crate::procfs::guard::{Count, STATS};
+use crate::record::samplers::procfs::guard::{Count, STATS};
 
 /// Code objects kept per process: a training loop runs a few hundred.
 pub const MAX_CODES: usize = 4096;

@@ -12,7 +12,7 @@ use std::{
 use object::{Object as _, ObjectSegment as _, ObjectSymbol as _};
 
 use super::PyError;
-use crate::procfs::backing::Backing;
+use crate::record::samplers::procfs::backing::Backing;
 
 /// One file-backed mapping of /proc/PID/maps.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,7 +29,7 @@ pub struct Mapping {
 pub fn mappings(maps: &str) -> Vec<Mapping> {
     maps.lines()
         .filter_map(|line| {
-            let m = crate::procfs::maps_line(line)?;
+            let m = crate::record::samplers::procfs::maps_line(line)?;
             let offset = u64::from_str_radix(line.split(' ').nth(2)?, 16).ok()?;
             (m.inode != 0).then(|| Mapping {
                 start: m.start,
@@ -97,8 +97,11 @@ pub fn locate(pid: u32, backing: &Backing) -> Result<Located, PyError> {
             .filter(|m| (m.dev, m.inode) == (first.dev, first.inode))
             .collect();
         if let Some(fs) = backing.dev(first.dev) {
-            crate::procfs::guard::STATS.add(crate::procfs::guard::Count::FuseSkipped, 1);
-            crate::procfs::guard::STATS.note(|| {
+            crate::record::samplers::procfs::guard::STATS.add(
+                crate::record::samplers::procfs::guard::Count::FuseSkipped,
+                1,
+            );
+            crate::record::samplers::procfs::guard::STATS.note(|| {
                 format!("pid {pid}: its interpreter's file lies on a {fs} filesystem: not read")
             });
             return Err(PyError::FileStalls {

@@ -18,7 +18,7 @@ use std::{
 };
 
 use super::PyError;
-use crate::procfs::{
+use crate::record::samplers::procfs::{
     backing::Backing,
     guard::{Count, STATS},
 };

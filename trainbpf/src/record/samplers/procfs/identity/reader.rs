@@ -17,7 +17,7 @@ use std::{
 
 use trainbpf_report::decode::{ProcIdentity, ProcInfo};
 
-use crate::procfs::guard::{Count, DEADLINE, Readers, STATS, Stall};
+use crate::record::samplers::procfs::guard::{Count, DEADLINE, Readers, STATS, Stall};
 
 /// Requests waiting to be read; past this a request is dropped, counted.
 const MAX_QUEUED: usize = 4096;

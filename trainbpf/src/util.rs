@@ -1,0 +1,21 @@
+//! Small pieces every command uses: files made and opened safely as the
+//! invoking user, who that user is, the clocks, output path placeholders,
+//! the mount table, and whether a file is trusted.
+
+pub mod clock;
+pub mod invoker;
+pub mod mounts;
+pub mod placeholders;
+pub mod safe_file;
+pub mod trust;
+pub mod values;
+
+/// Writes to stdout; a closed pipe (`trainbpf report | head`) is success.
+pub fn write_stdout(s: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(s.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => r,
+    }
+}
