@@ -87,7 +87,7 @@ fn rank(cg: &Cg, n: u32) -> Child {
 /// recording while it is being written.
 fn group_of(rec: &Path, pids: &[u64]) -> Option<String> {
     let out = Command::new(bin())
-        .args(["report", "--json"])
+        .args(["report", "--format=json"])
         .arg(rec)
         .output()
         .ok()?;

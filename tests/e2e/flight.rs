@@ -70,7 +70,7 @@ fn events(rec: &std::path::Path) -> Vec<Value> {
     let out = Command::new(bin())
         .arg("report")
         .arg(rec)
-        .arg("--events")
+        .arg("--format=events")
         .output()
         .unwrap();
     assert!(

@@ -94,7 +94,7 @@ fn sawtooth_of_respawned_workers_and_a_plateau_are_no_leak() {
     assert!(p["seconds"].is_null(), "nothing to project: {p}");
 
     // The workers were seen, and judged as one series.
-    let t = report_text(&rec, &["--leaks", "--leak-span", SPAN]);
+    let t = report_text(&rec, &["--only=leaks", "--leak-span", SPAN]);
     eprintln!("{t}");
     assert!(t.contains("No leak suspected"), "{t}");
     let workers = t

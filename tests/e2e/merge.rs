@@ -118,7 +118,8 @@ fn two_nodes_merge_into_one_report_naming_the_first_failure_on_its_host() {
     );
 
     // JSON: both recordings, every item labelled.
-    let j: Value = serde_json::from_str(&report(&[runs.as_os_str(), "--json".as_ref()])).unwrap();
+    let j: Value =
+        serde_json::from_str(&report(&[runs.as_os_str(), "--format=json".as_ref()])).unwrap();
     let recs = j["recordings"].as_array().expect("recordings");
     assert_eq!(recs.len(), 2, "{recs:#?}");
     let hosts: Vec<&str> = recs.iter().map(|r| r["host"].as_str().unwrap()).collect();

@@ -127,7 +127,7 @@ fn every_output_names_the_jsons_victim_and_top_grower() {
     // One test at a time in the binary: chromium and the reports
     // would take the CPUs from another test's job.
     let _g = serial();
-    let json: Value = serde_json::from_str(&report(rec, &["--json"])).unwrap();
+    let json: Value = serde_json::from_str(&report(rec, &["--format=json"])).unwrap();
     let (victim, victim_pid, top, top_pid) = verdict(&json);
     eprintln!("JSON: victim {victim} ({victim_pid}), top grower {top} ({top_pid})");
     assert_eq!(
@@ -260,7 +260,7 @@ fn html_report_renders_in_headless_chromium() {
     assert!(red > 100, "no kill marker drawn ({red} red pixels)");
 
     let dom = headless(&html, &["--dump-dom".to_string()]);
-    let json: Value = serde_json::from_str(&report(rec, &["--json"])).unwrap();
+    let json: Value = serde_json::from_str(&report(rec, &["--format=json"])).unwrap();
     let (victim, ..) = verdict(&json);
     assert!(
         dom.contains("class=\"kill-marker\""),
@@ -337,7 +337,7 @@ fn perfetto_trace_follows_the_trace_event_format() {
         assert!(names.contains_key(pid), "counter pid {pid} has no name");
     }
     assert!(names.values().any(|n| n.starts_with("system")), "{names:?}");
-    let json: Value = serde_json::from_str(&report(rec, &["--json"])).unwrap();
+    let json: Value = serde_json::from_str(&report(rec, &["--format=json"])).unwrap();
     let (victim, victim_pid, top, top_pid) = verdict(&json);
     for (comm, pid) in [(victim, victim_pid), (top, top_pid)] {
         assert!(
@@ -377,7 +377,7 @@ fn json_report_matches_the_schema() {
         (rec, &["--window", "5s"][..]),
         (quiet.as_path(), &[][..]),
     ] {
-        let mut full = vec!["--json"];
+        let mut full = vec!["--format=json"];
         full.extend_from_slice(args);
         let v: Value = serde_json::from_str(&report(rec, &full)).unwrap();
         let errors: Vec<String> = validator
@@ -392,7 +392,7 @@ fn json_report_matches_the_schema() {
         );
     }
     // The schema is not vacuous: a report missing a documented key fails.
-    let mut v: Value = serde_json::from_str(&report(rec, &["--json"])).unwrap();
+    let mut v: Value = serde_json::from_str(&report(rec, &["--format=json"])).unwrap();
     v["kills"][0].as_object_mut().unwrap().remove("victim");
     assert!(!validator.is_valid(&v), "a kill without a victim must fail");
 }

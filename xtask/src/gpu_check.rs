@@ -428,20 +428,20 @@ fn run_mode(
     ensure!(rec.is_file(), "record wrote no {}", rec.display());
 
     let report = Command::new(bin)
-        .args(["report", "--json"])
+        .args(["report", "--format=json"])
         .arg(&rec)
         .stderr(Stdio::inherit())
         .output()
-        .context("running trainbpf report --json")?;
+        .context("running trainbpf report --format json")?;
     ensure!(
         report.status.success(),
-        "`trainbpf report --json {}` failed",
+        "`trainbpf report --format json {}` failed",
         rec.display()
     );
     fs::write(&json_path, &report.stdout)
         .with_context(|| format!("writing {}", json_path.display()))?;
-    let report: Value =
-        serde_json::from_slice(&report.stdout).context("trainbpf report --json: not JSON")?;
+    let report: Value = serde_json::from_slice(&report.stdout)
+        .context("trainbpf report --format json: not JSON")?;
     Ok((torch, report))
 }
 
@@ -1096,7 +1096,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    /// A report as `trainbpf report --json` writes it, cut down to what the
+    /// A report as `trainbpf report --format json` writes it, cut down to what the
     /// check reads: the shape of a stand-in recording's report
     /// (tests/e2e/gpu/ledger.rs), with the figures a default-allocator torch run
     /// would give: 3 × 256 MiB, one freed (cached), 512 MiB, a 20 MiB

@@ -149,7 +149,7 @@ pub fn bench_report(o: &BenchOptions) -> Result<()> {
         let trace = dir.join("trace.json");
         let arms: [(&str, Vec<OsString>); 3] = [
             ("text", vec!["--no-color".into()]),
-            ("--json", vec!["--json".into()]),
+            ("--format json", vec!["--format=json".into()]),
             (
                 "--html and --perfetto",
                 vec![

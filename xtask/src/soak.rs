@@ -229,12 +229,12 @@ fn slope_kb_per_s(points: &[(f64, u64)]) -> f64 {
     if sxx == 0.0 { 0.0 } else { sxy / sxx }
 }
 
-/// Events and lost events, from `trainbpf report --json`.
+/// Events and lost events, from `trainbpf report --format json`.
 fn report_counts(bin: &Path, rec: &Path) -> Result<(u64, u64)> {
     let out = Command::new(bin)
         .arg("report")
         .arg(rec)
-        .arg("--json")
+        .arg("--format=json")
         .stderr(Stdio::inherit())
         .output()
         .context("running trainbpf report")?;

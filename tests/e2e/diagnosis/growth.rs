@@ -172,7 +172,12 @@ fn a_steady_leak_is_warned_of_before_the_kill_and_diagnosed_after() {
     assert!(text.contains("  Fix:         Find what"), "{text}");
 
     // --explain: every line of its evidence.
-    let e = trainbpf(&["report", rec.to_str().unwrap(), "--explain", "--no-color"]);
+    let e = trainbpf(&[
+        "report",
+        rec.to_str().unwrap(),
+        "--only=explain",
+        "--no-color",
+    ]);
     assert!(e.contains("(steady_leak, high confidence)"), "{e}");
     for line in &ev {
         let head: String = line
@@ -257,7 +262,12 @@ fn most_of_the_limit_in_a_second_is_fast_growth() {
         first.starts_with(&format!("  Most likely: python3 (pid {root}) grew ")),
         "{text}"
     );
-    let e = trainbpf(&["report", rec.to_str().unwrap(), "--explain", "--no-color"]);
+    let e = trainbpf(&[
+        "report",
+        rec.to_str().unwrap(),
+        "--only=explain",
+        "--no-color",
+    ]);
     assert!(e.contains("(fast_growth, high confidence)"), "{e}");
     assert!(e.contains("torch.no_grad()"), "{e}");
 }

@@ -324,7 +324,7 @@ fn an_attached_recorder_never_holds_and_counts_the_window() {
 }
 
 /// How long the kernel's hold may last before the hold's watchdog ends it
-/// (trainbpf/src/gpu/watchdog.rs, `HOLD_LIMIT`).
+/// (trainbpf/src/record/gpu/watchdog.rs, `HOLD_LIMIT`).
 const HOLD_LIMIT: Duration = Duration::from_secs(3);
 
 /// The first process below `root` named `comm` that is stopped.

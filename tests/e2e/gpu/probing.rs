@@ -21,7 +21,7 @@ use serde_json::Value;
 const NOBODY: u32 = 65534;
 /// Another user, who owns a driver library nobody else may read.
 const OWNER: u32 = 4243;
-/// Libraries probed per run, at most (trainbpf/src/gpu.rs, `MAX_LIBRARIES`).
+/// Libraries probed per run, at most (trainbpf/src/record/gpu.rs, `MAX_LIBRARIES`).
 const MAX_LIBRARIES: usize = 16;
 
 fn s(p: &Path) -> &str {

@@ -95,7 +95,7 @@ fn leak_under(dir: &TempDir, python: &str, tag: &str) -> (Value, String, Value) 
     let top = job_kill(&r)["growers"][0].clone();
     let victim = job_kill(&r)["victim"].clone();
     let text = Command::new(bin())
-        .args(["report", "--stacks"])
+        .args(["report", "--only=stacks"])
         .arg(&rec)
         .output()
         .unwrap();

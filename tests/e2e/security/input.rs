@@ -64,7 +64,10 @@ fn fake_frame_heads_are_read_in_linear_time() {
     std::fs::write(&rec, &bytes).unwrap();
     let (notes, skipped, _) = read(&bytes);
     let out = output_within(
-        Command::new(bin()).arg("report").arg("--json").arg(&rec),
+        Command::new(bin())
+            .arg("report")
+            .arg("--format=json")
+            .arg(&rec),
         Duration::from_secs(60),
     )
     .unwrap_or_else(|| {

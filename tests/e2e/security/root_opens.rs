@@ -220,7 +220,7 @@ fn report_reads_the_recording_with_the_invokers_rights() {
             &format!("report as uid {uid}"),
             trainbpf(
                 Some(uid),
-                &["report".as_ref(), rec.as_os_str(), "--json".as_ref()],
+                &["report".as_ref(), rec.as_os_str(), "--format=json".as_ref()],
             )
             .output()
             .unwrap(),

@@ -75,7 +75,13 @@ impl TempDir {
 }
 
 impl Drop for TempDir {
+    /// Kept when the test failed: its recording is the evidence of why
+    /// (`trainbpf report --format events` on it).
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("--- kept for the failure: {}", self.0.display());
+            return;
+        }
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
@@ -139,7 +145,7 @@ pub fn report_json_args(rec: &Path, extra: &[&str]) -> Value {
     let out = Command::new(bin())
         .arg("report")
         .arg(rec)
-        .arg("--json")
+        .arg("--format=json")
         .args(extra)
         .output()
         .expect("running trainbpf report");

@@ -631,28 +631,28 @@ impl Ctx {
         let usage = done.usage(ready, r.at, self.clk_tck);
 
         let events = Command::new(&self.bin)
-            .args(["report", "--events"])
+            .args(["report", "--format=events"])
             .arg(&rec)
             .output()?;
         ensure!(
             events.status.success(),
-            "trainbpf report --events failed: {}",
+            "trainbpf report --format events failed: {}",
             String::from_utf8_lossy(&events.stderr)
         );
         let events = events.stdout.iter().filter(|&&b| b == b'\n').count() as u64;
         let json = Command::new(&self.bin)
-            .args(["report", "--json"])
+            .args(["report", "--format=json"])
             .arg(&rec)
             .output()?;
         ensure!(
             json.status.success(),
-            "trainbpf report --json failed: {}",
+            "trainbpf report --format json failed: {}",
             String::from_utf8_lossy(&json.stderr)
         );
         let json: serde_json::Value = serde_json::from_slice(&json.stdout)?;
         let lost = json["lost_events"]
             .as_u64()
-            .context("trainbpf report --json has no lost_events")?;
+            .context("trainbpf report --format json has no lost_events")?;
         let bytes = fs::metadata(&rec)?.len();
         fs::remove_file(&rec)?;
         sample(w, &r, Some(events), Some(lost), Some(bytes), Some(usage))

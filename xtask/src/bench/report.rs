@@ -198,7 +198,7 @@ pub(super) fn render(info: &RunInfo) -> String {
          events/s: trainbpf, \
          records in the recording (every process on the machine, not only the job); bpftrace, \
          faults counted in its map (every process); perf, samples written. lost: trainbpf, \
-         `lost_events` of `trainbpf report --json`; perf, faults the job counted itself \
+         `lost_events` of `trainbpf report --format json`; perf, faults the job counted itself \
          (getrusage) that perf did not record; summed over runs; bpftrace counts in a map, which \
          cannot overflow. recorder CPU: the \
          tool's CPU while the job ran as a share of one core (its whole life in brackets). \
