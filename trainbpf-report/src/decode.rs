@@ -29,8 +29,8 @@ mod user;
 pub(crate) use events::tty_path;
 pub use events::{
     CgroupName, Compaction, EbpfLog, Event, ExeName, ExitStatus, JobExit, JobReads, JobStart,
-    LeakWarning, Lost, OomControl, OomRecord, OomRecordKind, ProcKey, Rss, SignalReceived,
-    SignalRecord, SmapsSample, Task, Terminal, Timed,
+    LeakWarning, Lost, MemSample, OomControl, OomRecord, OomRecordKind, ProcKey, Rss,
+    SignalReceived, SignalRecord, SmapsSample, Task, Terminal, Timed,
 };
 pub use identity::ProcIdentity;
 pub use samples::{
@@ -202,14 +202,14 @@ mod tests {
         };
         let t = decode(common::KIND_MEM, &pod_bytes(&e), 4).unwrap();
         assert_eq!(t.ts_ns, 1000);
-        let Event::Mem {
+        let Event::Mem(MemSample {
             proc,
             in_job,
             comm,
             rss,
             faults,
             ..
-        } = t.event
+        }) = t.event
         else {
             panic!("not a mem event: {:?}", t.event)
         };
@@ -247,13 +247,13 @@ mod tests {
         };
         let b = pod_bytes(&e);
         let t = decode(common::KIND_MEM, &b[..common::MEM_EVENT_V1_SIZE], 4).unwrap();
-        let Event::Mem {
+        let Event::Mem(MemSample {
             rss,
             pgtables_kb,
             memcg_id,
             comm,
             ..
-        } = t.event
+        }) = t.event
         else {
             panic!()
         };
@@ -432,20 +432,20 @@ mod tests {
         e.cache_added_pages = 600;
         e.cache_removed_pages = 50;
         let b = pod_bytes(&e);
-        let Event::Mem {
+        let Event::Mem(MemSample {
             alloc_kb,
             freed_kb,
             cache_kb,
             ..
-        } = decode(common::KIND_MEM, &b, 4).unwrap().event
+        }) = decode(common::KIND_MEM, &b, 4).unwrap().event
         else {
             panic!("not a memory record")
         };
         assert_eq!((alloc_kb, freed_kb, cache_kb), (1600, 200, 2200));
         // The 128-byte layout: everything counted as before.
-        let Event::Mem {
+        let Event::Mem(MemSample {
             alloc_kb, cache_kb, ..
-        } = decode(common::KIND_MEM, &b[..common::MEM_EVENT_V2_SIZE], 4)
+        }) = decode(common::KIND_MEM, &b[..common::MEM_EVENT_V2_SIZE], 4)
             .unwrap()
             .event
         else {

@@ -90,6 +90,7 @@ pub(crate) use processes::{Job, MemoryUser, Process};
 pub(crate) use series::{Churn, KillWindow, Line, Pick, ProcLine, Series, WindowLine};
 pub(crate) use stacks::{GrowthStack, Stacks};
 
+use crate::decode::MemSample;
 use std::collections::{HashMap, VecDeque};
 
 use crate::decode::{CgroupName, Event, JobExit, Lost, ProcKey, Timed, stacks::StackSample};
@@ -301,7 +302,7 @@ impl Builder {
                 exit_code,
                 ..
             } => self.on_exit(ts, proc, comm, exit_code),
-            mem @ Event::Mem { .. } => self.on_mem_event(ts, mem),
+            mem @ Event::Mem(MemSample { .. }) => self.on_mem_event(ts, mem),
             Event::Oom(rec) => self.on_oom(ts, *rec),
             Event::Signal(rec) => self.signals.observe(ts, *rec),
             Event::Exe(x) => self.signals.observe_exe(x),

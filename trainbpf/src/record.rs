@@ -17,6 +17,7 @@ pub mod forward;
 pub mod gpu;
 pub mod job;
 pub mod live;
+mod observe;
 mod privileges;
 pub mod rings;
 pub mod samplers;

@@ -285,6 +285,31 @@ pub struct CgroupName {
     pub path: String,
 }
 
+/// A process's memory, as the kernel sent it when it moved by the
+/// threshold, at a heartbeat, on first sight or at exit (`reason`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct MemSample {
+    pub proc: ProcKey,
+    pub in_job: bool,
+    pub comm: String,
+    pub rss: Rss,
+    pub faults: u64,
+    pub reason: u32,
+    /// The process's badness inputs besides RSS (0 in old recordings).
+    pub oom_score_adj: i32,
+    pub pgtables_kb: u64,
+    pub memcg_id: u64,
+    /// Cumulative reclaim/compaction stall time, ns.
+    pub stall_ns: u64,
+    /// Memory allocated and freed in the process's context so far, kB
+    /// (0 in old recordings), page cache left out.
+    pub alloc_kb: u64,
+    pub freed_kb: u64,
+    /// Page cache added minus removed in the process's context so far,
+    /// kB (0 in older recordings, where it is part of the above).
+    pub cache_kb: i64,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Event {
@@ -312,27 +337,7 @@ pub enum Event {
         #[serde(default)]
         kthread: bool,
     },
-    Mem {
-        proc: ProcKey,
-        in_job: bool,
-        comm: String,
-        rss: Rss,
-        faults: u64,
-        reason: u32,
-        /// The process's badness inputs besides RSS (0 in old recordings).
-        oom_score_adj: i32,
-        pgtables_kb: u64,
-        memcg_id: u64,
-        /// Cumulative reclaim/compaction stall time, ns.
-        stall_ns: u64,
-        /// Memory allocated and freed in the process's context so far, kB
-        /// (0 in old recordings), page cache left out.
-        alloc_kb: u64,
-        freed_kb: u64,
-        /// Page cache added minus removed in the process's context so far,
-        /// kB (0 in older recordings, where it is part of the above).
-        cache_kb: i64,
-    },
+    Mem(MemSample),
     Oom(Box<OomRecord>),
     Printk {
         tgid: u32,

@@ -3,6 +3,7 @@
 //! become kB with the recording's page size, and every figure is clamped
 //! to `MAX_KB`: a damaged record can say anything.
 
+use crate::decode::MemSample;
 use trainbpf_common as common;
 
 use super::{
@@ -65,7 +66,7 @@ pub(super) fn mem(kind: u16, bytes: &[u8], page_kb: u64) -> Result<(u64, Event),
         read_pod(kind, bytes)?
     };
     let c = e.counters;
-    let ev = Event::Mem {
+    let ev = Event::Mem(MemSample {
         proc: key(&e.hdr),
         in_job: e.hdr.flags & common::FLAG_IN_JOB != 0,
         comm: cstr(&e.comm),
@@ -98,7 +99,7 @@ pub(super) fn mem(kind: u16, bytes: &[u8], page_kb: u64) -> Result<(u64, Event),
             .wrapping_sub(e.cache_removed_pages as i64)
             .saturating_mul(page_kb as i64)
             .clamp(-(MAX_KB as i64), MAX_KB as i64),
-    };
+    });
     Ok((e.hdr.ts_ns, ev))
 }
 

@@ -4,6 +4,7 @@
 //! them as the job's would bury it. Their memory stays, as outside the
 //! job (a kill can still name them); their lives are not the job's.
 
+use crate::decode::MemSample;
 use std::collections::HashSet;
 
 use crate::decode::{Event, ProcKey, Timed};
@@ -75,7 +76,7 @@ impl Apart {
                     return None;
                 }
             }
-            Event::Mem { proc, in_job, .. } | Event::OomAdj { proc, in_job, .. }
+            Event::Mem(MemSample { proc, in_job, .. }) | Event::OomAdj { proc, in_job, .. }
                 if self.is_apart(proc) =>
             {
                 *in_job = false;
@@ -126,7 +127,7 @@ mod tests {
     fn mem_in_job(a: &mut Apart, pid: u32) -> bool {
         let t = Timed {
             ts_ns: 3,
-            event: Event::Mem {
+            event: Event::Mem(MemSample {
                 proc: key(pid),
                 in_job: true,
                 comm: "x".into(),
@@ -140,10 +141,10 @@ mod tests {
                 alloc_kb: 0,
                 freed_kb: 0,
                 cache_kb: 0,
-            },
+            }),
         };
         match a.filter(t).map(|t| t.event) {
-            Some(Event::Mem { in_job, .. }) => in_job,
+            Some(Event::Mem(MemSample { in_job, .. })) => in_job,
             other => panic!("{other:?}"),
         }
     }

@@ -1,6 +1,7 @@
 //! The job and its processes: who forked whom, what each ran, how it
 //! ended, what it held; and the machine's biggest memory users.
 
+use crate::decode::MemSample;
 use crate::decode::{Event, ExitStatus, JobStart, ProcInfo, ProcKey, Rss};
 
 use super::timeline::Sample;
@@ -359,9 +360,9 @@ impl Builder {
                 self.adopt_root(*child);
             }
             Event::Exec { proc, .. } | Event::Exit { proc, .. } => self.adopt_root(*proc),
-            Event::Mem {
+            Event::Mem(MemSample {
                 proc, in_job: true, ..
-            } => self.adopt_root(*proc),
+            }) => self.adopt_root(*proc),
             Event::Oom(r) if r.in_job => self.adopt_root(r.victim),
             _ => {}
         }
@@ -427,7 +428,7 @@ impl Builder {
 
     /// A memory record: the process's sample, with its honest figures.
     pub(super) fn on_mem_event(&mut self, ts: u64, ev: Event) {
-        let Event::Mem {
+        let Event::Mem(MemSample {
             proc,
             in_job,
             comm,
@@ -439,7 +440,7 @@ impl Builder {
             freed_kb,
             cache_kb,
             ..
-        } = ev
+        }) = ev
         else {
             return;
         };
@@ -535,7 +536,7 @@ impl Builder {
 
 #[cfg(test)]
 mod tests {
-    use crate::decode::{Event, ProcKey, Rss, Timed};
+    use crate::decode::{Event, MemSample, ProcKey, Rss, Timed};
     use crate::model::{ModelOptions, build};
     use crate::recording::RecordingHeader;
 
@@ -544,7 +545,7 @@ mod tests {
     fn mem(ts_ns: u64, proc: ProcKey, anon_kb: u64) -> Timed {
         Timed {
             ts_ns,
-            event: Event::Mem {
+            event: Event::Mem(MemSample {
                 proc,
                 in_job: true,
                 comm: "python3".into(),
@@ -561,7 +562,7 @@ mod tests {
                 alloc_kb: 0,
                 freed_kb: 0,
                 cache_kb: 0,
-            },
+            }),
         }
     }
 

@@ -1,6 +1,7 @@
 //! The model end to end: events in, a report out.
 
 use super::*;
+use crate::decode::MemSample;
 use crate::decode::{
     ExitStatus, JobExit, JobStart, OomControl, OomRecord, OomRecordKind, Rss, Task,
 };
@@ -25,7 +26,7 @@ fn at(secs: f64, event: Event) -> Timed {
 fn mem(secs: f64, k: ProcKey, comm: &str, anon_kb: u64, in_job: bool) -> Timed {
     at(
         secs,
-        Event::Mem {
+        Event::Mem(MemSample {
             proc: k,
             in_job,
             comm: comm.into(),
@@ -44,7 +45,7 @@ fn mem(secs: f64, k: ProcKey, comm: &str, anon_kb: u64, in_job: bool) -> Timed {
             alloc_kb: 0,
             freed_kb: 0,
             cache_kb: 0,
-        },
+        }),
     )
 }
 
@@ -225,7 +226,7 @@ fn leak_run() -> Vec<Timed> {
 
 fn mem_in(secs: f64, k: ProcKey, comm: &str, anon_kb: u64, memcg_id: u64) -> Timed {
     let mut t = mem(secs, k, comm, anon_kb, false);
-    if let Event::Mem { memcg_id: m, .. } = &mut t.event {
+    if let Event::Mem(MemSample { memcg_id: m, .. }) = &mut t.event {
         *m = memcg_id;
     }
     t
@@ -716,11 +717,11 @@ fn added_is_capped_at_what_the_process_maps_and_page_cache_is_apart() {
     let k = key(700, s(0.5));
     let sample = |secs, anon_kb, alloc_kb, cache_kb| {
         let mut t = mem(secs, k, "sh", anon_kb, true);
-        if let Event::Mem {
+        if let Event::Mem(MemSample {
             alloc_kb: a,
             cache_kb: c,
             ..
-        } = &mut t.event
+        }) = &mut t.event
         {
             *a = alloc_kb;
             *c = cache_kb;

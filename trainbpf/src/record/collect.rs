@@ -70,7 +70,7 @@ pub(super) async fn collect(
     let has_memcg = job_memcg.is_some();
     let mut c = Collector::new(writer, job_memcg, flight, status);
     c.live = outputs
-        .start(has_memcg, c.page_kb())
+        .start(has_memcg)
         .map_err(io_err("starting the --metrics server"))?;
     c.stacks = stacks.map(crate::record::stacks::Stacks::start);
     let rings = crate::record::rings::Rings::new(events, precious)

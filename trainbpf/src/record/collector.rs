@@ -16,9 +16,11 @@ use trainbpf_report::{
 };
 
 use super::{RecordError, io_err};
-use crate::record::stacks::Msg;
+use crate::record::observe::Observe;
 use crate::util::clock::mono_ns;
 
+/// What the collector takes from each record: the job, names to ask for.
+mod job_view;
 /// Naming what the records point at: cgroups, executables, identities.
 mod names;
 
@@ -72,6 +74,8 @@ pub(super) struct Collector {
     pub(super) gpu_maps: Vec<common::CudaMapEvent>,
     /// `--metrics` and `--events-jsonl` (live/metrics.rs).
     pub(super) live: Option<crate::record::live::metrics::Outputs>,
+    /// The page size in kB, which the memory records are counted in.
+    page_kb: u64,
 }
 
 impl Collector {
@@ -111,15 +115,11 @@ impl Collector {
             stacks: None,
             gpu_maps: Vec::new(),
             live: None,
+            page_kb: nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+                .ok()
+                .flatten()
+                .map_or(4, |b| (b as u64 / 1024).max(1)),
         }
-    }
-
-    pub(super) fn page_kb(&self) -> u64 {
-        nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
-            .ok()
-            .flatten()
-            .unwrap_or(4096) as u64
-            / 1024
     }
 
     /// Publishes the kills and deaths settled since the last time and the
@@ -162,112 +162,18 @@ impl Collector {
             return;
         }
         self.writer.record(kind, bytes);
-        self.status.on_record(kind, bytes);
+        // Decoded once, for everyone who looks at records as they pass.
+        let Ok(t) = decode::decode(kind, bytes, self.page_kb) else {
+            return;
+        };
+        self.status.observe(&t);
         if let Some(o) = &mut self.live {
-            o.live.on_kernel(kind, bytes);
+            o.live.observe(&t);
         }
-        match kind {
-            common::KIND_FORK | common::KIND_EXEC => {
-                let tgid = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
-                // A stack taken before an exec resolves only against the
-                // old program: the stacks' thread drains at once, to
-                // narrow the window in which one is read against the new
-                // one.
-                if let Some(st) = &mut self.stacks {
-                    let start = |at: usize| {
-                        u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap_or_default())
-                    };
-                    let proc = decode::ProcKey {
-                        tgid,
-                        start_ns: start(16),
-                    };
-                    if kind == common::KIND_EXEC {
-                        st.send(Msg::Exec(proc, start(8)));
-                    } else if bytes.len() >= size_of::<common::ForkEvent>() {
-                        let parent = decode::ProcKey {
-                            tgid: u32::from_le_bytes(bytes[24..28].try_into().unwrap_or_default()),
-                            start_ns: start(32),
-                        };
-                        st.send(Msg::Fork {
-                            child: proc,
-                            parent,
-                        });
-                    }
-                }
-                if self.job.len() < MAX_JOB_PROCS {
-                    self.job.insert(tgid);
-                }
-                // Command line (and at an exec who it is), for grouping:
-                // asked for now, while the process exists (a worker may
-                // live a second), and recorded when read.
-                self.identify(kind, bytes, tgid, true);
-            }
-            common::KIND_EXIT => {
-                let tgid = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
-                self.job.remove(&tgid);
-                self.identified.remove(&tgid);
-                if let Some(st) = &mut self.stacks {
-                    let start_ns = u64::from_le_bytes(bytes[16..24].try_into().unwrap_or_default());
-                    st.send(Msg::Exit(decode::ProcKey { tgid, start_ns }));
-                }
-                if tgid == self.root
-                    && let Ok(decode::Timed {
-                        event: decode::Event::Exit { exit_code, .. },
-                        ..
-                    }) = decode::decode(kind, bytes, 4)
-                {
-                    self.root_exit = Some(trainbpf_report::model::wait_status(exit_code));
-                }
-            }
-            // A process running before the recorder (`--all`, an attach):
-            // who it is, at its first memory record.
-            common::KIND_MEM => {
-                let tgid = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
-                self.identify(kind, bytes, tgid, false);
-            }
-            _ => {}
+        if let Some(st) = &mut self.stacks {
+            st.observe(&t);
         }
-        if kind == common::KIND_SIGNAL
-            && let Ok(decode::Timed {
-                event: decode::Event::Signal(s),
-                ..
-            }) = decode::decode(kind, bytes, 4)
-        {
-            self.name_exe(s.sender.tgid);
-            // A fatal signal to the job (a bus error from a full /dev/shm
-            // among them): look at shared memory while it is as it was.
-            if self.job.contains(&s.target.tgid) && ENDING_SIGNALS.contains(&s.sig) {
-                self.shm.trigger(decode::ShmTrigger::Signal);
-            }
-        }
-        // Every memory cgroup a process allocates in is named once (a
-        // bounded few): a memcg OOM's growers are those charged to it.
-        if kind == common::KIND_MEM
-            && self.known_cgroups.len() < MAX_NAMED_CGROUPS
-            && let Ok(decode::Timed {
-                event: decode::Event::Mem { memcg_id, .. },
-                ..
-            }) = decode::decode(kind, bytes, 4)
-        {
-            self.name_cgroup(memcg_id);
-        }
-        if kind == common::KIND_OOM_VICTIM || kind == common::KIND_OOM_KILL {
-            if let Some(st) = &mut self.stacks {
-                st.send(Msg::Due);
-            }
-            self.shm.trigger(decode::ShmTrigger::Kill);
-        }
-        if (kind == common::KIND_OOM_VICTIM || kind == common::KIND_OOM_KILL)
-            && let Ok(decode::Timed {
-                event: decode::Event::Oom(r),
-                ..
-            }) = decode::decode(kind, bytes, 4)
-        {
-            self.name_cgroup(r.memcg_id);
-            if let Some(oc) = r.oc {
-                self.name_cgroup(oc.memcg_id);
-            }
-        }
+        self.observe(&t);
     }
 
     /// A job thread's stacks at a fatal signal: named at once on the
@@ -304,7 +210,7 @@ impl Collector {
         };
         // The rings are read this far: the stacks' thread may read the
         // kernel's map (its stacks' execs and forks are sent already).
-        st.send(Msg::Tick);
+        st.send(crate::record::stacks::Msg::Tick);
         for (ts, body) in st.poll() {
             let (kind, bytes) = decode::encode_user(ts, body);
             self.writer.record(kind, &bytes);

@@ -33,7 +33,7 @@ use trainbpf_report::units::{PROTECT_NS, human_span};
 mod flight;
 pub use flight::{Flight, FlightOptions};
 use trainbpf_report::{
-    decode::{self, Compaction, Event, UserBody},
+    decode::{self, Compaction, Event, MemSample, UserBody},
     recording::{self, Reader, Rewind, Writer},
 };
 
@@ -152,13 +152,13 @@ struct SampleInfo {
 fn sample_info(kind: u16, bytes: &[u8], page_kb: u64) -> Option<SampleInfo> {
     let t = decode::decode(kind, bytes, page_kb).ok()?;
     let (key, resident_kb, net_kb) = match &t.event {
-        Event::Mem {
+        Event::Mem(MemSample {
             proc,
             rss,
             alloc_kb,
             freed_kb,
             ..
-        } => (
+        }) => (
             Key::Mem {
                 tgid: proc.tgid,
                 start_ns: proc.start_ns,
@@ -489,12 +489,12 @@ mod tests {
     fn mem_samples(ev: &[decode::Timed], tgid: u32) -> Vec<(u64, u64, u64)> {
         ev.iter()
             .filter_map(|t| match &t.event {
-                Event::Mem {
+                Event::Mem(MemSample {
                     proc,
                     rss,
                     alloc_kb,
                     ..
-                } if proc.tgid == tgid => Some((t.ts_ns, rss.anon_kb, *alloc_kb)),
+                }) if proc.tgid == tgid => Some((t.ts_ns, rss.anon_kb, *alloc_kb)),
                 _ => None,
             })
             .collect()
@@ -566,7 +566,7 @@ mod tests {
         // Nothing but samples went: notes, fork, exit and the kill.
         let not_mem = |v: &[decode::Timed]| {
             v.iter()
-                .filter(|t| !matches!(t.event, Event::Mem { .. } | Event::Compacted(_)))
+                .filter(|t| !matches!(t.event, Event::Mem(MemSample { .. }) | Event::Compacted(_)))
                 .map(|t| format!("{:?}", t))
                 .collect::<Vec<_>>()
         };

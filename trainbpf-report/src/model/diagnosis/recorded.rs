@@ -4,6 +4,7 @@
 //! job ran (whether it drew a status line or ran `--quiet`) add evidence
 //! and decide nothing.
 
+use crate::decode::MemSample;
 use crate::decode::{
     CgroupName, Event, JobStart, LeakWarning, OomControl, OomRecord, OomRecordKind, ProcKey, Rss,
     Task, Timed,
@@ -35,7 +36,7 @@ fn key(tgid: u32) -> ProcKey {
 fn mem(secs: f64, k: ProcKey, kb: u64) -> Timed {
     at(
         secs,
-        Event::Mem {
+        Event::Mem(MemSample {
             proc: k,
             in_job: true,
             comm: "python3".into(),
@@ -52,7 +53,7 @@ fn mem(secs: f64, k: ProcKey, kb: u64) -> Timed {
             alloc_kb: kb,
             freed_kb: 0,
             cache_kb: 0,
-        },
+        }),
     )
 }
 

@@ -1,6 +1,7 @@
 //! The ledger's stream: every event of the recording in, the GPU events
 //! through a short reorder buffer, and the report out at the end.
 
+use crate::decode::MemSample;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
 
@@ -113,12 +114,12 @@ impl Ledger {
                 self.oom_victims.insert(o.victim.tgid);
                 None
             }
-            Event::Mem {
+            Event::Mem(MemSample {
                 proc,
                 in_job: true,
                 rss,
                 ..
-            } => {
+            }) => {
                 self.job_pids.entry(proc.tgid).or_insert(*proc);
                 Some(Item::Rss(*proc, resident(rss)))
             }

@@ -3,6 +3,7 @@
 
 use super::xid::parse_xid_line;
 use super::*;
+use crate::decode::MemSample;
 use crate::decode::gpu::{CudaCall, CudaOp, GpuEvent, NvmlSample, XidRecord};
 use crate::decode::{Event, JobStart, ProcKey, Rss, Timed};
 
@@ -166,7 +167,7 @@ fn worker_context_and_its_host_cost() {
     let mem = |ms: u64, pid: u32, kb: u64| {
         at(
             ms,
-            Event::Mem {
+            Event::Mem(MemSample {
                 proc: key(pid),
                 in_job: true,
                 comm: format!("p{pid}"),
@@ -183,7 +184,7 @@ fn worker_context_and_its_host_cost() {
                 alloc_kb: 0,
                 freed_kb: 0,
                 cache_kb: 0,
-            },
+            }),
         )
     };
     let r = run(

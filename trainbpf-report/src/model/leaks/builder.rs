@@ -2,6 +2,7 @@
 //! per role group, bounded as the module docs describe, judged when each
 //! process ends and at the end of the recording.
 
+use crate::decode::MemSample;
 use std::collections::{HashMap, VecDeque};
 
 use crate::decode::{Event, ProcKey, Timed};
@@ -81,7 +82,7 @@ impl Builder {
                     p.line.push(&grid, ts, 0.0);
                 }
             }
-            Event::Mem {
+            Event::Mem(MemSample {
                 proc,
                 in_job,
                 comm,
@@ -89,7 +90,7 @@ impl Builder {
                 alloc_kb,
                 freed_kb,
                 ..
-            } if *in_job || self.live.contains_key(proc) => {
+            }) if *in_job || self.live.contains_key(proc) => {
                 let honest = self.honest;
                 if let Some(p) = self.proc(*proc, comm, grid.width_ns) {
                     let net = *alloc_kb as f64 - *freed_kb as f64;

@@ -4,6 +4,7 @@
 use super::builder::{Builder, role};
 use super::project::live_slope;
 use super::*;
+use crate::decode::MemSample;
 use crate::decode::Rss;
 use crate::decode::samples::ProcInfo;
 use crate::decode::samples::{CgroupPressure, Pressure};
@@ -36,7 +37,7 @@ fn mem(secs: f64, k: ProcKey, comm: &str, net_kb: f64) -> Timed {
     let net = net_kb.max(0.0) as u64;
     at(
         secs,
-        Event::Mem {
+        Event::Mem(MemSample {
             proc: k,
             in_job: true,
             comm: comm.into(),
@@ -55,7 +56,7 @@ fn mem(secs: f64, k: ProcKey, comm: &str, net_kb: f64) -> Timed {
             alloc_kb: net,
             freed_kb: 0,
             cache_kb: 0,
-        },
+        }),
     )
 }
 
@@ -294,7 +295,7 @@ fn epoch_long_workers_that_climb_until_respawned_are_no_leak() {
     // One killed by the OOM killer mid-climb ran into the limit: that
     // climb is a leak.
     let victim = key(3031, 1800.0);
-    evs.retain(|t| t.ts_ns < s(2100.0) || !matches!(&t.event, Event::Mem { proc, .. } | Event::Exit { proc, .. } if *proc == victim));
+    evs.retain(|t| t.ts_ns < s(2100.0) || !matches!(&t.event, Event::Mem(MemSample { proc, .. }) | Event::Exit { proc, .. } if *proc == victim));
     // The classic tracepoint's record: a pid, no start time.
     let kill = crate::decode::OomRecord {
         kind: crate::decode::OomRecordKind::Victim,
@@ -651,7 +652,7 @@ fn damaged_records_never_panic() {
                     ..Default::default()
                 })),
                 _ => {
-                    let Event::Mem {
+                    let Event::Mem(MemSample {
                         proc,
                         in_job,
                         comm,
@@ -662,11 +663,11 @@ fn damaged_records_never_panic() {
                         memcg_id,
                         stall_ns,
                         ..
-                    } = mem(0.0, k, "p", 0.0).event
+                    }) = mem(0.0, k, "p", 0.0).event
                     else {
                         unreachable!()
                     };
-                    Event::Mem {
+                    Event::Mem(MemSample {
                         proc,
                         in_job,
                         comm,
@@ -685,7 +686,7 @@ fn damaged_records_never_panic() {
                         alloc_kb: next(),
                         freed_kb: next(),
                         cache_kb: 0,
-                    }
+                    })
                 }
             };
             b.observe(

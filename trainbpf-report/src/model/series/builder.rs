@@ -1,6 +1,7 @@
 //! The streaming side of the whole-run series: fed every event by the
 //! model, it keeps the lines bounded as the module docs describe.
 
+use crate::decode::MemSample;
 use std::collections::{HashMap, VecDeque};
 
 use crate::decode::{Event, ProcKey, Timed};
@@ -84,13 +85,13 @@ impl Builder {
                     self.retire(p);
                 }
             }
-            Event::Mem {
+            Event::Mem(MemSample {
                 proc,
                 in_job,
                 rss,
                 comm,
                 ..
-            } => {
+            }) => {
                 let kb = rss.resident_kb();
                 if *in_job || self.live_job.contains_key(proc) {
                     let grid = self.grid;

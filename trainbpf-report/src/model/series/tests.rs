@@ -2,6 +2,7 @@
 //! a window for each kill.
 
 use super::*;
+use crate::decode::MemSample;
 use crate::decode::{Event, ProcKey, Rss, Timed};
 
 const SEC: u64 = 1_000_000_000;
@@ -9,7 +10,7 @@ const SEC: u64 = 1_000_000_000;
 fn mem(ts: u64, tgid: u32, start_ns: u64, kb: u64, in_job: bool) -> Timed {
     Timed {
         ts_ns: ts,
-        event: Event::Mem {
+        event: Event::Mem(MemSample {
             proc: ProcKey { tgid, start_ns },
             in_job,
             comm: format!("p{tgid}"),
@@ -26,7 +27,7 @@ fn mem(ts: u64, tgid: u32, start_ns: u64, kb: u64, in_job: bool) -> Timed {
             alloc_kb: 0,
             freed_kb: 0,
             cache_kb: 0,
-        },
+        }),
     }
 }
 

@@ -14,7 +14,16 @@ use crate::record::samplers::procfs::{
     identity::{Done, Request},
 };
 use crate::util::clock::mono_ns;
-use trainbpf_common as common;
+
+/// Which record asks who a process is: a fork (its parent's identity
+/// until it execs), an exec, or the first memory record of a process the
+/// recorder did not see start.
+#[derive(Clone, Copy)]
+pub(super) enum Ident {
+    Fork,
+    Exec,
+    Mem,
+}
 
 impl Collector {
     /// Names a cgroup id once, while the directory still exists.
@@ -39,27 +48,24 @@ impl Collector {
     /// (`procfs::identity::Reader`) and are recorded when they come
     /// (`poll_identities`), the identity stamped with the kernel record's
     /// time, so that it sorts with the exec it belongs to.
-    pub(super) fn identify(&mut self, kind: u16, bytes: &[u8], tgid: u32, info: bool) {
-        let exec = kind == common::KIND_EXEC;
+    pub(super) fn identify(&mut self, how: Ident, proc: decode::ProcKey, ts: u64, info: bool) {
+        let tgid = proc.tgid;
         let known = self.identified.contains(&tgid);
         if !known && self.identified.len() < MAX_JOB_PROCS {
             self.identified.insert(tgid);
         }
-        let whole = bytes.len() >= size_of::<common::Header>();
-        let identity = whole && kind != common::KIND_FORK && (exec || !known);
+        let identity = match how {
+            Ident::Fork => false,
+            Ident::Exec => true,
+            Ident::Mem => !known,
+        };
         if !identity && !info {
             return;
         }
-        let word = |at: usize| {
-            bytes
-                .get(at..at + 8)
-                .map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or_default()))
-        };
-        let ts = if whole { word(8) } else { mono_ns() };
         self.ident.request(Request {
             tgid,
             ts,
-            start_ns: word(16),
+            start_ns: proc.start_ns,
             identity,
             info,
         });

@@ -266,12 +266,12 @@ impl Setup {
 
     /// What the collector needs to serve and write; `cgroup`: the job has
     /// a memory cgroup.
-    pub fn start(self, cgroup: bool, page_kb: u64) -> std::io::Result<Option<Outputs>> {
+    pub fn start(self, cgroup: bool) -> std::io::Result<Option<Outputs>> {
         if self.is_empty() {
             return Ok(None);
         }
         Ok(Some(Outputs {
-            live: Live::new(page_kb),
+            live: Live::new(),
             metrics: Arc::new(Metrics::new(cgroup)),
             log: self.log,
             kill_series: HashSet::new(),

@@ -16,10 +16,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use trainbpf_common as common;
-
 use trainbpf_report::{
-    decode::{self, Event, LeakWarning, Timed, samples::Pressure},
+    decode::{Event, LeakWarning, MemSample, Timed, samples::Pressure},
     model::leaks::{Domain, LeakOptions, Live, Projection, Trend},
     term::escape as esc,
     units::{clock, eta, human_kb, human_rate},
@@ -43,7 +41,6 @@ pub struct Status {
     /// honest memory.
     live: Option<Live>,
     leaks: LeakOptions,
-    page_kb: u64,
     /// The line on the terminal; `None` when quiet or not a terminal.
     draw: Option<Draw>,
     last_check: Option<Instant>,
@@ -72,7 +69,6 @@ impl Status {
             started: Instant::now(),
             live: None,
             leaks,
-            page_kb: (page_size() / 1024).max(1),
             draw: on.then(|| Draw {
                 drawn: false,
                 out: Box::new(std::io::stderr()),
@@ -82,30 +78,6 @@ impl Status {
             warned: Default::default(),
             running_out: Default::default(),
             projection_s: None,
-        }
-    }
-
-    /// A kernel record, as the collector writes it.
-    pub fn on_record(&mut self, kind: u16, bytes: &[u8]) {
-        if !matches!(
-            kind,
-            common::KIND_MEM | common::KIND_FORK | common::KIND_EXIT
-        ) {
-            return;
-        }
-        let Ok(t) = decode::decode(kind, bytes, self.page_kb) else {
-            return;
-        };
-        if self.live.is_none()
-            && let Event::Mem {
-                alloc_kb, freed_kb, ..
-            } = &t.event
-        {
-            let honest = *alloc_kb > 0 || *freed_kb > 0;
-            self.live = Some(Live::new(self.leaks.clone(), honest));
-        }
-        if let Some(live) = &mut self.live {
-            live.observe(&t);
         }
     }
 
@@ -295,12 +267,6 @@ pub fn line(
     }
 }
 
-fn page_size() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let n = unsafe { nix::libc::sysconf(nix::libc::_SC_PAGESIZE) };
-    if n > 0 { n as u64 } else { 4096 }
-}
-
 /// Columns of the terminal on stderr, less one so that the line never
 /// wraps; 80 when unknown.
 fn stderr_width() -> usize {
@@ -321,3 +287,26 @@ fn stderr_width() -> usize {
 
 #[cfg(test)]
 mod tests;
+
+/// The leak model sees each process's memory, and its forks and exits.
+impl crate::record::observe::Observe for Status {
+    fn observe(&mut self, t: &Timed) {
+        if !matches!(
+            t.event,
+            Event::Mem(_) | Event::Fork { .. } | Event::Exit { .. }
+        ) {
+            return;
+        }
+        if self.live.is_none()
+            && let Event::Mem(MemSample {
+                alloc_kb, freed_kb, ..
+            }) = &t.event
+        {
+            let honest = *alloc_kb > 0 || *freed_kb > 0;
+            self.live = Some(Live::new(self.leaks.clone(), honest));
+        }
+        if let Some(live) = &mut self.live {
+            live.observe(t);
+        }
+    }
+}

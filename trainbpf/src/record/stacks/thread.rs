@@ -210,3 +210,25 @@ fn drain(c: &mut StackCollector, out: &Sender<Out>) -> Duration {
     }
     (read * 100).clamp(STACKS_EVERY, Duration::from_secs(1))
 }
+
+/// Forks, execs and exits keep the stacks' thread's view of the job's
+/// processes in order with the growth stacks; a kill asks it to name what
+/// it holds now.
+impl crate::record::observe::Observe for Stacks {
+    fn observe(&mut self, t: &trainbpf_report::decode::Timed) {
+        use trainbpf_report::decode::Event;
+        match &t.event {
+            Event::Fork { child, parent, .. } => self.send(Msg::Fork {
+                child: *child,
+                parent: *parent,
+            }),
+            // A stack taken before an exec resolves only against the old
+            // program: the thread drains at once, to narrow the window in
+            // which one is read against the new one.
+            Event::Exec { proc, .. } => self.send(Msg::Exec(*proc, t.ts_ns)),
+            Event::Exit { proc, .. } => self.send(Msg::Exit(*proc)),
+            Event::Oom(_) => self.send(Msg::Due),
+            _ => {}
+        }
+    }
+}

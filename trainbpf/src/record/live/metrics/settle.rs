@@ -11,11 +11,9 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use trainbpf_common as common;
-
 use trainbpf_report::{
     decode::{
-        self, Event, ExitStatus, ProcKey, UserBody,
+        self, Event, ExitStatus, MemSample, ProcKey, UserBody,
         samples::{CgroupPressure, ProcInfo},
     },
     model::{Cause, Constraint, cgroup_path, gpu::Ledger},
@@ -95,7 +93,6 @@ pub struct JobMemory {
 
 /// See the module docs.
 pub struct Live {
-    page_kb: u64,
     pending: Vec<Pending>,
     /// Deaths waiting for their kill to settle.
     waiting: Vec<DeathEvent>,
@@ -121,9 +118,12 @@ pub struct Live {
 }
 
 impl Live {
-    pub fn new(page_kb: u64) -> Live {
+    #[allow(
+        clippy::new_without_default,
+        reason = "a Live is made once, by Outputs::start"
+    )]
+    pub fn new() -> Live {
         Live {
-            page_kb,
             pending: Vec::new(),
             waiting: Vec::new(),
             done: VecDeque::new(),
@@ -141,27 +141,8 @@ impl Live {
         }
     }
 
-    /// A kernel record off the rings.
-    pub fn on_kernel(&mut self, kind: u16, bytes: &[u8]) {
-        if !matches!(
-            kind,
-            common::KIND_OOM_VICTIM
-                | common::KIND_OOM_KILL
-                | common::KIND_PRINTK
-                | common::KIND_EXIT
-                | common::KIND_MEM
-                | common::KIND_SIGNAL
-                | common::KIND_CUDA
-        ) {
-            return;
-        }
-        let Ok(t) = decode::decode(kind, bytes, self.page_kb) else {
-            return;
-        };
-        self.observe(&t);
-    }
-
-    /// A decoded event (tests feed these directly).
+    /// A kernel record, decoded: kills, log lines, exits, memory,
+    /// signals and CUDA calls settle kills and deaths and move the gauges.
     pub fn observe(&mut self, t: &decode::Timed) {
         let ts = t.ts_ns;
         match &t.event {
@@ -179,7 +160,7 @@ impl Live {
                     }
                 }
             }
-            Event::Mem {
+            Event::Mem(MemSample {
                 proc,
                 in_job: true,
                 rss,
@@ -187,7 +168,7 @@ impl Live {
                 freed_kb,
                 cache_kb,
                 ..
-            } => {
+            }) => {
                 let now = [
                     (*alloc_kb as i64 - *freed_kb as i64) * 1024,
                     rss.resident_kb() as i64 * 1024,

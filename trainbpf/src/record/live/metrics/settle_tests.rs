@@ -90,7 +90,7 @@ fn deaths(f: &[Finished]) -> Vec<&DeathEvent> {
 /// waits for the kill, so that it is counted as the memcg OOM it was.
 #[test]
 fn a_kill_settles_on_its_log_line_and_its_death_follows() {
-    let mut l = Live::new(4);
+    let mut l = Live::new();
     l.on_user(&UserBody::Cgroup(CgroupName {
         id: 42,
         path: "/kubepods/burstable/pod0b1c2d3e-1111-2222-3333-444455556666/3f2a1b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708".into(),
@@ -127,7 +127,7 @@ fn a_kill_settles_on_its_log_line_and_its_death_follows() {
 /// its wait is over.
 #[test]
 fn records_of_one_kill_merge_and_an_unexplained_kill_still_counts() {
-    let mut l = Live::new(4);
+    let mut l = Live::new();
     l.observe(&oom(S, OomRecordKind::Kill, 800, "", Some(0)));
     l.observe(&oom(S + 1000, OomRecordKind::Victim, 800, "worker", None));
     let out = l.settle(S + 2000);
@@ -152,7 +152,7 @@ fn records_of_one_kill_merge_and_an_unexplained_kill_still_counts() {
 
 #[test]
 fn deaths_by_signal_crash_and_exit() {
-    let mut l = Live::new(4);
+    let mut l = Live::new();
     l.observe(&Timed {
         ts_ns: S,
         event: Event::Signal(Box::new(trainbpf_report::decode::SignalRecord {
@@ -188,10 +188,10 @@ fn deaths_by_signal_crash_and_exit() {
 
 #[test]
 fn the_jobs_memory_is_the_sum_of_its_live_processes() {
-    let mut l = Live::new(4);
+    let mut l = Live::new();
     let mem = |pid: u32, alloc: u64, rss: u64| Timed {
         ts_ns: S,
-        event: Event::Mem {
+        event: Event::Mem(MemSample {
             proc: ProcKey {
                 tgid: pid,
                 start_ns: 7,
@@ -211,7 +211,7 @@ fn the_jobs_memory_is_the_sum_of_its_live_processes() {
             alloc_kb: alloc,
             freed_kb: 0,
             cache_kb: 4,
-        },
+        }),
     };
     l.observe(&mem(1, 100, 50));
     l.observe(&mem(2, 10, 5));
@@ -230,7 +230,7 @@ fn the_jobs_memory_is_the_sum_of_its_live_processes() {
 #[test]
 fn gpu_memory_held_until_the_process_ends() {
     use trainbpf_report::decode::gpu::{CudaCall, CudaOp, GpuEvent};
-    let mut l = Live::new(4);
+    let mut l = Live::new();
     let call = |ts: u64, op: CudaOp, size: u64, ptr: u64| Timed {
         ts_ns: ts,
         event: Event::Gpu(Box::new(GpuEvent::Cuda(CudaCall {
@@ -266,7 +266,7 @@ fn gpu_memory_held_until_the_process_ends() {
 /// `--memory-limit` cgroup, which names no container).
 #[test]
 fn a_victims_identity_record_gives_its_rank_and_container() {
-    let mut l = Live::new(4);
+    let mut l = Live::new();
     l.on_user(&UserBody::Cgroup(CgroupName {
         id: 42,
         path: "/trainbpf-1-abc".into(),

@@ -22,7 +22,7 @@ fn kill(comm: &str, rank: Option<u32>) -> Finished {
 
 fn outputs(cgroup: bool) -> Outputs {
     Outputs {
-        live: Live::new(4),
+        live: Live::new(),
         metrics: Arc::new(Metrics::new(cgroup)),
         log: None,
         kill_series: HashSet::new(),

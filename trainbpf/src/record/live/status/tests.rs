@@ -1,9 +1,20 @@
 //! The status line, its warnings, and the schedule they keep.
 
+use trainbpf_common as common;
+use trainbpf_report::decode;
+
 use super::*;
+use crate::record::observe::Observe as _;
 // The warning's text is the report's, so that both say the same.
 use trainbpf_report::model::leaks::Verdict;
 use trainbpf_report::render::text::warning_text;
+
+/// A kernel record as the collector hands it on: decoded, or not at all.
+fn feed(s: &mut Status, kind: u16, bytes: &[u8]) {
+    if let Ok(t) = decode::decode(kind, bytes, 4) {
+        s.observe(&t);
+    }
+}
 
 fn trend(pid: u32, comm: &str, slope: f64, verdict: Verdict) -> Trend {
     Trend {
@@ -63,7 +74,7 @@ fn names_on_the_line_and_in_warnings_are_escaped() {
 fn quiet_or_not_a_terminal_draws_nothing_but_still_watches() {
     let mut s = Status::new(true, LeakOptions::default());
     assert!(s.draw.is_none());
-    s.on_record(common::KIND_MEM, &[0; 8]);
+    feed(&mut s, common::KIND_MEM, &[0; 8]);
     assert_eq!(s.tick(), vec![], "nothing seen, nothing to warn of");
     s.clear();
 }
@@ -110,7 +121,7 @@ fn second(s: &mut Status, i: u64) {
     m.counters[c::MM_ANONPAGES] = 1000 + i as i64 * 1024;
     m.alloc_pages = 1000 + i * 1024;
     m.comm = *b"python3\0\0\0\0\0\0\0\0\0";
-    s.on_record(c::KIND_MEM, &decode::pod_bytes(&m));
+    feed(s, c::KIND_MEM, &decode::pod_bytes(&m));
     let p = Pressure {
         mem_total_kb: 64 << 20,
         mem_available_kb: 60 << 20,
@@ -275,7 +286,7 @@ fn a_steady_leak_is_warned_of_once() {
         m.counters[c::MM_ANONPAGES] = 1000 + i as i64 * 1024;
         m.alloc_pages = 1000 + i * 1024;
         m.comm = *b"python3\0\0\0\0\0\0\0\0\0";
-        s.on_record(c::KIND_MEM, &decode::pod_bytes(&m));
+        feed(&mut s, c::KIND_MEM, &decode::pod_bytes(&m));
     }
     let w = s.tick();
     assert_eq!(w.len(), 1, "{w:?}");
