@@ -13,11 +13,13 @@
 mod collect;
 mod collector;
 pub mod compact;
+mod error;
 pub mod forward;
 pub mod gpu;
 pub mod job;
 pub mod live;
 mod observe;
+mod options;
 mod privileges;
 pub mod rings;
 pub mod samplers;
@@ -25,7 +27,6 @@ pub mod stacks;
 pub mod target;
 
 use std::{
-    ffi::OsString,
     fs::File,
     io,
     path::{Path, PathBuf},
@@ -48,75 +49,12 @@ use crate::{
     },
 };
 use collect::{Attached, collect};
+pub use error::RecordError;
+use error::io_err;
 use job::MemCgroup;
+pub use options::{RecordOptions, Target};
 use privileges::missing_capabilities;
 use privileges::{effective_caps, protect_from_oom_killer};
-
-pub struct RecordOptions {
-    pub output: PathBuf,
-    pub memory_limit: Option<u64>,
-    pub tunables: Tunables,
-    pub target: Target,
-    /// No status line on the terminal.
-    pub quiet: bool,
-    /// What the status line calls a leak.
-    pub leaks: trainbpf_report::model::LeakOptions,
-    /// Keep the recording under a size (`--max-size`); `None`: unbounded.
-    pub flight: Option<crate::record::compact::FlightOptions>,
-    /// `--metrics ADDR`: serve Prometheus metrics there (docs/metrics.md).
-    pub metrics: Option<String>,
-    /// `--events-jsonl PATH`: each kill and death as a JSON line.
-    pub events_jsonl: Option<PathBuf>,
-    /// `--hostname NAME`: the host the recording names, in place of
-    /// uname's node name.
-    pub hostname: Option<String>,
-}
-
-/// What to record.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Target {
-    /// Run this command as the job.
-    Run(Vec<OsString>),
-    /// Attach to a running process and its descendants, born later too.
-    Pid(u32),
-    /// Everything in a cgroup (a container, a Slurm or systemd job).
-    Cgroup(PathBuf),
-    /// The whole machine.
-    All,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum RecordError {
-    /// The recorder lacks a capability it needs.
-    #[error(
-        "trainbpf record needs {missing} to load its eBPF programs and run the job; run it with sudo: sudo trainbpf record -- CMD"
-    )]
-    Privileges { missing: String },
-    /// Loading or attaching the probes failed.
-    #[error(transparent)]
-    Load(#[from] loader::LoadError),
-    /// Starting or containing the job failed.
-    #[error(transparent)]
-    Job(#[from] job::JobError),
-    /// The recording could not be created safely (util/safe_file.rs).
-    #[error(transparent)]
-    File(#[from] safe_file::FileError),
-    /// `--pid`, `--cgroup` or `--all` reaches what the invoker may not see.
-    #[error(transparent)]
-    Attach(#[from] crate::record::target::AttachError),
-    /// The recording file could not be written.
-    #[error("{what}: {source}")]
-    Io {
-        what: String,
-        #[source]
-        source: io::Error,
-    },
-}
-
-pub(super) fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> RecordError {
-    let what = what.into();
-    move |source| RecordError::Io { what, source }
-}
 
 /// What the caller needs after the job ended.
 pub struct Outcome {
@@ -157,7 +95,7 @@ fn open_output(path: &Path, invoker: &Invoker) -> Result<(File, Place), RecordEr
 }
 
 pub fn run(mut opts: RecordOptions) -> Result<Outcome, RecordError> {
-    let invoker = Invoker::detect()?;
+    let invoker = Invoker::detect().map_err(job::JobError::from)?;
     let euid = nix::unistd::Uid::effective().as_raw();
     if let Some(missing) = missing_capabilities(effective_caps(), &invoker, euid) {
         return Err(RecordError::Privileges { missing });

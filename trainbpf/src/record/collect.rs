@@ -20,9 +20,9 @@ use trainbpf_report::{
 };
 
 use super::{
-    RecordError, Target,
     collector::{Collector, FLUSH_BYTES},
-    io_err,
+    error::{RecordError, io_err},
+    options::Target,
 };
 use crate::{
     loader::Loaded,

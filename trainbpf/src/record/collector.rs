@@ -15,7 +15,7 @@ use trainbpf_report::{
     recording::Writer,
 };
 
-use super::{RecordError, io_err};
+use super::error::{RecordError, io_err};
 use crate::record::observe::Observe;
 use crate::util::clock::mono_ns;
 

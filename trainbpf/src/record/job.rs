@@ -68,10 +68,8 @@ pub enum JobError {
     )]
     NoHierarchy { file: String },
     /// `SUDO_UID`/`SUDO_GID` are not a pair of numbers.
-    #[error(
-        "{0}; sudo sets both SUDO_UID and SUDO_GID: unset both to run the job as yourself, or set both to run it as that user"
-    )]
-    Sudo(String),
+    #[error(transparent)]
+    Sudo(#[from] crate::util::invoker::SudoError),
 }
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> JobError {

@@ -5,7 +5,13 @@ use std::ffi::OsStr;
 
 use nix::unistd::{Gid, Uid};
 
-use crate::record::job::JobError;
+/// `SUDO_UID`/`SUDO_GID` are not a pair of numbers: falling back to our
+/// own ids would run the job as root.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{0}; sudo sets both SUDO_UID and SUDO_GID: unset both to run the job as yourself, or set both to run it as that user"
+)]
+pub struct SudoError(String);
 
 /// Who the job runs as: the user who ran `sudo`, or whoever we are.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -18,18 +24,18 @@ impl Invoker {
     /// `SUDO_UID`/`SUDO_GID` when set by sudo, else our own real ids. One
     /// without the other, or one that is not a number, is an error: falling
     /// back to our own ids would run the job as root.
-    pub fn detect() -> Result<Invoker, JobError> {
+    pub fn detect() -> Result<Invoker, SudoError> {
         Self::from_env(
             std::env::var_os("SUDO_UID").as_deref(),
             std::env::var_os("SUDO_GID").as_deref(),
         )
     }
 
-    fn from_env(uid: Option<&OsStr>, gid: Option<&OsStr>) -> Result<Invoker, JobError> {
+    fn from_env(uid: Option<&OsStr>, gid: Option<&OsStr>) -> Result<Invoker, SudoError> {
         let id = |k: &str, v: &OsStr| {
             v.to_str()
                 .and_then(|s| s.parse::<u32>().ok())
-                .ok_or_else(|| JobError::Sudo(format!("{k}={v:?} is not a numeric id")))
+                .ok_or_else(|| SudoError(format!("{k}={v:?} is not a numeric id")))
         };
         match (uid, gid) {
             (None, None) => Ok(Invoker {
@@ -40,8 +46,8 @@ impl Invoker {
                 uid: id("SUDO_UID", u)?,
                 gid: id("SUDO_GID", g)?,
             }),
-            (Some(_), None) => Err(JobError::Sudo("SUDO_UID is set without SUDO_GID".into())),
-            (None, Some(_)) => Err(JobError::Sudo("SUDO_GID is set without SUDO_UID".into())),
+            (Some(_), None) => Err(SudoError("SUDO_UID is set without SUDO_GID".into())),
+            (None, Some(_)) => Err(SudoError("SUDO_GID is set without SUDO_UID".into())),
         }
     }
 }
