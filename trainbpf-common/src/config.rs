@@ -96,6 +96,10 @@ pub struct Config {
     pub pg_head: i64,
     /// The page size, bytes.
     pub page_size: i64,
+    /// The largest folio a process maps, as an order: a PMD's worth of
+    /// pages (`PAGE_SHIFT - 3`, 9 with 4 KiB pages). Larger blocks in the
+    /// page probes are the allocator's own.
+    pub max_folio_order: i64,
     /// `record --stacks`: a process's user stack is taken each time its
     /// added memory climbs this many pages above its last high (0: off).
     pub stack_every_pages: i64,
@@ -193,6 +197,7 @@ impl Config {
         folio_flags_1: -1,
         pg_head: -1,
         page_size: 4096,
+        max_folio_order: 9,
         stack_every_pages: 0,
         ebpf_log: 0,
         task_files: -1,

@@ -28,6 +28,12 @@ pub struct Counters {
     pub fork_pages: u64,
     /// Pages allocated or freed in interrupt context: nobody's.
     pub irq_pages: u64,
+    /// Pages allocated or freed in blocks larger than a PMD, in some
+    /// process's context: no process maps such a block, so they are the
+    /// allocator's own (seen: 128 MiB at a time, 32 blocks of 4 MiB, freed
+    /// in a copy-on-write writer's context on a VM that reports free memory
+    /// to its host), never the process's growth or shrinkage.
+    pub block_pages: u64,
     /// Growth stacks (`record --stacks`) not aggregated because the
     /// per-stack map or the high-water map was full: lost events.
     pub stack_map_full: u64,

@@ -443,6 +443,23 @@ pub fn task_new(_ctx: BtfTracePointContext) -> u32 {
     0
 }
 
+/// A block larger than a PMD (`order` above `PAGE_SHIFT - 3`: 9 with 4 KiB
+/// pages) is not a process's memory: no folio a process maps is larger,
+/// anonymous, shmem or file. Such blocks pass through the page probes in a
+/// process's context when the allocator moves its own free memory (on a VM
+/// that reports free pages to its host, 32 blocks of 4 MiB at a time, seen
+/// taking 128 MiB off a copy-on-write writer's figure, again and again):
+/// counted apart, in `Counters::block_pages`, and nowhere else.
+#[inline(always)]
+fn outsized(order: u32, pages: u64) -> bool {
+    if order <= conf!(max_folio_order) as u32 {
+        return false;
+    }
+    // SAFETY: per-CPU slot, this CPU only.
+    counters_add(|k| unsafe { (*k).block_pages += pages });
+    true
+}
+
 /// `__GFP_MOVABLE` and `__GFP_ZERO` (include/linux/gfp_types.h): 0x08 and
 /// 0x100 on every kernel with tp_btf (5.5+); 6.8's enum of flag bits kept
 /// both where they were.
@@ -458,11 +475,15 @@ pub fn page_alloc(ctx: BtfTracePointContext) -> u32 {
     }
     let order: u32 = ctx.arg(1);
     let gfp: u32 = ctx.arg(2);
+    let pages = 1u64 << (order & 15);
+    if outsized(order, pages) {
+        return 0;
+    }
     // A zeroed page that can't move, one at a time: a page table
     // (GFP_PGTABLE_USER), the one allocation that mapping memory the
     // process did not allocate still makes.
     let page_table = order == 0 && gfp & (GFP_MOVABLE | GFP_ZERO) == GFP_ZERO;
-    account::<false>(ALLOC, 1u64 << (order & 15), page_table, ctx.as_ptr())
+    account::<false>(ALLOC, pages, page_table, ctx.as_ptr())
 }
 
 /// `page_alloc` with growth stacks (`record --stacks`): attached in its
@@ -475,15 +496,23 @@ pub fn page_alloc_stacks(ctx: BtfTracePointContext) -> u32 {
     }
     let order: u32 = ctx.arg(1);
     let gfp: u32 = ctx.arg(2);
+    let pages = 1u64 << (order & 15);
+    if outsized(order, pages) {
+        return 0;
+    }
     let page_table = order == 0 && gfp & (GFP_MOVABLE | GFP_ZERO) == GFP_ZERO;
-    account::<true>(ALLOC, 1u64 << (order & 15), page_table, ctx.as_ptr())
+    account::<true>(ALLOC, pages, page_table, ctx.as_ptr())
 }
 
 /// `mm_page_free(struct page *page, unsigned int order)`.
 #[btf_tracepoint(function = "mm_page_free")]
 pub fn page_free(ctx: BtfTracePointContext) -> u32 {
     let order: u32 = ctx.arg(1);
-    account::<false>(FREE, 1u64 << (order & 15), false, ctx.as_ptr())
+    let pages = 1u64 << (order & 15);
+    if outsized(order, pages) {
+        return 0;
+    }
+    account::<false>(FREE, pages, false, ctx.as_ptr())
 }
 
 /// Pages in a folio: `1 << folio_order()`, the order in the second page's

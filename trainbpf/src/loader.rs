@@ -235,6 +235,8 @@ fn config(kbtf: &KernelBtf, t: &Tunables, page_size: u64) -> Result<Config, Load
         -1
     };
     config.page_size = page_size as i64;
+    // A PMD holds page_size / 8 entries: its order is log2 of that.
+    config.max_folio_order = i64::from((page_size.max(8) / 8).trailing_zeros());
     config.procs_max = i64::from(t.proc_map_entries);
     config.procs_job_reserve = i64::from(t.proc_map_entries / 4);
     config.stack_every_pages = t
