@@ -304,7 +304,8 @@ impl StackCollector {
             let r = self.readers.run(FILES_DEADLINE, move || {
                 let b = Backing::of(tgid).ok();
                 held.refresh(tgid, b.as_ref());
-                let r = symbolize::resolve_here(tgid, &ips_owned, b.as_ref());
+                let r = symbolize::resolve_here(tgid, &ips_owned, b.as_ref())
+                    .or_else(|e| held.name_all(&ips_owned, &e));
                 (held, r)
             });
             match r {

@@ -100,6 +100,36 @@ impl Mapped {
         }
     }
 
+    /// Each stack named from the held files alone, with why: for a process
+    /// that is dying, whose `/proc/PID` is still there but whose maps are
+    /// gone already (`why`: what reading them said). Held nothing: `why`.
+    pub fn name_all(
+        &self,
+        stacks: &[Vec<u64>],
+        why: &str,
+    ) -> Result<Vec<super::symbolize::Resolved>, String> {
+        if self.maps.is_empty() {
+            return Err(why.to_string());
+        }
+        let note = bounded(&format!("{why}; named from the files it ran"));
+        Ok(stacks
+            .iter()
+            .map(|ips| {
+                let mut frames: Vec<Frame> = ips
+                    .iter()
+                    .take(trainbpf_report::decode::stacks::MAX_FRAMES)
+                    .map(|&addr| Frame {
+                        kind: "native".into(),
+                        addr,
+                        ..Default::default()
+                    })
+                    .collect();
+                self.name(&mut frames);
+                (frames, Some(note.clone()))
+            })
+            .collect())
+    }
+
     /// Names the frames still unnamed from the held files: their file
     /// offsets, each file's symbols and line tables read anew (a fresh
     /// symbolizer: a descriptor's path names another file once closed).
