@@ -195,9 +195,10 @@ int main(void) {
 "#;
 
 /// A process of 2,000 threads: their stacks at death (1.6 KiB each, 3.2
-/// MiB in all) overflow the precious ring's half even while the collector
-/// drains it (600 threads' 960 KiB sometimes fitted). The kill and the exit are still
-/// recorded, and the stacks that did not fit are counted as lost.
+/// MiB in all) are more than the precious ring's half holds at once. How
+/// many fit depends on how fast the collector drains (all of them, on a
+/// quiet machine, about 330 under a full test run): either way the kill
+/// and the exit are recorded, and every stack is kept or counted as lost.
 #[test]
 fn many_threads_never_push_out_the_kill() {
     require_root();
@@ -236,7 +237,6 @@ fn many_threads_never_push_out_the_kill() {
     eprintln!("stacks at death kept {kept}, lost {lost}");
     assert_eq!(lost_of("exit"), 0, "{}", r["lost"]);
     assert!(kept + lost >= 2001, "kept {kept} + lost {lost}");
-    assert!(lost > 0, "2,000 threads fit? kept {kept}");
     assert!(
         r["deaths"]
             .as_array()
