@@ -48,7 +48,7 @@ use crate::{
         safe_file::{self, Place},
     },
 };
-use collect::{Attached, collect};
+use collect::{Attached, Start, collect};
 pub use error::RecordError;
 use error::io_err;
 use job::MemCgroup;
@@ -195,23 +195,24 @@ pub fn run(mut opts: RecordOptions) -> Result<Outcome, RecordError> {
         .build()
         .map_err(io_err("starting the runtime"))?;
     let attached = !matches!(opts.target, Target::Run(_));
-    let (status, recording) = rt.block_on(collect(
+    let (status, recording) = rt.block_on(collect(Start {
         loaded,
         writer,
-        opts.target,
-        Attached {
+        target: opts.target,
+        attached: Attached {
             watcher,
             cgroup: cgroup_dir,
         },
         invoker,
         job_adj,
-        cgroup.as_ref(),
+        cgroup: cgroup.as_ref(),
         sigfd,
-        crate::record::live::status::Status::new(opts.quiet, opts.leaks.clone()),
-        opts.flight
+        status: crate::record::live::status::Status::new(opts.quiet, opts.leaks.clone()),
+        flight: opts
+            .flight
             .map(|f| crate::record::compact::Flight::new(place.clone(), f)),
         outputs,
-    ))?;
+    }))?;
     if !place.still_names(&recording) {
         eprintln!(
             "trainbpf: warning: {} no longer names this recording (moved or replaced while recording); the verdict is read from what the recorder wrote",

@@ -33,23 +33,37 @@ use crate::{
 /// The kernel's map of the job's processes.
 type JobMap = aya::maps::HashMap<MapData, u32, u32>;
 
-#[allow(
-    clippy::too_many_arguments,
-    reason = "each is a different part the collector owns; a struct of them would only rename the list"
-)]
-pub(super) async fn collect(
-    loaded: Loaded,
-    writer: Writer<File>,
-    target: Target,
-    attached: Attached,
-    invoker: Invoker,
-    job_adj: i32,
-    cgroup: Option<&MemCgroup>,
-    sigfd: SignalFd,
-    status: crate::record::live::status::Status,
-    flight: Option<crate::record::compact::Flight>,
-    outputs: crate::record::live::metrics::Setup,
-) -> Result<(Option<ExitStatus>, File), RecordError> {
+/// What `record.rs` set up for the collector, handed over whole.
+pub(super) struct Start<'a> {
+    pub(super) loaded: Loaded,
+    pub(super) writer: Writer<File>,
+    pub(super) target: Target,
+    pub(super) attached: Attached,
+    pub(super) invoker: Invoker,
+    /// The `oom_score_adj` the job starts with.
+    pub(super) job_adj: i32,
+    /// The job's own cgroup (`--memory-limit`).
+    pub(super) cgroup: Option<&'a MemCgroup>,
+    pub(super) sigfd: SignalFd,
+    pub(super) status: crate::record::live::status::Status,
+    pub(super) flight: Option<crate::record::compact::Flight>,
+    pub(super) outputs: crate::record::live::metrics::Setup,
+}
+
+pub(super) async fn collect(start: Start<'_>) -> Result<(Option<ExitStatus>, File), RecordError> {
+    let Start {
+        loaded,
+        writer,
+        target,
+        attached,
+        invoker,
+        job_adj,
+        cgroup,
+        sigfd,
+        status,
+        flight,
+        outputs,
+    } = start;
     let Loaded {
         mut ebpf,
         events,
