@@ -19,3 +19,22 @@ pub fn write_stdout(s: &str) -> std::io::Result<()> {
         r => r,
     }
 }
+
+/// A unit test that reads what only CAP_SYS_ADMIN may (a process's
+/// `/proc/PID/map_files`): false, and said, when it can't, so that a plain
+/// `cargo test` passes unprivileged; under `cargo xtask test`
+/// (`TRAINBPF_PRIVILEGED_REQUIRED`) a missing privilege fails the test
+/// instead.
+#[cfg(test)]
+pub(crate) fn privileged(what: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    assert!(
+        std::env::var_os("TRAINBPF_PRIVILEGED_REQUIRED").is_none(),
+        "{what} needs root, and TRAINBPF_PRIVILEGED_REQUIRED is set"
+    );
+    eprintln!("skipped without root: {what}");
+    false
+}

@@ -180,6 +180,9 @@ mod tests {
     /// This test's own function, named from its held file alone.
     #[test]
     fn names_a_frame_from_the_held_file() {
+        if !crate::util::privileged("opening /proc/self/map_files") {
+            return;
+        }
         let mut m = Mapped::default();
         m.refresh(std::process::id(), None);
         assert!(!m.maps.is_empty());

@@ -217,6 +217,9 @@ mod tests {
 
     #[test]
     fn resolves_a_live_process() {
+        if !crate::util::privileged("resolving through /proc/self/map_files") {
+            return;
+        }
         let ip = resolves_a_live_process as *const () as usize as u64;
         let frames = Native::new()
             .resolve(std::process::id(), &[&[ip]], None)
