@@ -40,7 +40,12 @@ fn the_heaviest_native_stack_names_grow_here_and_its_line() {
     let stacks = top["stacks"].as_array().expect("growers[].stacks");
     assert!(!stacks.is_empty(), "no stacks for the top grower: {top}");
     let heavy = &stacks[0];
-    eprintln!("heaviest stack: {} kB, {}", heavy["kb"], frame_names(heavy));
+    eprintln!(
+        "heaviest stack: {} kB, {} (note: {})",
+        heavy["kb"],
+        frame_names(heavy),
+        heavy["error"]
+    );
     let f0 = &heavy["frames"][0];
     assert_eq!(f0["function"], "grow_here", "{}", frame_names(heavy));
     assert_eq!(f0["kind"], "native");

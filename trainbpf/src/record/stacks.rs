@@ -125,6 +125,10 @@ impl StackCollector {
         self.mapped.remove(&proc);
         self.execed.push((proc.tgid, ts));
         self.locate.push(proc);
+        // Its files are held now, not after the next drain: a job killed
+        // within a drain's interval of its exec still has its stacks
+        // named from them.
+        self.hold_files(proc);
     }
 
     /// A job process forked: a located Python's child runs the same
@@ -222,7 +226,6 @@ impl StackCollector {
         }
         self.pythons.retry(&mut self.maps.py_procs);
         for p in std::mem::take(&mut self.locate) {
-            self.hold_files(p);
             self.pythons.ensure(p, &mut self.maps.py_procs);
         }
         (
@@ -297,7 +300,9 @@ impl StackCollector {
         let parent = proc.and_then(|p| self.pythons.parent_of(p)).filter(|pp| {
             !self.exited.contains(pp) && crate::record::samplers::procfs::alive(pp.tgid)
         });
-        let resolved = if let (true, Some(proc)) = (alive, proc) {
+        let resolved = if alive && crate::record::samplers::procfs::runs_the_recorder(tgid) {
+            Err("taken in the recorder's own code, before the job's exec: not named".into())
+        } else if let (true, Some(proc)) = (alive, proc) {
             // The process's files are held for its stack at death, and its
             // frames resolved, on a worker: both read what it maps.
             let mut held = self.mapped.remove(&proc).unwrap_or_default();
@@ -305,6 +310,7 @@ impl StackCollector {
                 let b = Backing::of(tgid).ok();
                 held.refresh(tgid, b.as_ref());
                 let r = symbolize::resolve_here(tgid, &ips_owned, b.as_ref())
+                    .map(|v| held.name_unresolved(v))
                     .or_else(|e| held.name_all(&ips_owned, &e));
                 (held, r)
             });
@@ -334,6 +340,25 @@ impl StackCollector {
                     }
                     v
                 })
+        } else if let Some((proc, held)) = proc.and_then(|p| Some((p, self.mapped.remove(&p)?))) {
+            // Gone, but the files it ran are held (since its exec): a
+            // process killed before the first drain that saw its stacks
+            // is the one whose stacks matter most. Read on a worker, as
+            // every file of the job is.
+            let r = self.readers.run(FILES_DEADLINE, move || {
+                let r = held.name_all(
+                    &ips_owned,
+                    "the process was gone before its stack was resolved",
+                );
+                (held, r)
+            });
+            match r {
+                Ok((held, r)) => {
+                    self.mapped.insert(proc, held);
+                    r
+                }
+                Err(e) => Err(bounded(&format!("native frames not read: {e}"))),
+            }
         } else {
             Err("the process was gone before its stack was resolved".into())
         };

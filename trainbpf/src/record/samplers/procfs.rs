@@ -204,6 +204,21 @@ pub fn ppid(pid: u32) -> Option<u32> {
     rest.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// Whether `pid` runs the recorder's own program: the job's first
+/// process between its fork from the recorder and its exec. What it runs
+/// then is the recorder's code, not the job's, and reading its symbols
+/// (a debug build's are hundreds of MB) would only delay the job's own.
+pub fn runs_the_recorder(pid: u32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let (Ok(theirs), Ok(ours)) = (
+        fs::metadata(format!("/proc/{pid}/exe")),
+        fs::metadata("/proc/self/exe"),
+    ) else {
+        return false;
+    };
+    (theirs.dev(), theirs.ino()) == (ours.dev(), ours.ino())
+}
+
 /// Whether the process still runs: it exists and is not a zombie waiting
 /// for its parent to reap it.
 pub fn alive(tgid: u32) -> bool {
@@ -219,6 +234,19 @@ pub fn alive(tgid: u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_recorder_knows_its_own_program() {
+        assert!(runs_the_recorder(std::process::id()));
+        let mut child = std::process::Command::new("/bin/sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let theirs = runs_the_recorder(child.id());
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(!theirs);
+    }
 
     #[test]
     fn smaps_rollup_sums_private_and_shared() {

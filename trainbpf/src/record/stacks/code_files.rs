@@ -130,6 +130,23 @@ impl Mapped {
             .collect())
     }
 
+    /// Names from the held files the stacks of which no frame resolved:
+    /// an OOM victim's `/proc/PID` lives on while the kernel tears down
+    /// its memory, and its maps read empty before its exit is seen.
+    pub fn name_unresolved(
+        &self,
+        mut stacks: Vec<super::symbolize::Resolved>,
+    ) -> Vec<super::symbolize::Resolved> {
+        for (frames, why) in &mut stacks {
+            let Some(w) = why.as_deref() else { continue };
+            self.name(frames);
+            if frames.iter().any(|f| f.function.is_some()) {
+                *why = Some(bounded(&format!("{w}; named from the files it ran")));
+            }
+        }
+        stacks
+    }
+
     /// Names the frames still unnamed from the held files: their file
     /// offsets, each file's symbols and line tables read anew (a fresh
     /// symbolizer: a descriptor's path names another file once closed).

@@ -75,6 +75,9 @@ fn is_libpython(path: &str) -> bool {
 /// read.
 pub fn locate(pid: u32, backing: &Backing) -> Result<Located, PyError> {
     let proc_err = |what, source| PyError::Process { pid, what, source };
+    if crate::record::samplers::procfs::runs_the_recorder(pid) {
+        return Err(PyError::NotPython { pid });
+    }
     let maps = fs::read_to_string(format!("/proc/{pid}/maps"))
         .map_err(|e| proc_err("read its maps", e))?;
     let exe = fs::metadata(format!("/proc/{pid}/exe")).map_err(|e| proc_err("stat its exe", e))?;
