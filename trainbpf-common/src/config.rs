@@ -103,6 +103,12 @@ pub struct Config {
     /// `record --stacks`: a process's user stack is taken each time its
     /// added memory climbs this many pages above its last high (0: off).
     pub stack_every_pages: i64,
+    /// Where the user stack pointer a thread entered the kernel with lies,
+    /// from `task_struct.stack`: `THREAD_SIZE - sizeof(pt_regs) +
+    /// offsetof(pt_regs, sp)` (x86-64, whose user registers sit at the top
+    /// of the kernel stack). A growth stack reads the word there: the
+    /// return address of a leaf that set up no frame (-1: not read).
+    pub user_sp: i64,
     /// `record --ebpf-log`: the programs log what only they can see (a
     /// full map, a refused reserve, a read that failed) through aya-log.
     /// 0, the default, leaves every log call dead code that the verifier
@@ -199,6 +205,7 @@ impl Config {
         page_size: 4096,
         max_folio_order: 9,
         stack_every_pages: 0,
+        user_sp: -1,
         ebpf_log: 0,
         task_files: -1,
         files_fdt: -1,

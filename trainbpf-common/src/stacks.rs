@@ -18,6 +18,12 @@ pub struct StackKey {
     /// How the Python walk went: a `PY_*` state.
     pub py_state: u32,
     pub _pad: u32,
+    /// The word at the user stack pointer where it looks like a return
+    /// address (the bytes before it are a call), else 0: a leaf that set
+    /// up no frame (glibc's `memset`, `memcpy`, a syscall wrapper) has
+    /// its caller's return address there, which a frame-pointer walk,
+    /// starting at the caller's caller, skips.
+    pub leaf_ret: u64,
 }
 
 /// `StackKey::py_state`: not a Python process the collector located (no

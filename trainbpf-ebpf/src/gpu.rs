@@ -130,6 +130,9 @@ fn add_stack(ctx: &RetProbeContext, op: u32, tgid: u32, size: u64) {
             py_id,
             py_state,
             _pad: 0,
+            // At the return the instruction pointer is the caller's: no
+            // leaf to complete.
+            leaf_ret: 0,
         },
         size,
     );

@@ -16,6 +16,7 @@ use core::{
 };
 
 use aya_ebpf::{
+    helpers::bpf_get_current_task,
     maps::HashMap,
     programs::{BtfTracePointContext, tracing::StackIdContext},
 };
@@ -116,9 +117,68 @@ pub(crate) fn sample(ctx: *mut c_void, st: *mut ProcState, tgid: u32) {
             py_id,
             py_state,
             _pad: 0,
+            leaf_ret: leaf_ret(),
         },
         bytes,
     );
+}
+
+/// The word at the current thread's user stack pointer, where the code
+/// just before it is a call (`StackKey::leaf_ret`), else 0. Two user
+/// reads, once per stack taken. The collector puts it after the innermost
+/// frame where the frame-pointer walk did not already find it.
+#[inline(always)]
+fn leaf_ret() -> u64 {
+    let off = conf!(user_sp);
+    if off < 0 {
+        return 0;
+    }
+    // SAFETY: helper without preconditions.
+    let task = unsafe { bpf_get_current_task() };
+    let Ok(stack) = crate::rd::<u64>(task, conf!(task_stack)) else {
+        return 0;
+    };
+    let Ok(sp) = crate::rd::<u64>(stack, off) else {
+        return 0;
+    };
+    let Ok(ret) = user_u64(sp) else { return 0 };
+    if ret < 8 {
+        return 0;
+    }
+    let Ok(code) = user_u64(ret - 8) else {
+        return 0;
+    };
+    if ends_in_call(code.to_le_bytes()) {
+        ret
+    } else {
+        0
+    }
+}
+
+/// Whether the eight bytes before an address end in an x86-64 call: the
+/// forms compilers emit for a call to a function (direct `e8 rel32`,
+/// through the GOT `ff 15 disp32`, through a register `[41] ff d0+r`, or
+/// a pointer in memory `ff 50+r disp8`, `ff 90+r disp32`).
+#[inline(always)]
+fn ends_in_call(b: [u8; 8]) -> bool {
+    b[3] == 0xe8
+        || (b[2] == 0xff && (b[3] == 0x15 || b[3] & 0xf8 == 0x90))
+        || (b[6] == 0xff && b[7] & 0xf8 == 0xd0)
+        || (b[5] == 0xff && b[6] & 0xf8 == 0x50)
+}
+
+#[inline(always)]
+fn user_u64(addr: u64) -> Result<u64, i64> {
+    let mut v: u64 = 0;
+    // SAFETY: bpf_probe_read_user checks the address and fails cleanly.
+    let r = unsafe {
+        aya_ebpf::helpers::generated::bpf_probe_read_user(
+            (&mut v as *mut u64).cast::<c_void>(),
+            8,
+            addr as *const c_void,
+        )
+    };
+    if r == 0 { Ok(v) } else { Err(r) }
 }
 
 /// The current thread's user stack (native, by frame pointers, into

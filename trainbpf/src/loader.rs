@@ -234,6 +234,23 @@ fn config(kbtf: &KernelBtf, t: &Tunables, page_size: u64) -> Result<Config, Load
     } else {
         -1
     };
+    // The user registers sit at the top of the kernel stack on x86-64,
+    // below TOP_OF_KERNEL_STACK_PADDING: 16 bytes in a kernel built with
+    // FRED, none otherwise. Elsewhere the leaf's return address is not
+    // read.
+    let padding = if kbtf.has_func("fred_entry_from_user") {
+        16
+    } else {
+        0
+    };
+    config.user_sp = match (
+        cfg!(target_arch = "x86_64") && config.thread_size > 0,
+        kbtf.struct_size("pt_regs"),
+        kbtf.offset("pt_regs", &["sp"]),
+    ) {
+        (true, Some(size), sp) if sp >= 0 => config.thread_size - padding - size as i64 + sp,
+        _ => -1,
+    };
     config.page_size = page_size as i64;
     // A PMD holds page_size / 8 entries: its order is log2 of that.
     config.max_folio_order = i64::from((page_size.max(8) / 8).trailing_zeros());

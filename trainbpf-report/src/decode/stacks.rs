@@ -32,6 +32,11 @@ pub struct StackDelta {
     pub py_id: u64,
     #[serde(default, skip_serializing_if = "is_zero_u32")]
     pub py_state: u32,
+    /// The return address a frameless leaf left at the stack pointer
+    /// (`trainbpf_common::StackKey::leaf_ret`; 0: none): with the ids,
+    /// what names the stack. Absent in recordings before it.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub leaf_ret: u64,
     /// Bytes of new high and captures since the last record.
     pub bytes: u64,
     pub count: u64,
@@ -86,7 +91,20 @@ pub struct Frame {
     /// The executable or library the address lies in.
     #[serde(default)]
     pub module: Option<String>,
+    /// How the frame was found: `ip` (where the thread was), `stack
+    /// pointer` (the return address a leaf without a frame of its own
+    /// left on top of the stack), `frame pointer` (the frame-pointer
+    /// walk), `python` (the interpreter's frame chain). Absent in
+    /// recordings before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub found: Option<String>,
 }
+
+/// [`Frame::found`]'s values.
+pub const FOUND_IP: &str = "ip";
+pub const FOUND_SP: &str = "stack pointer";
+pub const FOUND_FP: &str = "frame pointer";
+pub const FOUND_PYTHON: &str = "python";
 
 fn is_zero_u64(v: &u64) -> bool {
     *v == 0

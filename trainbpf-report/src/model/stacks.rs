@@ -67,9 +67,10 @@ impl Entry {
 }
 
 /// Every process's growth stacks, as recorded.
-/// What names a recorded stack: the kernel's native stack id, and its
-/// Python frames' id and walk state (0, 0 for a native-only one).
-type StackName = (i32, u64, u32);
+/// What names a recorded stack: the kernel's native stack id, its
+/// Python frames' id and walk state (0, 0 for a native-only one), and the
+/// return address a frameless leaf left (0: none).
+type StackName = (i32, u64, u32, u64);
 
 #[derive(Clone, Debug, Default)]
 pub struct Stacks {
@@ -86,7 +87,7 @@ impl Stacks {
                 .procs
                 .entry(d.proc)
                 .or_default()
-                .entry((d.stack_id, d.py_id, d.py_state))
+                .entry((d.stack_id, d.py_id, d.py_state, d.leaf_ret))
                 .or_default();
             // The first record with frames names the stack, with its error
             // if it has one (addresses the process no longer mapped).
@@ -188,6 +189,7 @@ mod tests {
             frames,
             error: None,
             gpu: false,
+            leaf_ret: 0,
         }
     }
 
@@ -270,6 +272,7 @@ mod tests {
             file: Some("leak.py".into()),
             line: Some(4),
             module: None,
+            found: None,
         };
         let mut a = delta(1, 3, 100, Some(vec![py.clone()]));
         a.py_id = 11;
@@ -351,7 +354,7 @@ mod tests {
         }
         let st = s.of(key(1), None);
         assert_eq!(st[0].bytes, (MAX_DELTAS as u64 * 3) << 10);
-        assert!(s.procs[&key(1)][&(1, 0, 0)].deltas.len() <= MAX_DELTAS + 1);
+        assert!(s.procs[&key(1)][&(1, 0, 0, 0)].deltas.len() <= MAX_DELTAS + 1);
         // A cut-off counts at most what was recorded by then.
         let cut = s.of(key(1), Some(100));
         assert!(cut[0].bytes <= 101 << 10);

@@ -125,6 +125,11 @@ impl KernelBtf {
         self.member(struct_name, path).map(|(o, _)| o).unwrap_or(-1)
     }
 
+    /// The size of `struct name`, bytes.
+    pub fn struct_size(&self, name: &str) -> Option<usize> {
+        self.named_struct(name).map(|s| s.size())
+    }
+
     pub fn size_of(&self, t: &Type) -> Option<usize> {
         match skip_mods(&self.btf, t.clone()) {
             Type::Int(i) => Some(i.size()),

@@ -36,12 +36,13 @@ use crate::record::samplers::procfs::{
 /// pair named once is never resolved again.
 const MAX_NAMED: usize = 1 << 20;
 
-/// What names a stack of a process: the native stack's id, and the Python
-/// frames' id and walk state.
-type StackName = (i32, u64, u32);
+/// What names a stack of a process: the native stack's id, the Python
+/// frames' id and walk state, and the return address a frameless leaf
+/// left.
+type StackName = (i32, u64, u32, u64);
 
 fn name_of(k: &StackKey) -> StackName {
-    (k.stack_id, k.py_id, k.py_state)
+    (k.stack_id, k.py_id, k.py_state, k.leaf_ret)
 }
 
 pub struct StackCollector {
@@ -195,6 +196,7 @@ impl StackCollector {
                 stack_id: k.stack_id,
                 py_id: k.py_id,
                 py_state: k.py_state,
+                leaf_ret: k.leaf_ret,
                 bytes: v.bytes,
                 count: v.count,
                 frames: None,
@@ -265,6 +267,7 @@ impl StackCollector {
             .collect();
         let mut ips: Vec<Vec<u64>> = Vec::with_capacity(idx.len());
         let mut ok: Vec<usize> = Vec::with_capacity(idx.len());
+        let mut via_sp: Vec<bool> = Vec::with_capacity(idx.len());
         for &i in idx {
             if out[i].stack_id < 0 {
                 continue;
@@ -280,7 +283,15 @@ impl StackCollector {
                     {
                         *ip = ip.saturating_sub(1);
                     }
+                    // A leaf that set up no frame: its caller, which the
+                    // frame-pointer walk skipped, from the stack's top.
+                    let leaf = out[i].leaf_ret;
+                    let sp = leaf != 0 && !v.is_empty() && v.get(1) != Some(&leaf);
+                    if sp {
+                        v.insert(1, leaf);
+                    }
                     ips.push(v);
+                    via_sp.push(sp);
                     ok.push(i);
                 }
                 Err(e) => {
@@ -388,6 +399,7 @@ impl StackCollector {
             {
                 first.addr = first.addr.saturating_add(1);
             }
+            found(&mut f, via_sp[n]);
             out[i].frames = Some(f);
         }
         for (&i, (py, note)) in idx.iter().zip(python) {
@@ -395,7 +407,7 @@ impl StackCollector {
             self.python(&mut out[i], py, note);
             let d = &out[i];
             self.named
-                .insert((d.proc, (d.stack_id, d.py_id, d.py_state), d.gpu));
+                .insert((d.proc, (d.stack_id, d.py_id, d.py_state, d.leaf_ret), d.gpu));
         }
     }
 
@@ -457,6 +469,21 @@ impl StackCollector {
             _pad: 0,
             start_ns: p.start_ns,
         });
+    }
+}
+
+/// Says how each native frame was found: the innermost where the thread
+/// was, the second from the stack's top where `via_sp`, the rest by the
+/// frame-pointer walk.
+fn found(frames: &mut [trainbpf_report::decode::stacks::Frame], via_sp: bool) {
+    use trainbpf_report::decode::stacks::{FOUND_FP, FOUND_IP, FOUND_SP};
+    for (i, f) in frames.iter_mut().enumerate() {
+        let how = match i {
+            0 => FOUND_IP,
+            1 if via_sp => FOUND_SP,
+            _ => FOUND_FP,
+        };
+        f.found = Some(how.into());
     }
 }
 

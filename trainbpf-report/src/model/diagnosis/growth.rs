@@ -115,6 +115,7 @@ mod tests {
             file: file.map(Into::into),
             line: file.map(|_| 12),
             module: module.map(Into::into),
+            found: None,
         }
     }
 

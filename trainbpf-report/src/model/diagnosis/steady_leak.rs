@@ -335,6 +335,7 @@ mod tests {
             file: Some(file.into()),
             line: Some(4),
             module: None,
+            found: None,
         };
         r.stacks.observe(
             10 * S,
@@ -355,6 +356,7 @@ mod tests {
                     ]),
                     error: None,
                     gpu: false,
+                    leaf_ret: 0,
                 }],
             },
         );

@@ -43,6 +43,12 @@ pub(crate) struct Frame {
     /// null). The interpreter's own native frames are folded away where
     /// its Python frames stand.
     pub kind: String,
+    /// How the frame was found: `ip` (where the thread was), `stack
+    /// pointer` (the return address a leaf that set up no frame, such as
+    /// `memcpy`, left on top of the stack: its caller), `frame pointer`
+    /// (the frame-pointer walk), `python` (the interpreter's frame
+    /// chain); null in recordings before it.
+    pub found: Option<String>,
     /// Source line; null without debug information.
     pub line: Option<u32>,
     /// The executable or library the address lies in.
@@ -107,6 +113,7 @@ fn frames(f: &[model::stacks::Frame]) -> Vec<Frame> {
             file: f.file.clone(),
             function: f.function.clone(),
             kind: f.kind.clone(),
+            found: f.found.clone(),
             line: f.line,
             module: f.module.clone(),
         })

@@ -21,6 +21,7 @@ fn native(function: &str, line: u32, addr: u64) -> Frame {
         file: Some("/src/grow.c".into()),
         line: Some(line),
         module: Some("/bin/grow".into()),
+        found: None,
     }
 }
 
@@ -35,6 +36,7 @@ fn delta(tgid: u32, start_ns: u64, id: i32, kb: u64, count: u64) -> StackDelta {
         frames: None,
         error: None,
         gpu: false,
+        leaf_ret: 0,
     }
 }
 

@@ -253,6 +253,7 @@ mod tests {
             file: Some("/src/grow.c".into()),
             line: Some(8),
             module: Some("/bin/grow".into()),
+            found: None,
         };
         assert_eq!(frame_text(&f), "/src/grow.c:8 in grow_here");
         let bare = Frame {

@@ -140,6 +140,7 @@ impl Native {
                             .map(|c| bounded(&c.to_path().display().to_string())),
                         line: sym.code_info.as_ref().and_then(|c| c.line),
                         module: sym.module.as_ref().map(|m| bounded(&m.to_string_lossy())),
+                        found: None,
                     },
                     Symbolized::Unknown(_) => Frame {
                         kind: "native".into(),

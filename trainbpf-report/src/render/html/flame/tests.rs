@@ -10,6 +10,7 @@ fn f(name: &str, line: u32) -> Frame {
         file: Some("/src/grow.c".into()),
         line: Some(line),
         module: Some("/bin/grow".into()),
+        found: None,
     }
 }
 
@@ -223,6 +224,7 @@ fn page_has_graphs_only_with_stacks() {
                 frames: Some(vec![f("grow_here", 6), f("main", 16)]),
                 error: None,
                 gpu: false,
+                leaf_ret: 0,
             }],
         },
     );

@@ -7,7 +7,7 @@ use trainbpf_common::{
     PY_DEEP, PY_EMPTY, PY_FAULT_FRAMES, PY_FAULT_THREADS, PY_MANY_THREADS, PY_MAX_FRAMES,
     PY_MAX_THREADS, PY_NO_THREAD, PY_NONE, PY_NOT_INIT, PY_OK, PY_STORE_FULL, PyProc, PyStack,
 };
-use trainbpf_report::decode::stacks::Frame;
+use trainbpf_report::decode::stacks::{FOUND_PYTHON, Frame};
 
 use super::super::symbolize::bounded;
 use crate::record::stacks::python::{
@@ -143,6 +143,7 @@ pub fn name_pairs(
             out.push(Frame {
                 kind: "python".into(),
                 addr: code,
+                found: Some(FOUND_PYTHON.into()),
                 ..Default::default()
             });
             continue;
@@ -160,12 +161,14 @@ pub fn name_pairs(
                 file: Some(bounded(&f.file)),
                 line: f.line.and_then(|l| u32::try_from(l).ok()),
                 module: None,
+                found: Some(FOUND_PYTHON.into()),
             }),
             Err(e) => {
                 note.get_or_insert_with(|| bounded(&format!("a Python frame: {e}")));
                 out.push(Frame {
                     kind: "python".into(),
                     addr: code,
+                    found: Some(FOUND_PYTHON.into()),
                     ..Default::default()
                 });
             }

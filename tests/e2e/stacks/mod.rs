@@ -194,3 +194,5 @@ fn without_stacks_nothing_is_taken() {
     assert!(!page.contains("class=\"flame\""));
     assert!(page.contains("<code>trainbpf record --stacks</code> takes them"));
 }
+
+mod leaf;

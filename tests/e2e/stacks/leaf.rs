@@ -1,0 +1,115 @@
+//! A leaf that sets up no frame of its own (glibc's `memcpy`): the
+//! frame-pointer walk starts at its caller's caller, so the function that
+//! called it is taken from the top of the stack instead, and each frame
+//! says how it was found. Built with frame pointers, and as pip wheels are
+//! built (`-O2 -fomit-frame-pointer`).
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use crate::support::*;
+use serde_json::Value;
+
+/// Grows through `memcpy` called from `grow_here`; nothing after the call
+/// may let the compiler turn it into a tail call (a jump, which leaves no
+/// return address into `grow_here` at all).
+const COPY_C: &str = r#"#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define CHUNK (1 << 20)
+static char src[CHUNK];
+volatile char sink;
+
+__attribute__((noinline, noclone)) char *grow_here(size_t n) {
+    char *p = malloc(n);
+    memcpy(p, src, n); /* COPY */
+    sink = p[n - 1];
+    return p;
+}
+
+__attribute__((noinline, noclone)) void step(void) {
+    grow_here(CHUNK);
+    usleep(5000);
+}
+
+int main(void) {
+    memset(src, 1, CHUNK);
+    for (;;)
+        step();
+}
+"#;
+
+fn build(dir: &TempDir, name: &str, flags: &[&str]) -> PathBuf {
+    let src = dir.path("copy.c");
+    std::fs::write(&src, COPY_C).unwrap();
+    let exe = dir.path(name);
+    let cc = Command::new("/usr/bin/cc")
+        .args(flags)
+        .args(["-g", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .expect("running /usr/bin/cc");
+    assert!(
+        cc.status.success(),
+        "cc: {}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    exe
+}
+
+/// The heaviest growth stack of the killed job's top grower.
+fn heaviest(flags: &[&str], name: &str) -> Value {
+    let dir = TempDir::new(name);
+    let exe = build(&dir, name, flags);
+    let rec = dir.path("l.rec");
+    let out = record(
+        &rec,
+        &["--stacks", "--memory-limit", "64M", "-q"],
+        &[exe.to_str().unwrap()],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("killed"), "no kill: {stderr}");
+    let r = report_json(&rec);
+    let top = &job_kill(&r)["growers"][0];
+    assert_eq!(top["victim"], true, "{top}");
+    let heavy = top["stacks"][0].clone();
+    eprintln!("{name}: heaviest stack {heavy}");
+    assert!(
+        u(&heavy["kb"]) >= 32 << 10,
+        "most of the growth is the copy's: {heavy}"
+    );
+    heavy
+}
+
+fn function(stack: &Value, i: usize) -> &str {
+    stack["frames"][i]["function"].as_str().unwrap_or("")
+}
+
+#[test]
+fn a_frameless_memcpy_keeps_its_caller_with_frame_pointers() {
+    require_root();
+    let _g = serial();
+    let s = heaviest(&["-O0", "-fno-omit-frame-pointer"], "leaf-fp");
+    let f = &s["frames"];
+    assert!(function(&s, 0).contains("mem"), "the copy itself: {s}");
+    assert_eq!(f[0]["found"], "ip", "{s}");
+    assert_eq!(function(&s, 1), "grow_here", "{s}");
+    assert_eq!(f[1]["found"], "stack pointer", "{s}");
+    let copy_line = COPY_C.lines().position(|l| l.contains("COPY")).unwrap() as u64 + 1;
+    assert_eq!(u(&f[1]["line"]), copy_line, "{s}");
+    assert_eq!(function(&s, 2), "step", "{s}");
+    assert_eq!(f[2]["found"], "frame pointer", "{s}");
+    assert_eq!(function(&s, 3), "main", "{s}");
+}
+
+#[test]
+fn a_frameless_memcpy_keeps_its_caller_without_frame_pointers() {
+    require_root();
+    let _g = serial();
+    let s = heaviest(&["-O2", "-fomit-frame-pointer"], "leaf-o2");
+    assert!(function(&s, 0).contains("mem"), "the copy itself: {s}");
+    assert_eq!(function(&s, 1), "grow_here", "{s}");
+    assert_eq!(s["frames"][1]["found"], "stack pointer", "{s}");
+}
