@@ -54,6 +54,7 @@ mod growers;
 pub mod identity;
 mod kernel_log;
 mod kills;
+pub(crate) mod lead;
 /// Several recordings of one job (one per node) on one timeline.
 pub mod merge;
 pub use merge::{Merged, Source};

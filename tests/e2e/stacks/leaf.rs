@@ -80,6 +80,39 @@ fn heaviest(flags: &[&str], name: &str) -> Value {
         u(&heavy["kb"]) >= 32 << 10,
         "most of the growth is the copy's: {heavy}"
     );
+    // The text leads with the job's own line: the kill's "Most likely"
+    // cites it, and the stack under the growers starts there, with the
+    // copy named as what ran inside it.
+    let text = Command::new(bin())
+        .arg("report")
+        .arg(&rec)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout).replace("\n               ", " ");
+    eprintln!("{text}");
+    let line = COPY_C.lines().position(|l| l.contains("COPY")).unwrap() + 1;
+    assert!(
+        text.contains(&format!("did not fit, in grow_here (copy.c:{line})")),
+        "the verdict cites grow_here:\n{text}"
+    );
+    let led = text
+        .split("Where the top growers' memory came from")
+        .nth(1)
+        .expect("growers' stacks in the text");
+    // After the section's, the grower's and the stack's headings, and a
+    // note (`[...]`) where the stack has one.
+    let first = led
+        .lines()
+        .skip(3)
+        .find(|l| !l.trim().starts_with('['))
+        .unwrap_or("");
+    assert!(
+        first
+            .trim()
+            .ends_with(&format!("copy.c:{line} in grow_here")),
+        "the stack starts at grow_here: {first:?}\n{led}"
+    );
+    assert!(led.contains("(inside it: __mem"), "{led}");
     heavy
 }
 

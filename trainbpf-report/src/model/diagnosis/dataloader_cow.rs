@@ -12,7 +12,7 @@
 
 use super::workers::{self, Workers, pct, pid_list, who};
 use super::{Confidence, Diagnosis};
-use crate::model::{Report, stacks::Frame};
+use crate::model::{Report, lead};
 use crate::units::human_kb;
 
 /// The workers' copies are "a large share" of the limit from here.
@@ -60,7 +60,7 @@ fn diagnose(report: &Report, w: &Workers<'_>) -> Option<Diagnosis> {
     }
     let n = w.workers.len();
     let limit = human_kb(w.limit_kb);
-    let title = format!(
+    let mut title = format!(
         "DataLoader workers copied the parent's dataset: {n} workers added {} ({}% of the {limit} {})",
         human_kb(added),
         pct(added, w.limit_kb),
@@ -106,8 +106,10 @@ fn diagnose(report: &Report, w: &Workers<'_>) -> Option<Diagnosis> {
             w.limit_word()
         ),
     ];
-    if let Some(line) = stack_line(report, w) {
-        evidence.push(line);
+    let line = stack_line(report, w);
+    if let Some((text, at)) = &line {
+        evidence.push(text.clone());
+        title.push_str(&format!(", in {at}"));
     }
     let per_worker = copies.iter().map(|c| c.1).max().unwrap_or(0);
     let fix = vec![
@@ -135,33 +137,29 @@ fn diagnose(report: &Report, w: &Workers<'_>) -> Option<Diagnosis> {
 }
 
 /// Where the workers were reading when they copied, from their growth
-/// stacks (`record --stacks`): the heaviest stack with a named Python
-/// frame, of the worker that added most and has one.
-fn stack_line(report: &Report, w: &Workers<'_>) -> Option<String> {
+/// stacks (`record --stacks`): the heaviest stack led by a named frame
+/// (the user's own line where there is one, `lead`), of the worker that
+/// added most and has one. The evidence line, and the frame as cited.
+fn stack_line(report: &Report, w: &Workers<'_>) -> Option<(String, String)> {
     let kill = &report.kills[w.kill];
     w.workers.iter().find_map(|x| {
         let g = kill
             .growers
             .iter()
             .find(|g| g.pid == x.proc.pid && g.start_ns == x.proc.start_ns)?;
-        report.grower_stacks(kill, g).iter().find_map(|st| {
-            let f: &Frame = st
-                .frames
-                .iter()
-                .find(|f| f.kind == "python" && f.function.is_some())?;
-            let at = match (&f.file, f.line) {
-                (Some(file), Some(line)) => {
-                    format!(" ({}:{line})", file.rsplit('/').next().unwrap_or(file))
-                }
-                _ => String::new(),
-            };
-            Some(format!(
-                "worker {} copied while in {}(){at}: {} of its growth stacks",
-                x.proc.pid,
-                f.function.as_deref().unwrap_or("?"),
-                human_kb(st.bytes / 1024)
-            ))
-        })
+        lead::by_lead(&report.grower_stacks(kill, g))
+            .iter()
+            .find_map(|st| {
+                let at = lead::cite(&st.frames[st.lead?]);
+                Some((
+                    format!(
+                        "worker {} copied while in {at}: {} of its growth stacks",
+                        x.proc.pid,
+                        human_kb(st.bytes / 1024)
+                    ),
+                    at,
+                ))
+            })
     })
 }
 

@@ -95,13 +95,17 @@ fn of_kill(r: &Report, k: &Kill, i: usize) -> Option<Diagnosis> {
     let name = who(r, &g.comm, g.pid, g.start_ns);
     let grew = to.saturating_sub(from);
     let secs = (span as f64 / SEC as f64).max(0.05);
-    let title = format!(
+    let place = grower_place(r, k, g.pid, g.start_ns);
+    let mut title = format!(
         "{name} grew {} in {}, {:.0}% of the {} {what}: one step's allocation did not fit",
         human_kb(grew),
         human_secs(span),
         grew as f64 / limit.max(1) as f64 * 100.0,
         human_kb(limit)
     );
+    if let Some((_, at)) = &place {
+        title.push_str(&format!(", in {at}"));
+    }
     let mut evidence = vec![format!(
         "{name} went from {} to {} resident in the {} before the kill (+{})",
         human_kb(from),
@@ -121,7 +125,6 @@ fn of_kill(r: &Report, k: &Kill, i: usize) -> Option<Diagnosis> {
         ));
     }
     evidence.push(format!("The {what} it ran into: {}", human_kb(limit)));
-    let place = grower_place(r, k, g.pid, g.start_ns);
     if let Some((bytes, at)) = &place {
         evidence.push(format!(
             "Its heaviest growth stack: {} of new highs through {at}",

@@ -2,7 +2,7 @@
 //! ran into, a process's name as the evidence gives it, and where that
 //! process's memory came from when `record --stacks` took its stacks.
 
-use crate::model::stacks::Frame;
+use crate::model::lead;
 use crate::model::{Constraint, GrowthStack, Kill, Report};
 
 /// The limit a kill ran into, kB, and what it was: the memory cgroup's as
@@ -41,52 +41,14 @@ pub(super) fn who(r: &Report, comm: &str, pid: u32, start_ns: u64) -> String {
     }
 }
 
-/// The frame that says where memory grows: the innermost Python frame,
-/// else the innermost native frame with a source line outside the
-/// allocator and the interpreter, else the innermost named one.
-fn place(frames: &[Frame]) -> Option<String> {
-    let text = |f: &Frame| {
-        let func = f.function.as_deref().unwrap_or("?");
-        match (&f.file, f.line) {
-            (Some(file), Some(line)) => format!("{file}:{line} in {func}"),
-            _ => match &f.module {
-                Some(m) => format!("{func} ({m})"),
-                None => func.to_string(),
-            },
-        }
-    };
-    let plumbing = |f: &Frame| {
-        let module = f.module.as_deref().unwrap_or("");
-        let func = f.function.as_deref().unwrap_or("");
-        module.contains("libc.so")
-            || module.contains("ld-linux")
-            || module.contains("libpython")
-            || ["malloc", "calloc", "realloc", "memset", "memcpy", "mmap"]
-                .iter()
-                .any(|p| func.contains(p))
-            || func.starts_with("Py")
-            || func.starts_with("_Py")
-    };
-    frames
-        .iter()
-        .find(|f| f.kind == "python" && f.function.is_some())
-        .or_else(|| {
-            frames
-                .iter()
-                .find(|f| f.file.is_some() && f.line.is_some() && !plumbing(f))
-        })
-        .or_else(|| frames.iter().find(|f| f.function.is_some() && !plumbing(f)))
-        .map(text)
-}
-
-/// The heaviest growth stack among `stacks` with a frame that names a
-/// place: its bytes and that place.
+/// The heaviest growth stack among `stacks`, those that differ only below
+/// the user's own line merged (`lead`), with a frame that names a place:
+/// its bytes and that place, as `function (file:line)`.
 pub(super) fn heaviest(stacks: &[GrowthStack]) -> Option<(u64, String)> {
-    stacks
-        .iter()
+    lead::by_lead(stacks)
+        .into_iter()
         .filter(|s| s.bytes > 0)
-        .max_by_key(|s| s.bytes)
-        .and_then(|s| Some((s.bytes, place(&s.frames)?)))
+        .find_map(|s| Some((s.bytes, lead::cite(&s.frames[s.lead?]))))
 }
 
 /// Where a kill's grower's memory came from, up to the kill; else over the
@@ -106,6 +68,7 @@ pub(super) fn grower_place(r: &Report, k: &Kill, pid: u32, start_ns: u64) -> Opt
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::stacks::Frame;
 
     fn frame(kind: &str, func: &str, file: Option<&str>, module: Option<&str>) -> Frame {
         Frame {
@@ -120,33 +83,33 @@ mod tests {
     }
 
     #[test]
-    fn the_place_skips_the_allocator_and_prefers_python() {
+    fn the_place_skips_the_allocator_and_prefers_the_users_code() {
         let native = vec![
             frame("native", "malloc", None, Some("/usr/lib/libc.so.6")),
-            frame("native", "grow_here", Some("grow.c"), Some("/tmp/grow")),
-            frame("native", "main", Some("grow.c"), Some("/tmp/grow")),
+            frame(
+                "native",
+                "grow_here",
+                Some("/tmp/grow.c"),
+                Some("/tmp/grow"),
+            ),
+            frame("native", "main", Some("/tmp/grow.c"), Some("/tmp/grow")),
         ];
-        assert_eq!(place(&native).unwrap(), "grow.c:12 in grow_here");
         let mut py = native.clone();
         py.insert(1, frame("python", "leak_step", Some("train.py"), None));
-        assert_eq!(place(&py).unwrap(), "train.py:12 in leak_step");
-        let stacks = vec![
-            GrowthStack {
-                bytes: 1 << 20,
-                count: 1,
-                frames: py,
-                error: None,
-            },
-            GrowthStack {
-                bytes: 8 << 20,
-                count: 8,
-                frames: native,
-                error: None,
-            },
-        ];
+        let one = |bytes: u64, frames: Vec<Frame>| GrowthStack {
+            bytes,
+            count: 1,
+            frames,
+            error: None,
+        };
+        assert_eq!(
+            heaviest(&[one(1 << 20, py.clone())]),
+            Some((1 << 20, "leak_step (train.py:12)".into()))
+        );
+        let stacks = vec![one(1 << 20, py), one(8 << 20, native)];
         assert_eq!(
             heaviest(&stacks),
-            Some((8 << 20, "grow.c:12 in grow_here".into()))
+            Some((8 << 20, "grow_here (grow.c:12)".into()))
         );
         assert_eq!(heaviest(&[]), None);
     }

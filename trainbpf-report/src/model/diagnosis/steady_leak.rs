@@ -86,6 +86,10 @@ fn of_kill(r: &Report, k: &Kill, i: usize) -> Option<Diagnosis> {
     if let Some((l, what)) = limit {
         title.push_str(&format!(" of the {} {what}", human_kb(l)));
     }
+    let place = grower_place(r, k, pid, t.start_ns);
+    if let Some((_, at)) = &place {
+        title.push_str(&format!(", in {at}"));
+    }
     let mut evidence = vec![format!(
         "{name} climbed +{} from +{:.1} s until the kill at +{:.1} s (the line explains {:.0}% of it)",
         human_rate(t.slope_kb_per_s),
@@ -124,7 +128,6 @@ fn of_kill(r: &Report, k: &Kill, i: usize) -> Option<Diagnosis> {
             ));
         }
     }
-    let place = grower_place(r, k, pid, t.start_ns);
     if let Some((bytes, at)) = &place {
         evidence.push(format!(
             "Its heaviest growth stack: {} of new highs through {at}",
@@ -363,13 +366,17 @@ mod tests {
         let d = run(&r);
         assert!(
             d[0].evidence.contains(
-                &"Its heaviest growth stack: 150 MiB of new highs through train.py:4 in leak_step"
+                &"Its heaviest growth stack: 150 MiB of new highs through leak_step (train.py:4)"
                     .to_string()
             ),
             "{d:#?}"
         );
         assert!(
-            d[0].fix[0].starts_with("It grows at train.py:4 in leak_step: "),
+            d[0].title.ends_with(", in leak_step (train.py:4)"),
+            "the kill's line cites the user's own frame: {d:#?}"
+        );
+        assert!(
+            d[0].fix[0].starts_with("It grows at leak_step (train.py:4): "),
             "{d:#?}"
         );
         assert!(!d[0].fix.iter().any(|f| f.contains("--stacks")), "{d:#?}");

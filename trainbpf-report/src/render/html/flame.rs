@@ -9,7 +9,7 @@
 use std::{collections::BTreeMap, fmt::Write as _};
 
 use super::draw::{W, esc};
-use crate::model::{GrowthStack, Kill, Report, stacks::Frame};
+use crate::model::{GrowthStack, Kill, Report, lead, stacks::Frame};
 use crate::units::human_bytes;
 
 /// Height of a row of frames.
@@ -333,6 +333,9 @@ fn notes(o: &mut String, left_out: usize) {
     }
 }
 
+/// Lines of the job's own code listed above a kill's flame graph.
+const OWN_LINES: usize = 3;
+
 /// Rectangles per graph: the page's budget shared by its graphs.
 fn cap(r: &Report) -> usize {
     (PAGE_RECTS / (r.kills.len() + 1)).clamp(MIN_RECTS, MAX_RECTS)
@@ -348,10 +351,17 @@ pub(super) fn kill_flame(o: &mut String, r: &Report, k: &Kill, i: usize) {
         return;
     }
     let mut t = Tree::new(&format!("growers of OOM kill {}", i + 1));
+    // Each grower's heaviest lines of its own code, first (`model::lead`).
+    let mut lines: Vec<(u64, String)> = Vec::new();
     for g in &k.growers {
         let stacks = r.grower_stacks(k, g);
         if !stacks.is_empty() {
             t.add_process(&format!("{} (pid {})", g.comm, g.pid), &stacks);
+            for s in lead::by_lead(&stacks).iter().take(OWN_LINES) {
+                if let Some(at) = s.lead.map(|l| lead::cite(&s.frames[l])) {
+                    lines.push((s.bytes, format!("{at}, in {} (pid {})", g.comm, g.pid)));
+                }
+            }
         }
     }
     o.push_str("<h3>Where the growers' memory came from</h3>\n");
@@ -360,6 +370,19 @@ pub(super) fn kill_flame(o: &mut String, r: &Report, k: &Kill, i: usize) {
             "<p class=\"meta\">No growth stacks were recorded for this kill's growers.</p>\n",
         );
         return;
+    }
+    lines.sort_by_key(|l| std::cmp::Reverse(l.0));
+    if !lines.is_empty() {
+        o.push_str("<ul class=\"own-lines\">\n");
+        for (bytes, at) in lines.iter().take(OWN_LINES) {
+            let _ = writeln!(
+                o,
+                "<li><b>{}</b> {}</li>",
+                esc(&human_bytes(*bytes)),
+                esc(at)
+            );
+        }
+        o.push_str("</ul>\n");
     }
     let _ = writeln!(
         o,

@@ -4,6 +4,7 @@
 use std::fmt::Write as _;
 
 use super::style::{Paint, TextOptions, finish};
+use crate::model::lead::{self, Led};
 use crate::model::{GrowthStack, Kill, Report};
 use crate::term::escape as esc;
 use crate::units::{human_bytes, human_kb};
@@ -66,6 +67,64 @@ fn sized_stack_lines(
             out,
             "{indent}{} in {} more stacks (report --stacks lists them)",
             size(rest),
+            stacks.len() - max
+        );
+    }
+}
+
+/// Stacks led by the job's own line (`model::lead`): that frame and its
+/// callers, then what ran inside it (the allocator, a library), named
+/// briefly; `report --stacks` shows every frame.
+fn led_lines(out: &mut String, stacks: &[Led], max: usize, indent: &str) {
+    for s in stacks.iter().take(max) {
+        let times = if s.count == 1 { "time" } else { "times" };
+        let merged = if s.merged > 1 {
+            format!(", {} stacks that differ only inside this line", s.merged)
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            out,
+            "{indent}{} ({} {times}{merged}):",
+            growth_size(s.bytes),
+            s.count
+        );
+        if let Some(e) = &s.error {
+            let _ = writeln!(out, "{indent}    [{}]", esc(e));
+        }
+        let shown = s.outward();
+        for f in shown.iter().take(FRAMES) {
+            let _ = writeln!(out, "{indent}    {}", frame_text(f));
+        }
+        if shown.len() > FRAMES {
+            let _ = writeln!(out, "{indent}    … {} more frames", shown.len() - FRAMES);
+        }
+        let inside = s.below_lead();
+        if !inside.is_empty() {
+            let names: Vec<String> = inside
+                .iter()
+                .rev()
+                .take(3)
+                .map(|f| {
+                    f.function
+                        .as_deref()
+                        .map_or_else(|| format!("{:#x}", f.addr), |n| esc(n).into_owned())
+                })
+                .collect();
+            let more = if inside.len() > 3 { " …" } else { "" };
+            let _ = writeln!(
+                out,
+                "{indent}    (inside it: {}{more}; report --stacks shows every frame)",
+                names.join(" -> ")
+            );
+        }
+    }
+    if stacks.len() > max {
+        let rest: u64 = stacks[max..].iter().map(|s| s.bytes).sum();
+        let _ = writeln!(
+            out,
+            "{indent}{} in {} more stacks (report --stacks lists them)",
+            growth_size(rest),
             stacks.len() - max
         );
     }
@@ -167,12 +226,13 @@ fn growth_lines(out: &mut String, r: &Report, k: &Kill) {
         if !any {
             let _ = writeln!(
                 out,
-                "  Where the top growers' memory came from (innermost frame first):"
+                "  Where the top growers' memory came from (from the innermost line of the \
+                 job's own code outward):"
             );
             any = true;
         }
         let _ = writeln!(out, "    {} ({}):", esc(&g.comm), g.pid);
-        stack_lines(out, &stacks, KILL_STACKS, "      ");
+        led_lines(out, &lead::by_lead(&stacks), KILL_STACKS, "      ");
     }
     if any {
         out.push('\n');
