@@ -71,7 +71,7 @@ fn each_thread_of_the_victim_is_taken_at_death() {
     let rec = dir.path("d.rec");
     let out = record(
         &rec,
-        &["--stacks", "--memory-limit", "64M", "-q"],
+        &["--memory-limit", "64M", "-q"],
         &[exe.to_str().unwrap()],
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -152,7 +152,7 @@ fn a_crash_has_its_stack_at_death() {
         String::from_utf8_lossy(&cc.stderr)
     );
     let rec = dir.path("c.rec");
-    record(&rec, &["--stacks", "-q"], &[exe.to_str().unwrap()]);
+    record(&rec, &["-q"], &[exe.to_str().unwrap()]);
     let r = report_json(&rec);
     let d = r["deaths"]
         .as_array()
@@ -221,7 +221,7 @@ fn many_threads_never_push_out_the_kill() {
     let rec = dir.path("m.rec");
     let out = record(
         &rec,
-        &["--stacks", "--memory-limit", "128M", "-q"],
+        &["--memory-limit", "128M", "-q"],
         &[exe.to_str().unwrap()],
     );
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -99,16 +99,20 @@ pub struct Tunables {
     /// dead code the verifier drops.
     #[arg(long)]
     pub ebpf_log: bool,
-    /// Growth stacks: take a job process's user stack (frame pointers)
-    /// each time its added memory climbs --stack-every above its last
-    /// high, and resolve it while the process lives; `report` shows
-    /// where each process's memory came from.
+    /// Take no stacks. By default a job process's user stack (and its
+    /// Python frames) is taken each time its added memory climbs
+    /// --stack-every above its last high, and each thread's at a fatal
+    /// signal, and resolved while the process lives: `report` names the
+    /// line that grew memory.
     #[arg(long)]
+    pub no_stacks: bool,
+    /// Stacks are on by default; the flag is kept so that older command
+    /// lines still run.
+    #[arg(long, hide = true, conflicts_with = "no_stacks")]
     pub stacks: bool,
-    /// With --stacks: new high between two stacks of a process (e.g.
-    /// 512K, 4M).
+    /// New high between two stacks of a process (e.g. 512K, 4M).
     #[arg(long, value_name = "SIZE", default_value = "512K", value_parser = parse_size,
-          requires = "stacks")]
+          conflicts_with = "no_stacks")]
     pub stack_every: u64,
     /// `--all`: every process on the machine is the job's.
     #[arg(skip)]
@@ -122,10 +126,10 @@ pub struct Tunables {
 }
 
 impl Tunables {
-    /// With `--stacks`: the climb above a process's last high between two
-    /// of its stacks. `None`: stacks off.
+    /// The climb above a process's last high between two of its stacks.
+    /// `None`: stacks off (`--no-stacks`).
     pub fn stack_every_bytes(&self) -> Option<u64> {
-        self.stacks.then_some(self.stack_every.max(1))
+        (!self.no_stacks).then_some(self.stack_every.max(1))
     }
 }
 

@@ -167,9 +167,10 @@ fn write_files(report: &Report, files: &Files) -> Result<()> {
     if let Some(p) = pprof {
         if report.stacks.is_empty() {
             eprintln!(
-                "trainbpf: no growth stacks in this recording (record with --stacks to \
-                 take them): {} is an empty profile",
-                p.display()
+                "trainbpf: no growth stacks in this recording ({NO_STACKS}): {} is an \
+                 empty profile",
+                p.display(),
+                NO_STACKS = trainbpf_report::render::NO_STACKS
             );
         }
         write_output(&p, &render::pprof::render(report), owner)?;

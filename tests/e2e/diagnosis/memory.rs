@@ -152,7 +152,7 @@ fn dataloader_workers_copying_a_python_list_are_diagnosed() {
     require_root();
     let _g = serial();
     let dir = TempDir::new("diagcow");
-    let (r, stdout) = run(&dir, "cow", COW, &["--stacks"], &["500000"]);
+    let (r, stdout) = run(&dir, "cow", COW, &[], &["500000"]);
     let (idx, kill) = job_kill_index(&r);
     let ds = diagnoses_of(&r, idx);
     eprintln!("diagnoses: {}", show(&ds));

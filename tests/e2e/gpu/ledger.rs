@@ -454,7 +454,7 @@ fn gpu_allocation_stacks_name_the_allocating_line() {
     ]);
     let rec = dir.path("gpu.rec");
     let out = Command::new(bin())
-        .args(["record", "--stacks", "-q", "-o"])
+        .args(["record", "-q", "-o"])
         .arg(&rec)
         .arg("--")
         .arg(&job)
@@ -540,7 +540,7 @@ fn gpu_allocation_stacks_name_the_python_line() {
     let rec = dir.path("gpu.rec");
     let libcuda = s.libcuda.to_str().unwrap();
     let out = Command::new(bin())
-        .args(["record", "--stacks", "-q", "-o"])
+        .args(["record", "-q", "-o"])
         .arg(&rec)
         .arg("--")
         .args([python(), script.to_str().unwrap(), libcuda])

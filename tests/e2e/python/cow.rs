@@ -108,7 +108,7 @@ fn check(python: &str, linger: &str, rows: &str, dir: &TempDir) -> Result<(), St
     let workers = WORKERS.to_string();
     let out = record(
         &rec,
-        &["--stacks", "-q"],
+        &["-q"],
         &[python, script.to_str().unwrap(), &workers, linger, rows],
     );
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -86,7 +86,7 @@ fn leak_under(dir: &TempDir, python: &str, tag: &str) -> (Value, String, Value) 
     let rec = dir.path(&format!("{tag}.rec"));
     let out = record(
         &rec,
-        &["--stacks", "--memory-limit", "200M", "-q"],
+        &["--memory-limit", "200M", "-q"],
         &[python, script.to_str().unwrap()],
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -371,7 +371,7 @@ fn an_interpreter_on_fuse_is_not_read_and_the_recording_goes_on() {
             .arg("record")
             .arg("-o")
             .arg(&rec)
-            .args(["--stacks", "-q", "--"])
+            .args(["-q", "--"])
             .arg(&exe)
             .arg(fs.file())
             .arg(&go)

@@ -66,7 +66,7 @@ fn heaviest(flags: &[&str], name: &str) -> Value {
     let rec = dir.path("l.rec");
     let out = record(
         &rec,
-        &["--stacks", "--memory-limit", "64M", "-q"],
+        &["--memory-limit", "64M", "-q"],
         &[exe.to_str().unwrap()],
     );
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -27,7 +27,7 @@ fn the_heaviest_native_stack_names_grow_here_and_its_line() {
     let rec = dir.path("s.rec");
     let out = record(
         &rec,
-        &["--stacks", "--memory-limit", "64M", "-q"],
+        &["--memory-limit", "64M", "-q"],
         &[exe.to_str().unwrap()],
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -161,7 +161,7 @@ fn without_stacks_nothing_is_taken() {
     let rec = dir.path("n.rec");
     record(
         &rec,
-        &["--memory-limit", "32M", "-q"],
+        &["--no-stacks", "--memory-limit", "32M", "-q"],
         &[exe.to_str().unwrap()],
     );
     let r = report_json(&rec);
@@ -192,7 +192,7 @@ fn without_stacks_nothing_is_taken() {
     assert!(out.status.success(), "{out:?}");
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(!page.contains("class=\"flame\""));
-    assert!(page.contains("<code>trainbpf record --stacks</code> takes them"));
+    assert!(page.contains("made with <code>--no-stacks</code>"));
 }
 
 mod leaf;

@@ -12,6 +12,10 @@ pub mod pprof;
 pub(crate) mod readable;
 pub mod text;
 
+/// Why a recording has no growth stacks, as every view says it.
+pub const NO_STACKS: &str =
+    "it was made with --no-stacks, or by a trainbpf before stacks were on by default";
+
 use crate::{
     model::{Cause, Death, ExitStatus},
     units::human_kb,

@@ -59,7 +59,7 @@ pub(crate) fn profile(r: &Report) -> proto::Profile {
          (anon, shmem, copy-on-write) were taken, over the whole run",
     );
     if r.stacks.is_empty() {
-        b.comment("no growth stacks recorded: record with --stacks to take them");
+        b.comment(&format!("no growth stacks recorded: {}", super::NO_STACKS));
     }
     if r.lost.stack_map_full > 0 {
         b.comment(&format!(

@@ -179,3 +179,32 @@ pub(super) fn run(args: RecordArgs) -> Result<ExitCode> {
     }
     Ok(ExitCode::from(outcome.exit_code().clamp(0, 255) as u8))
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use crate::cli::{Cli, Command};
+
+    fn stacks(args: &[&str]) -> Result<Option<u64>, clap::Error> {
+        let argv = ["trainbpf", "record"]
+            .iter()
+            .chain(args)
+            .chain(&["--", "true"]);
+        let Command::Record(r) = Cli::try_parse_from(argv)?.command else {
+            panic!("not the record command");
+        };
+        Ok(r.tunables.stack_every_bytes())
+    }
+
+    /// Stacks are on unless `--no-stacks`; the old `--stacks` still runs.
+    #[test]
+    fn stacks_are_on_by_default() {
+        assert_eq!(stacks(&[]).unwrap(), Some(512 << 10));
+        assert_eq!(stacks(&["--stacks"]).unwrap(), Some(512 << 10));
+        assert_eq!(stacks(&["--stack-every", "4M"]).unwrap(), Some(4 << 20));
+        assert_eq!(stacks(&["--no-stacks"]).unwrap(), None);
+        assert!(stacks(&["--no-stacks", "--stacks"]).is_err());
+        assert!(stacks(&["--no-stacks", "--stack-every", "4M"]).is_err());
+    }
+}

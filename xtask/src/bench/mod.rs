@@ -104,7 +104,7 @@ tracepoint:oom:mark_victim { printf(\"oom victim %d\\n\", args->pid); }";
 enum Tool {
     Untraced,
     Trainbpf,
-    TrainbpfStacks,
+    TrainbpfNoStacks,
     Bpftrace,
     Perf,
 }
@@ -114,7 +114,7 @@ impl Tool {
         match self {
             Tool::Untraced => "untraced",
             Tool::Trainbpf => "trainbpf record",
-            Tool::TrainbpfStacks => "trainbpf record --stacks",
+            Tool::TrainbpfNoStacks => "trainbpf record --no-stacks",
             Tool::Bpftrace => "bpftrace",
             Tool::Perf => "perf record",
         }
@@ -218,7 +218,7 @@ pub fn bench(opts: Options) -> Result<()> {
     let (cuda_loop, standin) = build_cuda(&scratch.0)?;
     let python_script = workspace_root().join("xtask/bench/pyheavy.py");
 
-    let mut tools = vec![Tool::Untraced, Tool::Trainbpf, Tool::TrainbpfStacks];
+    let mut tools = vec![Tool::Untraced, Tool::Trainbpf, Tool::TrainbpfNoStacks];
     let mut notes = Vec::new();
     match ensure_bpftrace() {
         Ok(()) => tools.push(Tool::Bpftrace),
@@ -335,14 +335,14 @@ fn plan(smoke: bool, nproc: usize, w4_secs: u64, tools: &[Tool]) -> Vec<Workload
     let no_stacks: Vec<Tool> = tools
         .iter()
         .copied()
-        .filter(|&t| t != Tool::TrainbpfStacks)
+        .filter(|&t| t != Tool::TrainbpfNoStacks)
         .collect();
     // bpftrace and perf are left out of W4 to W6: their W1 figures compare
     // the tools already, and these runs are long.
     let ours: Vec<Tool> = tools
         .iter()
         .copied()
-        .filter(|t| matches!(t, Tool::Untraced | Tool::Trainbpf | Tool::TrainbpfStacks))
+        .filter(|t| matches!(t, Tool::Untraced | Tool::Trainbpf | Tool::TrainbpfNoStacks))
         .collect();
     vec![
         Workload {
@@ -382,7 +382,7 @@ fn plan(smoke: bool, nproc: usize, w4_secs: u64, tools: &[Tool]) -> Vec<Workload
             tools: ours
                 .iter()
                 .copied()
-                .filter(|&t| t != Tool::TrainbpfStacks)
+                .filter(|&t| t != Tool::TrainbpfNoStacks)
                 .collect(),
         },
         Workload {
@@ -607,8 +607,8 @@ impl Ctx {
                 let r = job.result()?;
                 sample(w, &r, None, None, None, None)
             }
-            Tool::Trainbpf => self.trainbpf(w, false),
-            Tool::TrainbpfStacks => self.trainbpf(w, true),
+            Tool::Trainbpf => self.trainbpf(w, true),
+            Tool::TrainbpfNoStacks => self.trainbpf(w, false),
             Tool::Bpftrace => self.bpftrace(w),
             Tool::Perf => self.perf(w),
         }
@@ -618,8 +618,8 @@ impl Ctx {
         let rec = self.scratch.join("bench.rec");
         let mut cmd = Command::new(&self.bin);
         cmd.args(["record", "-o"]).arg(&rec);
-        if stacks {
-            cmd.arg("--stacks");
+        if !stacks {
+            cmd.arg("--no-stacks");
         }
         cmd.arg("--").args(self.job_argv(w));
         let mut p = Watched::spawn(&mut cmd, true)?;

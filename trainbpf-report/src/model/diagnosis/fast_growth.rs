@@ -141,9 +141,9 @@ fn of_kill(r: &Report, k: &Kill, i: usize) -> Option<Diagnosis> {
     ];
     match &place {
         Some((_, at)) => fix.push(format!("The allocation that did not fit was made at {at}")),
-        None if r.stacks.is_empty() => fix.push(
-            "Record again with `trainbpf record --stacks` to see which allocation it was".into(),
-        ),
+        None if r.stacks.is_empty() => {
+            fix.push("Record again without `--no-stacks` to see which allocation it was".into())
+        }
         None => {}
     }
     fix.push(format!(

@@ -234,8 +234,8 @@ fn fixes(place: Option<&str>, stacks: bool) -> Vec<String> {
     );
     if !stacks {
         v.push(
-            "Record again with `trainbpf record --stacks` to see where each new high was \
-             allocated (`report --stacks`, `report --pprof`)"
+            "Record again without `--no-stacks` to see where each new high was allocated \
+             (`report --stacks`, `report --pprof`): this recording has no stacks"
                 .into(),
         );
     }
@@ -314,7 +314,7 @@ mod tests {
         );
         assert!(d.evidence.iter().any(|e| e.contains("(96%)")), "{d:#?}");
         assert!(d.fix[0].starts_with("Find what the loop keeps"), "{d:#?}");
-        assert!(d.fix.iter().any(|f| f.contains("--stacks")), "{d:#?}");
+        assert!(d.fix.iter().any(|f| f.contains("--no-stacks")), "{d:#?}");
         // A rougher short climb is less sure; a leak over the full span
         // is sure however rough.
         let mut r = leaky(Verdict::Steady, 4.0);

@@ -402,7 +402,7 @@ pub(super) fn kill_flame(o: &mut String, r: &Report, k: &Kill, i: usize) {
 pub(super) fn run_flame(o: &mut String, r: &Report) {
     o.push_str("<section id=\"stacks\"><h2>Where memory grew over the whole run</h2>\n");
     if r.stacks.is_empty() {
-        o.push_str("<p class=\"meta\">No growth stacks in this recording: <code>trainbpf record --stacks</code> takes them.</p></section>\n");
+        o.push_str("<p class=\"meta\">No growth stacks in this recording: it was made with <code>--no-stacks</code>, or by a trainbpf before stacks were on by default.</p></section>\n");
         return;
     }
     let mut t = Tree::new("all processes");

@@ -204,9 +204,7 @@ fn no_stacks_is_an_empty_profile() {
     assert!(p.sample.is_empty() && p.location.is_empty());
     assert_eq!(p.sample_type.len(), 2);
     assert!(
-        p.comment
-            .iter()
-            .any(|&c| s(&p, c).contains("record with --stacks")),
+        p.comment.iter().any(|&c| s(&p, c).contains("--no-stacks")),
         "{:?}",
         p.string_table
     );

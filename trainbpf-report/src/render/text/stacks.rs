@@ -246,7 +246,7 @@ pub(crate) fn report(r: &Report, o: &TextOptions) -> String {
     let _ = writeln!(out, "{}", p.bold("Growth stacks (innermost frame first)"));
     let gpu = r.gpu.processes.iter().any(|x| !x.stacks.is_empty());
     if r.stacks.is_empty() && !gpu {
-        let _ = writeln!(out, "none recorded: record with --stacks to take them");
+        let _ = writeln!(out, "none recorded: {}", crate::render::NO_STACKS);
         return finish(out, o.color);
     }
     for key in r.stacks.processes() {

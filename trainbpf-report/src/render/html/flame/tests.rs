@@ -207,7 +207,7 @@ fn page_has_graphs_only_with_stacks() {
     let mut r = crate::render::fixture::sample_report();
     let plain = super::super::render(&r);
     assert!(!plain.contains("class=\"flame\""));
-    assert!(plain.contains("<code>trainbpf record --stacks</code> takes them"));
+    assert!(plain.contains("made with <code>--no-stacks</code>"));
     r.stacks.observe(
         1_000_000_000,
         StackSample {
