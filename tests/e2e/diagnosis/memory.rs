@@ -166,7 +166,13 @@ fn dataloader_workers_copying_a_python_list_are_diagnosed() {
         title.starts_with("DataLoader workers copied the parent's dataset: 3 workers added "),
         "{title}"
     );
-    assert!(title.ends_with("of the 256 MiB limit)"), "{title}");
+    // Stacks are on by default: the verdict ends with the line the
+    // workers copied at.
+    let at = format!("in read_batches (cow.py:{})", cow_read_line());
+    assert!(
+        title.ends_with(&format!("of the 256 MiB limit), {at}")),
+        "{title}"
+    );
     // The workers are the ones the job forked.
     let line = stdout
         .lines()
@@ -186,8 +192,7 @@ fn dataloader_workers_copying_a_python_list_are_diagnosed() {
     let ev = strings(&d["evidence"]);
     assert!(ev[0].contains(&format!("(pid {})", words[1])), "{ev:#?}");
     assert!(ev.iter().any(|e| e.contains("copy-on-write")), "{ev:#?}");
-    // With --stacks, where the workers copied: reading the rows.
-    let at = format!("in read_batches() (cow.py:{})", cow_read_line());
+    // Where the workers copied: reading the rows.
     assert!(ev.iter().any(|e| e.contains(&at)), "no {at:?} in {ev:#?}");
     let fix = strings(&d["fix"]);
     assert!(fix[0].contains("numpy"), "{fix:#?}");
