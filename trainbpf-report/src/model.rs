@@ -400,6 +400,11 @@ impl Builder {
             kills.push(kill);
         }
         kills.sort_by_key(|k| k.ts_ns);
+        // Another job's own limit: counted, never shown as this job's.
+        let job_cgroup = self.job.as_ref().and_then(|j| j.cgroup.clone());
+        let before = kills.len();
+        kills.retain(|k| !kills::elsewhere(job_cgroup.as_deref(), k));
+        let kills_elsewhere = (before - kills.len()) as u32;
 
         let mut processes = self.processes();
         processes.sort_by_key(|p| (p.born_ns.unwrap_or(0), p.pid, p.start_ns));
@@ -424,6 +429,7 @@ impl Builder {
             events: self.events,
             job: self.job,
             kills,
+            kills_elsewhere,
             processes,
             deaths,
             groups,

@@ -196,3 +196,4 @@ fn without_stacks_nothing_is_taken() {
 }
 
 mod leaf;
+mod two;

@@ -426,6 +426,22 @@ impl Builder {
     }
 }
 
+/// A memory cgroup's kill that is none of the job's business: another
+/// user's job beside it on the machine ran into its own limit. The cgroup
+/// that ran out is neither the job's nor one of its parents, and neither
+/// the victim nor any grower is the job's. Without the job's cgroup (an
+/// attached recording) every kill is kept.
+pub(crate) fn elsewhere(job_cgroup: Option<&str>, k: &Kill) -> bool {
+    let (Some(job), Some(oom)) = (job_cgroup, k.memcg.as_deref()) else {
+        return false;
+    };
+    let under = job == oom || job.starts_with(&format!("{}/", oom.trim_end_matches('/')));
+    k.constraint == Constraint::Memcg
+        && !under
+        && !k.victim.in_job
+        && k.growers.iter().all(|g| !g.in_job)
+}
+
 /// Whether an OOM record carries the victim's figures: the classic
 /// `oom:mark_victim` before Linux 6.8 has a pid and nothing else.
 pub(super) fn has_figures(rec: &OomRecord) -> bool {
@@ -441,4 +457,44 @@ pub(super) fn fill_victim(v: &mut Victim, rec: &OomRecord) {
     v.in_job |= rec.in_job;
     v.total_vm_kb = rec.total_vm_kb;
     v.pgtables_kb = rec.pgtables_kb;
+}
+
+#[cfg(test)]
+mod elsewhere_tests {
+    use super::*;
+    use crate::model::diagnosis::fixture::{grower, kill};
+
+    /// Two users' jobs side by side, each in its own cgroup under one
+    /// parent: the other's kill is elsewhere; a kill of the job's cgroup,
+    /// of a parent of it, of the machine, or of a process of the job is
+    /// not; without the job's cgroup nothing is.
+    #[test]
+    fn another_jobs_own_limit_is_elsewhere() {
+        let mine = Some("/users/trainbpf-1");
+        let other = |memcg: &str| {
+            let mut k = kill(900, "python3", 200);
+            k.constraint = Constraint::Memcg;
+            k.victim.in_job = false;
+            k.memcg = Some(memcg.into());
+            let mut g = grower(900, 200, 200);
+            g.in_job = false;
+            k.growers = vec![g];
+            k
+        };
+        assert!(elsewhere(mine, &other("/users/trainbpf-2")));
+        assert!(elsewhere(mine, &other("/users/trainbpf-10")));
+        assert!(!elsewhere(mine, &other("/users/trainbpf-1")));
+        assert!(!elsewhere(mine, &other("/users")));
+        assert!(!elsewhere(mine, &other("/")));
+        assert!(!elsewhere(None, &other("/users/trainbpf-2")));
+        let mut global = other("/users/trainbpf-2");
+        global.constraint = Constraint::None;
+        assert!(!elsewhere(mine, &global));
+        let mut victim_mine = other("/users/trainbpf-2");
+        victim_mine.victim.in_job = true;
+        assert!(!elsewhere(mine, &victim_mine));
+        let mut grower_mine = other("/users/trainbpf-2");
+        grower_mine.growers[0].in_job = true;
+        assert!(!elsewhere(mine, &grower_mine));
+    }
 }

@@ -21,6 +21,9 @@ pub struct Report {
     pub(crate) job: Option<Job>,
     /// In time order.
     pub(crate) kills: Vec<Kill>,
+    /// Memory cgroup kills elsewhere on the machine (`kills::elsewhere`):
+    /// another job's own limit, left out of `kills`.
+    pub(crate) kills_elsewhere: u32,
     /// The job's processes, by birth.
     pub(crate) processes: Vec<Process>,
     /// Every job process that ended, with the cause, by time.

@@ -92,6 +92,12 @@ pub(crate) struct JsonReport {
     pub(crate) job_reads: recording::JobReads,
     /// One entry per OOM kill, in time order; empty if none.
     pub(crate) kills: Vec<kills::Kill>,
+    /// Memory cgroup OOM kills elsewhere on the machine, left out of
+    /// `kills`: the cgroup that ran out was neither the job's nor one of
+    /// its parents, and neither its victim nor any grower was the job's
+    /// (another job's own limit). Always 0 where the job has no cgroup
+    /// (`record --all`).
+    pub(crate) kills_elsewhere: u32,
     /// What the leaks' `projected_oom_s` and `limit_kb` come from; null when
     /// the recording has no memory-pressure samples.
     pub(crate) leak_projection: Option<leaks::LeakProjection>,
@@ -156,6 +162,7 @@ impl JsonReport {
             job: r.job.as_ref().map(|j| processes::Job::new(j, r.title())),
             job_reads: recording::JobReads::new(r),
             kills: r.kills.iter().map(|k| kills::Kill::new(r, k)).collect(),
+            kills_elsewhere: r.kills_elsewhere,
             leak_projection: leaks::LeakProjection::new(r),
             leak_warnings: leaks::LeakWarning::all(r),
             leaks: leaks::Leak::all(r),

@@ -301,6 +301,7 @@ pub(crate) mod fixture {
                 target: None,
             }),
             kills: vec![kill],
+            kills_elsewhere: 0,
             processes: vec![Process {
                 pid: 700,
                 start_ns: 1,

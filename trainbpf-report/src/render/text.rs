@@ -115,6 +115,18 @@ fn header(out: &mut String, r: &Report, p: &Paint) {
             p.dim(&format!("probe {} not used: {}", f.probe, f.reason))
         );
     }
+    if r.kills_elsewhere > 0 {
+        let _ = writeln!(
+            out,
+            "{}",
+            p.dim(&format!(
+                "{} OOM kill{} of other jobs on this machine (in memory cgroups that are not \
+                 the job's nor its parents') left out",
+                r.kills_elsewhere,
+                if r.kills_elsewhere == 1 { "" } else { "s" }
+            ))
+        );
+    }
     out.push('\n');
 }
 
