@@ -1,5 +1,6 @@
 //! Python frames in growth stacks and at death, on each CPython here.
 
+mod attach;
 mod cow;
 mod growth;
 mod stacks;

@@ -111,7 +111,7 @@ const _: () = assert!(core::mem::size_of::<OomEvent>() == 168);
 const _: () = assert!(core::mem::size_of::<PrintkEvent>() == 272);
 const _: () = assert!(core::mem::size_of::<SignalEvent>() == 112);
 const _: () = assert!(core::mem::size_of::<AdjEvent>() == 48);
-const _: () = assert!(core::mem::size_of::<DeathStack>() == 24 + 24 + 8 * STACK_DEPTH + 520);
+const _: () = assert!(core::mem::size_of::<DeathStack>() == 24 + 32 + 8 * STACK_DEPTH + 520);
 
 #[cfg(feature = "user")]
 mod pod {

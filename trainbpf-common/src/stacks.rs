@@ -146,6 +146,10 @@ pub struct DeathStack {
     /// The Python walk's `PY_*` state (`PY_NONE`: not a located Python).
     pub py_state: u32,
     pub _pad: u32,
+    /// As `StackKey::leaf_ret`: the caller of a frameless leaf the
+    /// thread died in (`memcpy` touching a page when the OOM killer
+    /// chose it), or 0.
+    pub leaf_ret: u64,
     pub native: [u64; STACK_DEPTH],
     pub py: PyStack,
 }

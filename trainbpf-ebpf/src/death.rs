@@ -83,6 +83,7 @@ pub fn signal_deliver_stack(ctx: BtfTracePointContext) -> u32 {
         (*ev).tid = pid_tgid as u32;
         (*ev).sig = sig as u32;
         (*ev)._pad = 0;
+        (*ev).leaf_ret = crate::stacks::leaf_ret();
         (*ev).native_len = generated::bpf_get_stack(
             ctx.as_ptr(),
             core::ptr::addr_of_mut!((*ev).native).cast::<c_void>(),

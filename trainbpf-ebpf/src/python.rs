@@ -121,8 +121,15 @@ pub(crate) fn walk(key: &ProcKey) -> (u64, u32) {
 pub(crate) fn read(key: &ProcKey, out: *mut PyStack) -> (u64, u32) {
     // SAFETY: `out` is writable for its size (the callers' contract).
     unsafe { (*out).len = 0 };
+    // An attached process is described under its pid alone until the
+    // collector meets its start time (`locate_attached`).
+    let wild = ProcKey {
+        tgid: key.tgid,
+        _pad: 0,
+        start_ns: 0,
+    };
     // SAFETY: read only; the collector replaces the value whole.
-    let Some(p) = (unsafe { PY_PROCS.get(key) }) else {
+    let Some(p) = (unsafe { PY_PROCS.get(key) }).or_else(|| unsafe { PY_PROCS.get(&wild) }) else {
         return (0, PY_NONE);
     };
     let tstate = match thread_state(p) {

@@ -128,7 +128,7 @@ pub(crate) fn sample(ctx: *mut c_void, st: *mut ProcState, tgid: u32) {
 /// reads, once per stack taken. The collector puts it after the innermost
 /// frame where the frame-pointer walk did not already find it.
 #[inline(always)]
-fn leaf_ret() -> u64 {
+pub(crate) fn leaf_ret() -> u64 {
     let off = conf!(user_sp);
     if off < 0 {
         return 0;

@@ -59,8 +59,9 @@ fn build(dir: &TempDir, name: &str, flags: &[&str]) -> PathBuf {
     exe
 }
 
-/// The heaviest growth stack of the killed job's top grower.
-fn heaviest(flags: &[&str], name: &str) -> Value {
+/// The heaviest growth stack of the killed job's top grower, and the
+/// victim's stack at death.
+fn heaviest(flags: &[&str], name: &str) -> (Value, Value) {
     let dir = TempDir::new(name);
     let exe = build(&dir, name, flags);
     let rec = dir.path("l.rec");
@@ -72,6 +73,7 @@ fn heaviest(flags: &[&str], name: &str) -> Value {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("killed"), "no kill: {stderr}");
     let r = report_json(&rec);
+    let death = job_kill(&r)["victim"]["stack_at_death"].clone();
     let top = &job_kill(&r)["growers"][0];
     assert_eq!(top["victim"], true, "{top}");
     let heavy = top["stacks"][0].clone();
@@ -113,7 +115,7 @@ fn heaviest(flags: &[&str], name: &str) -> Value {
         "the stack starts at grow_here: {first:?}\n{led}"
     );
     assert!(led.contains("(inside it: __mem"), "{led}");
-    heavy
+    (heavy, death)
 }
 
 fn function(stack: &Value, i: usize) -> &str {
@@ -124,7 +126,7 @@ fn function(stack: &Value, i: usize) -> &str {
 fn a_frameless_memcpy_keeps_its_caller_with_frame_pointers() {
     require_root();
     let _g = serial();
-    let s = heaviest(&["-O0", "-fno-omit-frame-pointer"], "leaf-fp");
+    let (s, death) = heaviest(&["-O0", "-fno-omit-frame-pointer"], "leaf-fp");
     let f = &s["frames"];
     assert!(function(&s, 0).contains("mem"), "the copy itself: {s}");
     assert_eq!(f[0]["found"], "ip", "{s}");
@@ -135,13 +137,19 @@ fn a_frameless_memcpy_keeps_its_caller_with_frame_pointers() {
     assert_eq!(function(&s, 2), "step", "{s}");
     assert_eq!(f[2]["found"], "frame pointer", "{s}");
     assert_eq!(function(&s, 3), "main", "{s}");
+    // Killed inside the copy: its stack at death keeps grow_here too.
+    eprintln!("at death: {death}");
+    assert!(function(&death, 0).contains("mem"), "{death}");
+    assert_eq!(function(&death, 1), "grow_here", "{death}");
+    assert_eq!(death["frames"][1]["found"], "stack pointer", "{death}");
+    assert_eq!(function(&death, 2), "step", "{death}");
 }
 
 #[test]
 fn a_frameless_memcpy_keeps_its_caller_without_frame_pointers() {
     require_root();
     let _g = serial();
-    let s = heaviest(&["-O2", "-fomit-frame-pointer"], "leaf-o2");
+    let (s, _) = heaviest(&["-O2", "-fomit-frame-pointer"], "leaf-o2");
     assert!(function(&s, 0).contains("mem"), "the copy itself: {s}");
     assert_eq!(function(&s, 1), "grow_here", "{s}");
     assert_eq!(s["frames"][1]["found"], "stack pointer", "{s}");

@@ -141,6 +141,15 @@ pub(super) async fn collect(start: Start<'_>) -> Result<(Option<ExitStatus>, Fil
     s.close(status)
 }
 
+/// An attached job's interpreters, located before its processes are the
+/// job's in the kernel: a stack taken in its first second already carries
+/// its Python frames. A job whose files stall is waited for 2 s at most.
+fn locate_attached(c: &mut Collector, procs: &[u32]) {
+    if let Some(st) = &mut c.stacks {
+        st.attach(procs.to_vec(), Duration::from_secs(2));
+    }
+}
+
 /// Adds a process to the kernel's job map, whose members the probes record.
 fn seed(job: &mut JobMap, pid: u32) -> Result<(), RecordError> {
     job.insert(pid, 1, 0).map_err(|e| RecordError::Io {
@@ -171,10 +180,12 @@ fn start_job(
         Target::Pid(p) => {
             // The process and every descendant alive now; the kernel adds
             // those born from here on.
-            for t in crate::record::samplers::procfs::descendants(*p) {
-                if !attached.watcher.may_watch(t) {
-                    continue;
-                }
+            let procs: Vec<u32> = crate::record::samplers::procfs::descendants(*p)
+                .into_iter()
+                .filter(|&t| attached.watcher.may_watch(t))
+                .collect();
+            locate_attached(c, &procs);
+            for t in procs {
                 seed(job, t)?;
                 c.job.insert(t);
                 c.identify_running(t, true);
@@ -195,7 +206,9 @@ fn start_job(
             (p, argv, None)
         }
         Target::Cgroup(_) => {
-            for t in attached.procs() {
+            let procs = attached.procs();
+            locate_attached(c, &procs);
+            for t in procs {
                 seed(job, t)?;
                 c.job.insert(t);
                 c.identify_running(t, false);

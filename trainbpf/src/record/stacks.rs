@@ -132,6 +132,17 @@ impl StackCollector {
         self.hold_files(proc);
     }
 
+    /// An attached job's processes, alive before the recording: each one's
+    /// interpreter located under its pid alone (its kernel start time is
+    /// not known until its first record), which the kernel's walk falls
+    /// back to, and which its first stacks then take over.
+    pub fn locate_attached(&mut self, tgids: &[u32]) {
+        for &tgid in tgids {
+            let p = ProcKey { tgid, start_ns: 0 };
+            self.pythons.ensure(p, &mut self.maps.py_procs);
+        }
+    }
+
     /// A job process forked: a located Python's child runs the same
     /// interpreter, which the kernel handed on at the fork (a forked
     /// worker's copy-on-write growth starts at once); its frames are named
@@ -283,15 +294,8 @@ impl StackCollector {
                     {
                         *ip = ip.saturating_sub(1);
                     }
-                    // A leaf that set up no frame: its caller, which the
-                    // frame-pointer walk skipped, from the stack's top.
-                    let leaf = out[i].leaf_ret;
-                    let sp = leaf != 0 && !v.is_empty() && v.get(1) != Some(&leaf);
-                    if sp {
-                        v.insert(1, leaf);
-                    }
+                    via_sp.push(with_leaf(&mut v, out[i].leaf_ret));
                     ips.push(v);
-                    via_sp.push(sp);
                     ok.push(i);
                 }
                 Err(e) => {
@@ -472,6 +476,17 @@ impl StackCollector {
     }
 }
 
+/// A leaf that set up no frame: its caller, which the frame-pointer walk
+/// skipped, from the stack's top (`leaf_ret`), put after the innermost
+/// frame unless the walk found it. Whether it was put.
+fn with_leaf(ips: &mut Vec<u64>, leaf_ret: u64) -> bool {
+    let put = leaf_ret != 0 && !ips.is_empty() && ips.get(1) != Some(&leaf_ret);
+    if put {
+        ips.insert(1, leaf_ret);
+    }
+    put
+}
+
 /// Says how each native frame was found: the innermost where the thread
 /// was, the second from the stack's top where `via_sp`, the rest by the
 /// frame-pointer walk.
@@ -504,7 +519,21 @@ fn thread_cpu() -> std::time::Duration {
 
 #[cfg(test)]
 mod tests {
-    use super::stack_error;
+    use super::{stack_error, with_leaf};
+
+    /// The leaf's caller goes second, once, and only where there is one.
+    #[test]
+    fn a_frameless_leafs_caller_is_put_after_it() {
+        let mut v = vec![10, 30, 40];
+        assert!(with_leaf(&mut v, 20));
+        assert_eq!(v, [10, 20, 30, 40]);
+        let mut walked = vec![10, 20, 30];
+        assert!(!with_leaf(&mut walked, 20), "the walk found it already");
+        assert_eq!(walked, [10, 20, 30]);
+        let mut none = vec![10, 30];
+        assert!(!with_leaf(&mut none, 0));
+        assert!(!with_leaf(&mut Vec::new(), 20));
+    }
 
     /// The kernel's errnos, as the report shows them.
     #[test]

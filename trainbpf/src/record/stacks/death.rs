@@ -84,7 +84,11 @@ impl StackCollector {
             Vec::new()
         } else {
             let n = (ev.native_len as usize / 8).min(STACK_DEPTH);
-            self.native_at_death(proc, &ev.native[..n], &mut why)
+            let mut ips = ev.native[..n].to_vec();
+            let via_sp = super::with_leaf(&mut ips, ev.leaf_ret);
+            let mut f = self.native_at_death(proc, &ips, &mut why);
+            super::found(&mut f, via_sp);
+            f
         };
         let (python, note) = self.pythons.frames_at_death(proc, ev.py_state, &ev.py);
         notes.extend(note);

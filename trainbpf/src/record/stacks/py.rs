@@ -27,6 +27,7 @@ use crate::{
 };
 
 mod frames;
+mod inherit;
 use frames::name_pairs;
 pub use frames::{describe, fold, state_text};
 
@@ -190,6 +191,7 @@ impl Pythons {
         map: &mut BpfHashMap<MapData, ProcId, PyProc>,
         retry_after: Duration,
     ) {
+        self.adopt_attached(p, map);
         match self.procs.get(&p) {
             Some(State::Found(_)) => return,
             Some(State::Failed { tries, last, .. })
@@ -227,57 +229,6 @@ impl Pythons {
         };
         self.procs.insert(p, state);
         self.since.insert(p, crate::util::clock::mono_ns());
-    }
-
-    /// A job process forked: the kernel handed a located parent's
-    /// description to the child already (`python::inherit` in the eBPF
-    /// crate); the child's frames are named through the parent's
-    /// interpreter, opened on the child's memory now, while it lives (a
-    /// worker may be gone before the next drain). Whatever happens, the
-    /// child is tracked, so that its exit removes the kernel's entry.
-    pub fn inherit(
-        &mut self,
-        child: ProcKey,
-        parent: ProcKey,
-        map: &mut BpfHashMap<MapData, ProcId, PyProc>,
-    ) {
-        if !matches!(self.procs.get(&parent), Some(State::Found(_))) {
-            return;
-        }
-        if self.procs.contains_key(&child) {
-            // Its stacks came before its fork was read, and it was looked
-            // up from them: only the way back to the parent is new.
-            self.parents.insert(child, parent);
-            return;
-        }
-        if self.procs.len() >= self.max {
-            // Not tracked: no entry of the kernel's may outlive it.
-            let _ = map.remove(&proc_id(child));
-            return;
-        }
-        let tgid = child.tgid;
-        let opened = self
-            .readers
-            .run(DEADLINE, move || Interpreter::open_memory(tgid));
-        let state = match (opened, self.procs.get(&parent)) {
-            (Ok(Ok(mem)), Some(State::Found(i))) => State::Found(Box::new(i.forked_on(tgid, mem))),
-            // Gone already (its exit follows), or its memory unreadable:
-            // its stacks say why, and no look-up is tried again.
-            (Ok(Err(e)), _) => State::Failed {
-                not_python: false,
-                error: bounded(&e.to_string()),
-                tries: MAX_TRIES,
-                last: Instant::now(),
-            },
-            (Err(e), _) => {
-                STATS.note(|| format!("pid {tgid}: its memory not opened: {e}"));
-                stalled(&e)
-            }
-            (Ok(Ok(_)), _) => return,
-        };
-        self.procs.insert(child, state);
-        self.since.insert(child, crate::util::clock::mono_ns());
-        self.parents.insert(child, parent);
     }
 
     /// Tries again the processes not located yet that have tries left:
@@ -516,6 +467,16 @@ impl Pythons {
 
     /// Forgets an exited process, in the kernel's map too.
     pub fn forget(&mut self, p: ProcKey, map: &mut BpfHashMap<MapData, ProcId, PyProc>) {
+        let wild = ProcKey {
+            tgid: p.tgid,
+            start_ns: 0,
+        };
+        // An attached process never met with its start time: its pid's
+        // entry goes with it, before the pid is another process's.
+        if p.start_ns != 0 && self.procs.remove(&wild).is_some() {
+            self.since.remove(&wild);
+            let _ = map.remove(&proc_id(wild));
+        }
         self.parents.remove(&p);
         self.named.remove(&p);
         self.lost.remove(&p);

@@ -45,6 +45,10 @@ pub enum Msg {
     Death,
     /// The recording ends: a last drain.
     Finish,
+    /// An attached job's processes, before the kernel counts them as the
+    /// job's: their interpreters are located now, so that their first
+    /// stacks carry Python frames. Answered when done.
+    Attach(Vec<u32>, std::sync::mpsc::Sender<()>),
 }
 
 enum Out {
@@ -101,6 +105,15 @@ impl Stacks {
         if self.deaths.send(Box::new(ev)).is_ok() {
             self.send(Msg::Death);
         }
+    }
+
+    /// Locates the interpreters of an attached job's processes, waiting
+    /// `within` at most (a job's files can stall a read): before they are
+    /// the job's in the kernel, so none of their stacks is taken first.
+    pub fn attach(&mut self, tgids: Vec<u32>, within: Duration) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.send(Msg::Attach(tgids, tx));
+        let _ = rx.recv_timeout(within);
     }
 
     /// Never waits.
@@ -180,6 +193,10 @@ fn run(mut c: StackCollector, msgs: &Receiver<Msg>, out: &Sender<Out>) {
                 Msg::Due => due = true,
                 Msg::Tick => tick = true,
                 Msg::Death => c.name_deaths(),
+                Msg::Attach(tgids, done) => {
+                    c.locate_attached(&tgids);
+                    let _ = done.send(());
+                }
                 Msg::Finish => {
                     drain(&mut c, out);
                     let _ = out.send(Out::Finished);
