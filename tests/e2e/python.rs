@@ -4,3 +4,4 @@ mod attach;
 mod cow;
 mod growth;
 mod stacks;
+mod thread;
