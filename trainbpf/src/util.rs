@@ -43,6 +43,20 @@ pub fn background(by: i32) {
 /// (`TRAINBPF_PRIVILEGED_REQUIRED`) a missing privilege fails the test
 /// instead.
 #[cfg(test)]
+pub(crate) fn privileged(what: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    assert!(
+        std::env::var_os("TRAINBPF_PRIVILEGED_REQUIRED").is_none(),
+        "{what} needs root, and TRAINBPF_PRIVILEGED_REQUIRED is set"
+    );
+    eprintln!("skipped without root: {what}");
+    false
+}
+
+#[cfg(test)]
 mod tests {
     /// A thread made background runs at a lower priority, and so do the
     /// threads it starts; the thread that called it is untouched.
@@ -63,18 +77,4 @@ mod tests {
         assert_eq!(child, theirs);
         assert_eq!(nice(), mine);
     }
-}
-
-#[cfg(test)]
-pub(crate) fn privileged(what: &str) -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        return true;
-    }
-    assert!(
-        std::env::var_os("TRAINBPF_PRIVILEGED_REQUIRED").is_none(),
-        "{what} needs root, and TRAINBPF_PRIVILEGED_REQUIRED is set"
-    );
-    eprintln!("skipped without root: {what}");
-    false
 }
