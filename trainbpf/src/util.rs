@@ -20,23 +20,6 @@ pub fn write_stdout(s: &str) -> std::io::Result<()> {
     }
 }
 
-/// Lowers the calling thread's CPU priority by `by` nice steps (never
-/// raises it): work that can wait, such as naming stacks, must not take a
-/// core from the thread that drains the rings when the job keeps the
-/// others busy. Threads it starts from then on inherit it.
-pub fn background(by: i32) {
-    // SAFETY: gettid, getpriority and setpriority take plain integers; on
-    // Linux a tid names one thread for PRIO_PROCESS.
-    unsafe {
-        let tid = libc::gettid() as libc::id_t;
-        let now = libc::getpriority(libc::PRIO_PROCESS, tid);
-        let to = (now + by).clamp(-20, 19);
-        if to > now {
-            libc::setpriority(libc::PRIO_PROCESS, tid, to);
-        }
-    }
-}
-
 /// A unit test that reads what only CAP_SYS_ADMIN may (a process's
 /// `/proc/PID/map_files`): false, and said, when it can't, so that a plain
 /// `cargo test` passes unprivileged; under `cargo xtask test`
@@ -54,27 +37,4 @@ pub(crate) fn privileged(what: &str) -> bool {
     );
     eprintln!("skipped without root: {what}");
     false
-}
-
-#[cfg(test)]
-mod tests {
-    /// A thread made background runs at a lower priority, and so do the
-    /// threads it starts; the thread that called it is untouched.
-    #[test]
-    fn background_threads_and_theirs_run_lower() {
-        // SAFETY: as in `background`.
-        let nice =
-            || unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) };
-        let mine = nice();
-        let (theirs, child) = std::thread::spawn(move || {
-            super::background(5);
-            let child = std::thread::spawn(nice).join().unwrap();
-            (nice(), child)
-        })
-        .join()
-        .unwrap();
-        assert_eq!(theirs, (mine + 5).min(19));
-        assert_eq!(child, theirs);
-        assert_eq!(nice(), mine);
-    }
 }

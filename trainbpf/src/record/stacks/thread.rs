@@ -20,10 +20,6 @@ use trainbpf_report::decode::{ProcKey, UserBody};
 use super::{StackCollector, StackMaps};
 use crate::record::samplers::procfs::guard::Readers;
 
-/// How far below the recorder's priority the stacks' thread runs: about
-/// a tenth of a busy core's share against a thread at the recorder's own.
-const BACKGROUND_NICE: i32 = 10;
-
 /// How often the growth stacks are drained at most.
 const STACKS_EVERY: Duration = Duration::from_millis(100);
 
@@ -86,10 +82,6 @@ impl Stacks {
         let spawned = thread::Builder::new()
             .name("trainbpf-stacks".into())
             .spawn(move || {
-                // Naming stacks can wait; draining the rings cannot: on a
-                // machine the job keeps busy, this thread and its readers
-                // (which inherit it) give way.
-                crate::util::background(BACKGROUND_NICE);
                 let mut c = StackCollector::new(maps, readers);
                 let named = out.clone();
                 c.on_death(
