@@ -216,17 +216,30 @@ fn vmrss_kb(pid: u32) -> Option<u64> {
         .ok()
 }
 
-/// Least-squares slope of kB over seconds.
+/// Slope of kB over seconds: the median of the slopes between every two
+/// samples (Theil-Sen). A leak moves every pair; a transient peak (a
+/// symbolizer re-reading a library's line tables, freed two seconds
+/// later) moves only the pairs that touch it, where a least-squares fit
+/// of a one-minute span read one such peak near its end as a leak.
 fn slope_kb_per_s(points: &[(f64, u64)]) -> f64 {
-    let n = points.len() as f64;
-    let mx = points.iter().map(|p| p.0).sum::<f64>() / n;
-    let my = points.iter().map(|p| p.1 as f64).sum::<f64>() / n;
-    let (mut sxy, mut sxx) = (0.0, 0.0);
-    for &(x, y) in points {
-        sxy += (x - mx) * (y as f64 - my);
-        sxx += (x - mx) * (x - mx);
+    let mut slopes = Vec::new();
+    for (i, a) in points.iter().enumerate() {
+        for b in &points[i + 1..] {
+            if b.0 != a.0 {
+                slopes.push((b.1 as f64 - a.1 as f64) / (b.0 - a.0));
+            }
+        }
     }
-    if sxx == 0.0 { 0.0 } else { sxy / sxx }
+    if slopes.is_empty() {
+        return 0.0;
+    }
+    slopes.sort_by(f64::total_cmp);
+    let m = slopes.len() / 2;
+    if slopes.len() % 2 == 1 {
+        slopes[m]
+    } else {
+        (slopes[m - 1] + slopes[m]) / 2.0
+    }
 }
 
 /// Events and lost events, from `trainbpf report --format json`.
@@ -262,5 +275,27 @@ mod tests {
             .map(|i| (i as f64 * 2.0, if i % 2 == 0 { 1000 } else { 1010 }))
             .collect();
         assert!(slope_kb_per_s(&flat).abs() < 0.1);
+        // Flat with a transient peak near its end: flat.
+        let mut peak: Vec<(f64, u64)> = (0..30).map(|i| (i as f64 * 2.0, 84_000)).collect();
+        peak[27].1 = 88_000;
+        assert!(
+            slope_kb_per_s(&peak).abs() < 1.0,
+            "{}",
+            slope_kb_per_s(&peak)
+        );
+        // A leak under noise is still a leak.
+        let leak: Vec<(f64, u64)> = (0..30)
+            .map(|i| {
+                (
+                    i as f64 * 2.0,
+                    80_000 + i * 40 + if i % 3 == 0 { 500 } else { 0 },
+                )
+            })
+            .collect();
+        assert!(
+            (slope_kb_per_s(&leak) - 20.0).abs() < 2.0,
+            "{}",
+            slope_kb_per_s(&leak)
+        );
     }
 }

@@ -18,8 +18,19 @@ use crate::record::samplers::procfs::{
 thread_local! {
     /// Each `guard` worker's own symbolizer (blazesym's is not `Send`):
     /// its caches stay with the thread, which the pool hands out again.
-    static NATIVE: Native = Native::new();
+    /// Replaced after `PROCS_PER_SYMBOLIZER` processes: blazesym keeps an
+    /// entry for every path it opened (`/proc/PID/map_files/...`, one set
+    /// per process), and a job that forks and execs without end made
+    /// that grow without end.
+    static NATIVE: std::cell::RefCell<(Native, std::collections::HashSet<u32>)> =
+        std::cell::RefCell::new((Native::new(), std::collections::HashSet::new()));
 }
+
+/// Processes one symbolizer serves before it is replaced: its files'
+/// symbols and line tables are read again then, so a job with a few
+/// long-lived processes keeps its caches, and one that churns processes
+/// pays a re-read every this many.
+const PROCS_PER_SYMBOLIZER: usize = 256;
 
 /// [`Native::resolve`] on a `guard` worker, with its own symbolizer; the
 /// frames in files on FUSE (`backing`, looked at by the caller) are not
@@ -30,7 +41,14 @@ pub fn resolve_here(
     backing: Option<&Backing>,
 ) -> Result<Vec<Resolved>, String> {
     let refs: Vec<&[u64]> = stacks.iter().map(Vec::as_slice).collect();
-    NATIVE.with(|n| n.resolve(pid, &refs, backing))
+    NATIVE.with(|n| {
+        let mut n = n.borrow_mut();
+        if !n.1.contains(&pid) && n.1.len() >= PROCS_PER_SYMBOLIZER {
+            *n = (Native::new(), std::collections::HashSet::new());
+        }
+        n.1.insert(pid);
+        n.0.resolve(pid, &refs, backing)
+    })
 }
 
 /// Cuts a name or path to `MAX_FRAME_TEXT` bytes (at a char boundary) and
