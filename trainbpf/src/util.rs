@@ -3,6 +3,7 @@
 //! the mount table, and whether a file is trusted.
 
 pub mod clock;
+pub mod elf_image;
 pub mod invoker;
 pub mod mounts;
 pub mod placeholders;

@@ -18,156 +18,30 @@
 //! biggest shared libraries' run to tens of MiB) and keeps one file's cost
 //! a small part of what a recorder in a container is given.
 
-use std::{fs::File, ops::Range, os::unix::fs::FileExt as _};
+use std::fs::File;
 
-use object::{
-    Endianness, ReadRef, elf,
-    read::elf::{FileHeader as _, SectionHeader as _},
-};
+use object::{Endianness, ReadRef, elf, read::elf::SectionHeader as _};
 use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
+
+pub(super) use crate::util::elf_image::ElfError;
+use crate::util::elf_image::{Image, SectionHeader};
 
 /// What is read of one library's tables, at most.
 pub(super) const MAX_TABLE_BYTES: u64 = 64 << 20;
-/// Each header table (65,535 section headers of 64 bytes are 4 MiB).
-const MAX_HEADER_TABLE_BYTES: u64 = 4 << 20;
-
-type Header = elf::FileHeader64<Endianness>;
-type SectionHeader = elf::SectionHeader64<Endianness>;
-
-#[derive(Debug, thiserror::Error)]
-pub(super) enum ElfError {
-    /// The tables are over the bound or outside the file: not read.
-    #[error("{0}")]
-    TooBig(String),
-    /// Not a 64-bit ELF file this reads, or a read failed.
-    #[error("{0}")]
-    Bad(String),
-}
 
 /// The file offset of each of `symbols` that `f` exports (`None` for one
 /// it does not).
 pub(super) fn symbol_offsets(f: &File, symbols: &[&str]) -> Result<Vec<Option<u64>>, ElfError> {
-    let image = Image::read(f)?;
-    elf_offsets(&image, symbols).map_err(ElfError::Bad)
-}
-
-/// The parts of a file the look-up needs, read, and its length: a reader
-/// for the parser that fails on everything else.
-struct Image {
-    len: u64,
-    parts: Vec<(u64, Vec<u8>)>,
-}
-
-fn mib(bytes: u64) -> String {
-    if bytes.is_multiple_of(1 << 20) {
-        format!("{} MiB", bytes >> 20)
-    } else {
-        format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
-    }
-}
-
-impl Image {
-    fn read(f: &File) -> Result<Image, ElfError> {
-        let len = f
-            .metadata()
-            .map_err(|e| ElfError::Bad(e.to_string()))?
-            .len();
-        let mut img = Image {
-            len,
-            parts: Vec::new(),
-        };
-        let head_len = size_of::<Header>() as u64;
-        if len < head_len {
-            return Err(ElfError::Bad("not an ELF library: too short".into()));
-        }
-        img.load(f, 0, head_len, "ELF header")?;
-        let head: Header = *(&img)
-            .read_at::<Header>(0)
-            .map_err(|()| ElfError::Bad("not an ELF library".into()))?;
-        if !head.is_supported() || !head.is_class_64() {
-            return Err(ElfError::Bad("not a 64-bit ELF library".into()));
-        }
-        let e = head
-            .endian()
-            .map_err(|e| ElfError::Bad(format!("not an ELF library: {e}")))?;
-        let (shoff, phoff) = (head.e_shoff(e), head.e_phoff(e));
-        let shentsize = head.e_shentsize(e);
-        if shoff != 0 && usize::from(shentsize) == size_of::<SectionHeader>() {
-            // Section 0 holds the counts that overflow the header's fields.
-            img.load(f, shoff, u64::from(shentsize), "first section header")?;
-        }
-        let bad = |e: object::read::Error| ElfError::Bad(format!("not an ELF library: {e}"));
-        let shnum = head.shnum(e, &img).map_err(bad)? as u64;
-        let phnum = head.phnum(e, &img).map_err(bad)? as u64;
-        for (at, n, size, what) in [
-            (shoff, shnum, u64::from(shentsize), "section header table"),
-            (
-                phoff,
-                phnum,
-                u64::from(head.e_phentsize(e)),
-                "program header table",
-            ),
-        ] {
-            let bytes = n.saturating_mul(size);
-            if at == 0 || bytes == 0 {
-                continue;
-            }
-            if bytes > MAX_HEADER_TABLE_BYTES {
-                return Err(ElfError::TooBig(format!(
-                    "its {what} claims {}, over the {} the recorder reads",
-                    mib(bytes),
-                    mib(MAX_HEADER_TABLE_BYTES)
-                )));
-            }
-            img.load(f, at, bytes, what)?;
-        }
-        let sections: Vec<SectionHeader> = head.section_headers(e, &img).map_err(bad)?.to_vec();
-        let needed = tables_needed(&sections, e, head.shstrndx(e, &img).ok());
-        let claimed = needed
-            .iter()
-            .fold(0u64, |sum, &i| sum.saturating_add(sections[i].sh_size(e)));
-        if claimed > MAX_TABLE_BYTES {
-            return Err(ElfError::TooBig(format!(
-                "its symbol tables and their strings claim {}, over the {} the recorder reads from one library",
-                mib(claimed),
-                mib(MAX_TABLE_BYTES)
-            )));
-        }
-        for i in needed {
-            if let Some((at, size)) = sections[i].file_range(e) {
-                img.load(f, at, size, "symbol table")?;
-            }
-        }
-        Ok(img)
-    }
-
-    /// Reads `size` bytes at `at`, which must lie inside the file.
-    fn load(&mut self, f: &File, at: u64, size: u64, what: &str) -> Result<(), ElfError> {
-        if size == 0 {
-            return Ok(());
-        }
-        if at.checked_add(size).is_none_or(|end| end > self.len) {
-            return Err(ElfError::TooBig(format!(
-                "its {what} ({} at offset {at}) lies outside the file ({} bytes)",
-                mib(size),
-                self.len
-            )));
-        }
-        let mut buf = vec![0; size as usize];
-        f.read_exact_at(&mut buf, at)
-            .map_err(|e| ElfError::Bad(format!("reading its {what}: {e}")))?;
-        self.parts.push((at, buf));
-        Ok(())
-    }
-
-    /// The part that holds `range` whole.
-    fn part(&self, range: &Range<u64>) -> Option<(u64, &[u8])> {
-        self.parts.iter().find_map(|(at, buf)| {
-            let end = at + buf.len() as u64;
-            (range.start >= *at && range.end <= end && range.start <= range.end)
-                .then_some((*at, buf.as_slice()))
-        })
-    }
+    let mut h = Image::headers(f)?;
+    let needed = tables_needed(&h.sections, h.endian, h.shstrndx);
+    h.image.load_sections(
+        f,
+        (&h.sections, h.endian),
+        &needed,
+        MAX_TABLE_BYTES,
+        "its symbol tables and their strings",
+    )?;
+    elf_offsets(&h.image, symbols).map_err(ElfError::Bad)
 }
 
 /// The sections the parser reads for the symbol look-up: the first symbol
@@ -196,31 +70,6 @@ fn tables_needed(sections: &[SectionHeader], e: Endianness, shstrndx: Option<u32
         add(i as usize);
     }
     needed
-}
-
-impl<'a> ReadRef<'a> for &'a Image {
-    fn len(self) -> Result<u64, ()> {
-        Ok(self.len)
-    }
-
-    fn read_bytes_at(self, offset: u64, size: u64) -> Result<&'a [u8], ()> {
-        if size == 0 {
-            return Ok(&[]);
-        }
-        let range = offset..offset.checked_add(size).ok_or(())?;
-        let (at, buf) = self.part(&range).ok_or(())?;
-        Ok(&buf[(range.start - at) as usize..(range.end - at) as usize])
-    }
-
-    fn read_bytes_at_until(self, range: Range<u64>, delimiter: u8) -> Result<&'a [u8], ()> {
-        let (at, buf) = self.part(&(range.start..range.start)).ok_or(())?;
-        let end = range.end.min(at + buf.len() as u64);
-        let bytes = buf
-            .get((range.start - at) as usize..(end - at) as usize)
-            .ok_or(())?;
-        let n = bytes.iter().position(|&b| b == delimiter).ok_or(())?;
-        Ok(&bytes[..n])
-    }
 }
 
 /// Symbols' file offsets in an ELF image, as aya computes them: the
@@ -382,19 +231,5 @@ mod tests {
         t.1.write_all_at(&0u16.to_le_bytes(), 60).unwrap();
         let e = symbol_offsets(&t.1, &["x"]).unwrap_err();
         assert!(e.to_string().contains("section header table"), "{e}");
-    }
-
-    #[test]
-    fn strings_are_read_inside_their_part_only() {
-        let img = Image {
-            len: 100,
-            parts: vec![(10, b"ab\0cd".to_vec())],
-        };
-        assert_eq!((&img).read_bytes_at_until(10..100, 0), Ok(&b"ab"[..]));
-        // No NUL before the part ends: an error, not a read beyond it.
-        assert_eq!((&img).read_bytes_at_until(13..100, 0), Err(()));
-        assert_eq!((&img).read_bytes_at(12, 3), Ok(&b"\0cd"[..]));
-        assert_eq!((&img).read_bytes_at(12, 4), Err(()));
-        assert_eq!((&img).read_bytes_at(0, 1), Err(()));
     }
 }
