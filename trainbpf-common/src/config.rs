@@ -109,6 +109,11 @@ pub struct Config {
     /// of the kernel stack). A growth stack reads the word there: the
     /// return address of a leaf that set up no frame (-1: not read).
     pub user_sp: i64,
+    /// As `user_sp`, for the user instruction and frame pointers: a
+    /// growth stack's first sample copies them for the unwinder (-1: not
+    /// read, and no copy is made).
+    pub user_ip: i64,
+    pub user_bp: i64,
     /// `record --ebpf-log`: the programs log what only they can see (a
     /// full map, a refused reserve, a read that failed) through aya-log.
     /// 0, the default, leaves every log call dead code that the verifier
@@ -206,6 +211,8 @@ impl Config {
         max_folio_order: 9,
         stack_every_pages: 0,
         user_sp: -1,
+        user_ip: -1,
+        user_bp: -1,
         ebpf_log: 0,
         task_files: -1,
         files_fdt: -1,

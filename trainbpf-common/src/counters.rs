@@ -40,4 +40,7 @@ pub struct Counters {
     /// Growth stacks that could not be read (`bpf_get_stackid` failed):
     /// aggregated under their error, and counted here.
     pub stack_errors: u64,
+    /// Growth stacks' user-stack copies (`STACK_COPIES`) the ring had no
+    /// room for: those stacks are named by frame pointers alone.
+    pub stack_copies_lost: u64,
 }

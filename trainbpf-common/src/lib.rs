@@ -112,6 +112,7 @@ const _: () = assert!(core::mem::size_of::<PrintkEvent>() == 272);
 const _: () = assert!(core::mem::size_of::<SignalEvent>() == 112);
 const _: () = assert!(core::mem::size_of::<AdjEvent>() == 48);
 const _: () = assert!(core::mem::size_of::<DeathStack>() == 24 + 32 + 8 * STACK_DEPTH + 520);
+const _: () = assert!(core::mem::size_of::<StackCopy>() == 40 + 32 + STACK_COPY_BYTES);
 
 #[cfg(feature = "user")]
 mod pod {
@@ -130,4 +131,6 @@ mod pod {
     unsafe impl aya::Pod for PyProc {}
     // SAFETY: as above.
     unsafe impl aya::Pod for PyStack {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for StackCopy {}
 }

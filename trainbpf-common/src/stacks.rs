@@ -127,6 +127,28 @@ pub struct ProcId {
 /// Frames kept per stack (the kernel's `PERF_MAX_STACK_DEPTH`).
 pub const STACK_DEPTH: usize = 127;
 
+/// Bytes of user stack copied with a growth stack's first sample, from the
+/// stack pointer up: what the collector unwinds with the binaries' own
+/// unwind tables (`.eh_frame`), where frame pointers are missing. As
+/// `perf record --call-graph dwarf`, whose default is half of it.
+pub const STACK_COPY_BYTES: usize = 16384;
+
+/// A growth stack's first sample, for unwinding in userspace
+/// (`STACK_COPIES`): the key it was aggregated under, the user registers
+/// the thread entered the kernel with, and the stack above its pointer.
+/// Near the top of a stack fewer bytes can be read: `len` says how many
+/// (`STACK_COPY_BYTES`, a quarter, or a sixteenth of it; 0: none).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StackCopy {
+    pub key: StackKey,
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+    pub len: u64,
+    pub data: [u8; STACK_COPY_BYTES],
+}
+
 /// One job thread's stacks as it dequeues a fatal signal (`signal_deliver`
 /// of a signal whose action is to end the process, a SIGKILL among them):
 /// in its own context, its user memory intact. Its native frames are the

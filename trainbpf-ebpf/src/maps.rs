@@ -209,6 +209,15 @@ pub(crate) static STACKS: StackTrace = StackTrace::with_max_entries(4096, 0);
 #[map]
 pub(crate) static STACK_AGG: HashMap<StackKey, StackVal> = HashMap::with_max_entries(16384, 0);
 
+/// A growth stack's first sample with its registers and a copy of the
+/// stack above its pointer (`StackCopy`), for the collector to unwind with
+/// the binaries' unwind tables. A ring of its own: a burst of new stacks
+/// can never take the records' room. Its size is set by the loader (one
+/// page when stacks are off); a full ring is counted
+/// (`Counters::stack_copies_lost`).
+#[map]
+pub(crate) static STACK_COPIES: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
+
 /// Bytes the CUDA driver's allocation calls asked for and were given, per
 /// (process, stack at the call) (`record --stacks`): the GPU variant of
 /// `STACK_AGG`, drained the same way. Frees are not subtracted. Its size

@@ -20,11 +20,11 @@ use aya_ebpf::{
     maps::HashMap,
     programs::{BtfTracePointContext, tracing::StackIdContext},
 };
-use trainbpf_common::{StackKey, StackVal};
+use trainbpf_common::{STACK_COPY_BYTES, StackCopy, StackKey, StackVal};
 
 use crate::{
     in_job,
-    maps::{COUNTERS, ProcKey, ProcState, STACK_AGG, STACK_HIGH, STACKS},
+    maps::{COUNTERS, ProcKey, ProcState, STACK_AGG, STACK_COPIES, STACK_HIGH, STACKS},
 };
 
 /// `BPF_F_USER_STACK` (uapi/linux/bpf.h): the user stack, by frame pointers.
@@ -49,6 +49,11 @@ fn map_full(c: *mut trainbpf_common::Counters) -> *mut u64 {
 fn errors(c: *mut trainbpf_common::Counters) -> *mut u64 {
     // SAFETY: a field address, no access.
     unsafe { addr_of_mut!((*c).stack_errors) }
+}
+
+fn copies_lost(c: *mut trainbpf_common::Counters) -> *mut u64 {
+    // SAFETY: a field address, no access.
+    unsafe { addr_of_mut!((*c).stack_copies_lost) }
 }
 
 /// After a batch was added to the current process's entry (`st`): takes its
@@ -108,19 +113,70 @@ pub(crate) fn sample(ctx: *mut c_void, st: *mut ProcState, tgid: u32) {
     let bytes = grown as u64 * conf!(page_size) as u64;
     let tp = BtfTracePointContext::new(ctx);
     let (stack_id, py_id, py_state) = take(&tp, &key);
-    add(
-        &STACK_AGG,
-        &StackKey {
-            tgid,
-            stack_id,
-            start_ns,
-            py_id,
-            py_state,
-            _pad: 0,
-            leaf_ret: leaf_ret(),
-        },
-        bytes,
-    );
+    let key = StackKey {
+        tgid,
+        stack_id,
+        start_ns,
+        py_id,
+        py_state,
+        _pad: 0,
+        leaf_ret: leaf_ret(),
+    };
+    if add(&STACK_AGG, &key, bytes) {
+        copy(&key);
+    }
+}
+
+/// A new stack's registers and the user stack above its pointer, into
+/// `STACK_COPIES` for the collector's unwinder: once per key, so a process
+/// that keeps growing along the same stacks pays nothing more. The read
+/// fails whole where the stack's mapping ends sooner (a main thread's
+/// stack ends a few KiB above its first frames): then a quarter, then a
+/// sixteenth is tried.
+#[inline(always)]
+fn copy(key: &StackKey) {
+    let (ip_off, sp_off, bp_off) = (conf!(user_ip), conf!(user_sp), conf!(user_bp));
+    if ip_off < 0 || sp_off < 0 || bp_off < 0 {
+        return;
+    }
+    // SAFETY: helper without preconditions.
+    let task = unsafe { bpf_get_current_task() };
+    let Ok(stack) = crate::rd::<u64>(task, conf!(task_stack)) else {
+        return;
+    };
+    let (Ok(ip), Ok(sp), Ok(bp)) = (
+        crate::rd::<u64>(stack, ip_off),
+        crate::rd::<u64>(stack, sp_off),
+        crate::rd::<u64>(stack, bp_off),
+    ) else {
+        return;
+    };
+    let Some(mut entry) = STACK_COPIES.reserve::<StackCopy>(0) else {
+        count(copies_lost);
+        return;
+    };
+    let ev = entry.as_mut_ptr();
+    // SAFETY: the reserved record, written field by field before submit;
+    // the reads write within `data`.
+    unsafe {
+        (*ev).key = *key;
+        (*ev).ip = ip;
+        (*ev).sp = sp;
+        (*ev).bp = bp;
+        let data = addr_of_mut!((*ev).data).cast::<c_void>();
+        let src = sp as *const c_void;
+        let read = |n: u32| aya_ebpf::helpers::generated::bpf_probe_read_user(data, n, src) == 0;
+        (*ev).len = if read(STACK_COPY_BYTES as u32) {
+            STACK_COPY_BYTES as u64
+        } else if read(STACK_COPY_BYTES as u32 / 4) {
+            STACK_COPY_BYTES as u64 / 4
+        } else if read(STACK_COPY_BYTES as u32 / 16) {
+            STACK_COPY_BYTES as u64 / 16
+        } else {
+            0
+        };
+    }
+    entry.submit(0);
 }
 
 /// The word at the current thread's user stack pointer, where the code
@@ -204,19 +260,20 @@ pub(crate) fn take<C: StackIdContext>(ctx: &C, key: &ProcKey) -> (i32, u64, u32)
 }
 
 /// Adds `bytes` and one capture to `key`'s total in `map` (`STACK_AGG`,
-/// `GPU_STACK_AGG`); a full map is counted, never silent.
+/// `GPU_STACK_AGG`); a full map is counted, never silent. Whether the key
+/// is new (this call made it).
 #[inline(always)]
-pub(crate) fn add(map: &HashMap<StackKey, StackVal>, key: &StackKey, bytes: u64) {
+pub(crate) fn add(map: &HashMap<StackKey, StackVal>, key: &StackKey, bytes: u64) -> bool {
     if let Some(v) = map.get_ptr_mut(key) {
         // SAFETY: aligned u64s in a live map value.
         unsafe {
             atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(addr_of_mut!((*v).bytes), bytes);
             atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(addr_of_mut!((*v).count), 1);
         }
-        return;
+        return false;
     }
     match map.insert(key, &StackVal { bytes, count: 1 }, BPF_NOEXIST) {
-        Ok(()) => {}
+        Ok(()) => return true,
         // Another CPU made it first: add to that one.
         Err(e) if e == -EEXIST => {
             if let Some(v) = map.get_ptr_mut(key) {
@@ -235,4 +292,5 @@ pub(crate) fn add(map: &HashMap<StackKey, StackVal>, key: &StackKey, bytes: u64)
         }
         Err(_) => count(map_full),
     }
+    false
 }

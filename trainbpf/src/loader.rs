@@ -247,14 +247,17 @@ fn config(kbtf: &KernelBtf, t: &Tunables, page_size: u64) -> Result<Config, Load
     } else {
         0
     };
-    config.user_sp = match (
+    let user_reg = |name: &str| match (
         cfg!(target_arch = "x86_64") && config.thread_size > 0,
         kbtf.struct_size("pt_regs"),
-        kbtf.offset("pt_regs", &["sp"]),
+        kbtf.offset("pt_regs", &[name]),
     ) {
-        (true, Some(size), sp) if sp >= 0 => config.thread_size - padding - size as i64 + sp,
+        (true, Some(size), off) if off >= 0 => config.thread_size - padding - size as i64 + off,
         _ => -1,
     };
+    config.user_sp = user_reg("sp");
+    config.user_ip = user_reg("ip");
+    config.user_bp = user_reg("bp");
     config.page_size = page_size as i64;
     // A PMD holds page_size / 8 entries: its order is log2 of that.
     config.max_folio_order = i64::from((page_size.max(8) / 8).trailing_zeros());
@@ -422,6 +425,7 @@ pub fn load(t: &Tunables, page_size: u64) -> Result<Loaded, LoadError> {
             high: HashMap::try_from(take(&mut ebpf, "STACK_HIGH")?).map_err(obj)?,
             py_procs: HashMap::try_from(take(&mut ebpf, "PY_PROCS")?).map_err(obj)?,
             py_stacks: HashMap::try_from(take(&mut ebpf, "PY_STACKS")?).map_err(obj)?,
+            copies: RingBuf::try_from(take(&mut ebpf, "STACK_COPIES")?).map_err(obj)?,
         })
     } else {
         None
@@ -492,6 +496,14 @@ fn load_object(
     loader.map_max_entries("STACK_HIGH", high);
     loader.map_max_entries("PY_PROCS", py_procs);
     loader.map_max_entries("PY_STACKS", py_stacks);
+    loader.map_max_entries(
+        "STACK_COPIES",
+        if stacks {
+            stack_maps::COPY_RING_BYTES
+        } else {
+            config.page_size as u32
+        },
+    );
     let ebpf = loader.load(OBJECT)?;
     drop(loader);
     Ok((ebpf, btf))

@@ -204,6 +204,10 @@ pub struct Lost {
     /// stacks, with their error, so not lost.
     #[serde(default)]
     pub stack_errors: u64,
+    /// New growth stacks whose user-stack copy found the ring full: named
+    /// by frame pointers alone, so not lost either, but less well.
+    #[serde(default)]
+    pub stack_copies_lost: u64,
 }
 
 impl Lost {
@@ -264,6 +268,10 @@ pub struct JobReads {
     pub py_frames_cut: u64,
     /// Executables and cgroups not named: their cache was full.
     pub names_cut: u64,
+    /// Files whose unwind tables were not read (over their bound, outside
+    /// the file, not ELF): their frames by frame pointers only.
+    #[serde(default)]
+    pub unwind_refused: u64,
     /// The first few reads that stalled or were skipped: process, what,
     /// why.
     pub notes: Vec<String>,

@@ -94,7 +94,9 @@ pub struct Frame {
     /// How the frame was found: `ip` (where the thread was), `stack
     /// pointer` (the return address a leaf without a frame of its own
     /// left on top of the stack), `frame pointer` (the frame-pointer
-    /// walk), `python` (the interpreter's frame chain). Absent in
+    /// walk), `unwind table` (the caller's file's `.eh_frame` or
+    /// `.debug_frame`, on a copy of the stack), `python` (the
+    /// interpreter's frame chain). Absent in
     /// recordings before it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub found: Option<String>,
@@ -104,6 +106,7 @@ pub struct Frame {
 pub const FOUND_IP: &str = "ip";
 pub const FOUND_SP: &str = "stack pointer";
 pub const FOUND_FP: &str = "frame pointer";
+pub const FOUND_CFI: &str = "unwind table";
 pub const FOUND_PYTHON: &str = "python";
 
 fn is_zero_u64(v: &u64) -> bool {

@@ -203,8 +203,15 @@ pub(super) fn attach_memory(
                 ""
             }
         };
+        // A new stack's copy is unwound by the files' tables where the
+        // user registers could be located; else frame pointers alone.
+        let how = if config.user_ip >= 0 && config.user_sp >= 0 && config.user_bp >= 0 {
+            "unwind tables on a copy of the user stack, and frame pointers"
+        } else {
+            "user stack by frame pointers"
+        };
         attach.stacks = Some(format!(
-            "tp_btf:mm_page_alloc (user stack by frame pointers every {} KiB of new high){death}",
+            "tp_btf:mm_page_alloc ({how}, every {} KiB of new high){death}",
             config.stack_every_pages * config.page_size / 1024
         ));
     } else if stacks {

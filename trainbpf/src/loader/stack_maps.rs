@@ -1,6 +1,6 @@
 //! The maps `record --stacks` reads, sized here before the object loads.
 
-use aya::maps::{HashMap as BpfHashMap, MapData, StackTraceMap};
+use aya::maps::{HashMap as BpfHashMap, MapData, RingBuf, StackTraceMap};
 use trainbpf_common::{ProcId, PyProc, PyStack, StackKey, StackVal};
 
 /// Entries of the kernel's maps: stacks (each 127 frames, about 1 KiB),
@@ -15,6 +15,9 @@ pub const HIGH_MAP_ENTRIES: u32 = 8192;
 /// 0.5 KiB).
 pub const PY_PROC_ENTRIES: u32 = 1024;
 pub const PY_STACK_ENTRIES: u32 = 4096;
+/// The ring of new stacks' user-stack copies (16 KiB each): about 60 new
+/// stacks between two drains of the stacks' thread.
+pub const COPY_RING_BYTES: u32 = 1 << 20;
 /// The maps `record --stacks` reads.
 pub struct StackMaps {
     pub stacks: StackTraceMap<MapData>,
@@ -24,4 +27,6 @@ pub struct StackMaps {
     pub high: BpfHashMap<MapData, ProcId, i64>,
     pub py_procs: BpfHashMap<MapData, ProcId, PyProc>,
     pub py_stacks: BpfHashMap<MapData, u64, PyStack>,
+    /// New stacks' registers and user-stack copies (`StackCopy`).
+    pub copies: RingBuf<MapData>,
 }

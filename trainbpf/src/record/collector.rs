@@ -254,6 +254,7 @@ impl Collector {
             lost.other_map_full += c.other_map_full;
             lost.stack_map_full += c.stack_map_full;
             lost.stack_errors += c.stack_errors;
+            lost.stack_copies_lost += c.stack_copies_lost;
             for i in 0..3 {
                 stall.0[i] += c.stall_ns[i];
                 stall.1[i] += c.stall_count[i];

@@ -21,6 +21,7 @@ mod py;
 pub mod python;
 mod symbolize;
 mod thread;
+mod unwind;
 pub use crate::loader::stack_maps::StackMaps;
 pub use delta::Deltas;
 pub use py::Pythons;
@@ -35,6 +36,9 @@ use crate::record::samplers::procfs::{
 /// How many (process, stack) pairs the collector remembers as named: a
 /// pair named once is never resolved again.
 const MAX_NAMED: usize = 1 << 20;
+/// New stacks' copies waiting to be unwound (16 KiB each at most): they
+/// wait one drain, less than a second.
+const MAX_COPIES: usize = 256;
 
 /// What names a stack of a process: the native stack's id, the Python
 /// frames' id and walk state, and the return address a frameless leaf
@@ -68,6 +72,8 @@ pub struct StackCollector {
     /// Each process's executable files, held open: what names the frames
     /// of its stack at death that its growth stacks never ran.
     mapped: code_files::ByProc,
+    /// New growth stacks' registers and stack copies, until named.
+    copies: HashMap<(ProcKey, StackName), unwind::Copied>,
     /// Stacks at death waiting to be named, and where they go named.
     deaths: Option<(
         std::sync::mpsc::Receiver<Box<trainbpf_common::DeathStack>>,
@@ -104,6 +110,7 @@ impl StackCollector {
             locate: Vec::new(),
             known: HashMap::new(),
             mapped: code_files::ByProc::new(),
+            copies: HashMap::new(),
             deaths: None,
         }
     }
@@ -165,6 +172,9 @@ impl StackCollector {
         let gpu_now: Vec<(StackKey, StackVal)> =
             self.maps.gpu_agg.iter().filter_map(Result::ok).collect();
         let read = thread_cpu().saturating_sub(t);
+        // Each copy was sent after its key was made: those of the keys
+        // just read are in the ring.
+        self.take_copies();
         let moved: Vec<(StackKey, StackVal, bool)> = (self.deltas.next(now).into_iter())
             .map(|(k, v)| (k, v, false))
             .chain(
@@ -247,6 +257,24 @@ impl StackCollector {
         )
     }
 
+    /// The new stacks' copies the kernel sent, kept until their stacks
+    /// are named (a bounded number: past it, a stack is named by frame
+    /// pointers only).
+    fn take_copies(&mut self) {
+        while let Some(rec) = self.maps.copies.next() {
+            let Some((k, c)) = unwind::Copied::from_record(&rec) else {
+                continue;
+            };
+            if self.copies.len() < MAX_COPIES {
+                let p = ProcKey {
+                    tgid: k.tgid,
+                    start_ns: k.start_ns,
+                };
+                self.copies.insert((p, name_of(&k)), c);
+            }
+        }
+    }
+
     /// Holds the files a process just exec'd runs (its executable, the
     /// loader): a process that dies before its first stacks are named
     /// still has its stack at death named from them.
@@ -278,7 +306,8 @@ impl StackCollector {
             .collect();
         let mut ips: Vec<Vec<u64>> = Vec::with_capacity(idx.len());
         let mut ok: Vec<usize> = Vec::with_capacity(idx.len());
-        let mut via_sp: Vec<bool> = Vec::with_capacity(idx.len());
+        let mut hows: Vec<Vec<&'static str>> = Vec::with_capacity(idx.len());
+        let mut copies: Vec<Option<unwind::Copied>> = Vec::with_capacity(idx.len());
         for &i in idx {
             if out[i].stack_id < 0 {
                 continue;
@@ -294,8 +323,16 @@ impl StackCollector {
                     {
                         *ip = ip.saturating_sub(1);
                     }
-                    via_sp.push(with_leaf(&mut v, out[i].leaf_ret));
+                    let via_sp = with_leaf(&mut v, out[i].leaf_ret);
+                    hows.push(walked(v.len(), via_sp));
                     ips.push(v);
+                    let d = &out[i];
+                    copies.push(if d.gpu {
+                        None
+                    } else {
+                        self.copies
+                            .remove(&(d.proc, (d.stack_id, d.py_id, d.py_state, d.leaf_ret)))
+                    });
                     ok.push(i);
                 }
                 Err(e) => {
@@ -303,7 +340,13 @@ impl StackCollector {
                 }
             }
         }
-        let ips_owned = ips.clone();
+        let n_ok = ips.len();
+        let mut batch = unwind::Batch {
+            ips,
+            hows,
+            copies,
+            notes: vec![None; n_ok],
+        };
         // Still the same process? One whose exit was seen may have its pid
         // reused already, and would resolve against another program.
         let alive = idx.first().is_some_and(|&i| {
@@ -320,24 +363,30 @@ impl StackCollector {
         } else if let (true, Some(proc)) = (alive, proc) {
             // The process's files are held for its stack at death, and its
             // frames resolved, on a worker: both read what it maps.
+            // Unwound by the files' tables first, where the kernel copied
+            // the stack: the addresses to name are the unwound ones.
             let mut held = self.mapped.remove(&proc).unwrap_or_default();
+            let mut b2 = std::mem::replace(&mut batch, unwind::Batch::empty());
             let r = self.readers.run(FILES_DEADLINE, move || {
                 let b = Backing::of(tgid).ok();
                 held.refresh(tgid, b.as_ref());
-                let r = symbolize::resolve_here(tgid, &ips_owned, b.as_ref())
+                b2.unwind(|| held.for_unwinding());
+                let r = symbolize::resolve_here(tgid, &b2.ips, b.as_ref())
                     .map(|v| held.name_unresolved(v))
-                    .or_else(|e| held.name_all(&ips_owned, &e));
-                (held, r)
+                    .or_else(|e| held.name_all(&b2.ips, &e));
+                (held, b2, r)
             });
             match r {
-                Ok((held, r)) => {
+                Ok((held, b2, r)) => {
                     self.mapped.insert(proc, held);
+                    batch = b2;
                     r
                 }
                 Err(e) => Err(bounded(&format!("native frames not read: {e}"))),
             }
         } else if let Some(pp) = parent {
             let ppid = pp.tgid;
+            let ips_owned = batch.ips.clone();
             self.readers
                 .run(FILES_DEADLINE, move || {
                     let b = Backing::of(ppid).ok();
@@ -360,16 +409,19 @@ impl StackCollector {
             // process killed before the first drain that saw its stacks
             // is the one whose stacks matter most. Read on a worker, as
             // every file of the job is.
+            let mut b2 = std::mem::replace(&mut batch, unwind::Batch::empty());
             let r = self.readers.run(FILES_DEADLINE, move || {
+                b2.unwind(|| held.for_unwinding());
                 let r = held.name_all(
-                    &ips_owned,
+                    &b2.ips,
                     "the process was gone before its stack was resolved",
                 );
-                (held, r)
+                (held, b2, r)
             });
             match r {
-                Ok((held, r)) => {
+                Ok((held, b2, r)) => {
                     self.mapped.insert(proc, held);
+                    batch = b2;
                     r
                 }
                 Err(e) => Err(bounded(&format!("native frames not read: {e}"))),
@@ -387,7 +439,7 @@ impl StackCollector {
                 // The addresses still say something: kept, unsymbolized.
                 Err(e) => {
                     out[i].error = Some(e.clone());
-                    ips[n]
+                    batch.ips[n]
                         .iter()
                         .take(trainbpf_report::decode::stacks::MAX_FRAMES)
                         .map(|&addr| trainbpf_report::decode::stacks::Frame {
@@ -403,7 +455,15 @@ impl StackCollector {
             {
                 first.addr = first.addr.saturating_add(1);
             }
-            found(&mut f, via_sp[n]);
+            for (f, how) in f.iter_mut().zip(batch.hows[n].iter()) {
+                f.found = Some((*how).into());
+            }
+            if let Some(note) = batch.notes[n].take() {
+                out[i].error = Some(match out[i].error.take() {
+                    Some(e) => bounded(&format!("{e}; {note}")),
+                    None => note,
+                });
+            }
             out[i].frames = Some(f);
         }
         for (&i, (py, note)) in idx.iter().zip(python) {
@@ -468,6 +528,7 @@ impl StackCollector {
         self.pythons.forget(p, &mut self.maps.py_procs);
         self.known.remove(&p);
         self.mapped.remove(&p);
+        self.copies.retain(|(q, _), _| *q != p);
         let _ = self.maps.high.remove(&ProcId {
             tgid: p.tgid,
             _pad: 0,
@@ -487,19 +548,18 @@ fn with_leaf(ips: &mut Vec<u64>, leaf_ret: u64) -> bool {
     put
 }
 
-/// Says how each native frame was found: the innermost where the thread
-/// was, the second from the stack's top where `via_sp`, the rest by the
-/// frame-pointer walk.
-fn found(frames: &mut [trainbpf_report::decode::stacks::Frame], via_sp: bool) {
+/// How each frame of a frame-pointer walk was found: the innermost where
+/// the thread was, the second from the stack's top where `via_sp`, the
+/// rest by the walk.
+fn walked(n: usize, via_sp: bool) -> Vec<&'static str> {
     use trainbpf_report::decode::stacks::{FOUND_FP, FOUND_IP, FOUND_SP};
-    for (i, f) in frames.iter_mut().enumerate() {
-        let how = match i {
+    (0..n)
+        .map(|i| match i {
             0 => FOUND_IP,
             1 if via_sp => FOUND_SP,
             _ => FOUND_FP,
-        };
-        f.found = Some(how.into());
-    }
+        })
+        .collect()
 }
 
 /// This thread's CPU time so far.

@@ -246,6 +246,9 @@ pub(crate) struct Lost {
     /// Times the kernel's per-process map had no room for a job process:
     /// its memory went untracked. Counted in `lost_events`.
     pub proc_map_full: u64,
+    /// New growth stacks whose copy of the user stack found its ring
+    /// full: named by frame pointers only, so not in `lost_events`.
+    pub stack_copies_lost: u64,
     /// Growth stacks the kernel could not read (`record --stacks`): shown
     /// as stacks with an `error`, so not in `lost_events`.
     pub stack_errors: u64,
@@ -273,6 +276,7 @@ impl Lost {
             job_map_full: l.job_map_full,
             other_map_full: l.other_map_full,
             proc_map_full: l.proc_map_full,
+            stack_copies_lost: l.stack_copies_lost,
             stack_errors: l.stack_errors,
             stack_map_full: l.stack_map_full,
             undecodable: l.undecodable.saturating_add(r.undecodable),
@@ -313,6 +317,9 @@ pub(crate) struct JobReads {
     pub stalled: u64,
     /// Reads still blocked when the recording ended.
     pub stuck: u64,
+    /// Files whose unwind tables were not read (over their bound,
+    /// outside the file, not ELF): their frames by frame pointers only.
+    pub unwind_refused: u64,
 }
 
 impl JobReads {
@@ -329,6 +336,7 @@ impl JobReads {
             refused: j.refused,
             stalled: j.stalled,
             stuck: j.stuck,
+            unwind_refused: j.unwind_refused,
         }
     }
 }

@@ -440,6 +440,10 @@ pub(super) fn job_reads_lines(r: &Report) -> Vec<String> {
             j.names_cut,
             "executables or cgroups left unnamed, cache full",
         ),
+        (
+            j.unwind_refused,
+            "files' unwind tables not read (frame pointers only)",
+        ),
     ]
     .into_iter()
     .filter(|(n, _)| *n > 0)

@@ -296,6 +296,16 @@ pub(crate) fn report(r: &Report, o: &TextOptions) -> String {
             ))
         );
     }
+    if r.lost.stack_copies_lost > 0 {
+        let _ = writeln!(
+            out,
+            "{}",
+            p.yellow(&format!(
+                "new stacks unwound by frame pointers only (their stack copy found the ring full): {}",
+                r.lost.stack_copies_lost
+            ))
+        );
+    }
     finish(out, o.color)
 }
 

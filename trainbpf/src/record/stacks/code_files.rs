@@ -187,6 +187,22 @@ impl Mapped {
     }
 }
 
+impl Mapped {
+    /// The held mappings, for the unwinder.
+    pub fn for_unwinding(&self) -> Vec<super::unwind::Mapping<'_>> {
+        self.maps
+            .iter()
+            .map(|m| super::unwind::Mapping {
+                start: m.start,
+                end: m.end,
+                offset: m.offset,
+                path: &m.path,
+                file: &m.file,
+            })
+            .collect()
+    }
+}
+
 /// Every job process's held mappings, by process.
 pub type ByProc = HashMap<trainbpf_report::decode::ProcKey, Mapped>;
 

@@ -87,7 +87,9 @@ impl StackCollector {
             let mut ips = ev.native[..n].to_vec();
             let via_sp = super::with_leaf(&mut ips, ev.leaf_ret);
             let mut f = self.native_at_death(proc, &ips, &mut why);
-            super::found(&mut f, via_sp);
+            for (f, how) in f.iter_mut().zip(super::walked(ips.len(), via_sp)) {
+                f.found = Some(how.into());
+            }
             f
         };
         let (python, note) = self.pythons.frames_at_death(proc, ev.py_state, &ev.py);

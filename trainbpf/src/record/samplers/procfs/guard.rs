@@ -70,6 +70,7 @@ pub struct Stats {
     py_budget_spent: AtomicU64,
     py_frames_cut: AtomicU64,
     names_cut: AtomicU64,
+    unwind_refused: AtomicU64,
     notes: Mutex<Vec<String>>,
 }
 
@@ -84,6 +85,7 @@ pub static STATS: Stats = Stats {
     py_budget_spent: AtomicU64::new(0),
     py_frames_cut: AtomicU64::new(0),
     names_cut: AtomicU64::new(0),
+    unwind_refused: AtomicU64::new(0),
     notes: Mutex::new(Vec::new()),
 };
 
@@ -102,6 +104,9 @@ pub enum Count {
     PyFramesCut,
     /// Names of executables or cgroups not recorded: their cache was full.
     NamesCut,
+    /// Files whose unwind tables were not read: over their bound, outside
+    /// the file, or not ELF.
+    UnwindRefused,
 }
 
 impl Stats {
@@ -113,6 +118,7 @@ impl Stats {
             Count::PyBudgetSpent => &self.py_budget_spent,
             Count::PyFramesCut => &self.py_frames_cut,
             Count::NamesCut => &self.names_cut,
+            Count::UnwindRefused => &self.unwind_refused,
         };
         c.fetch_add(n, Ordering::Relaxed);
     }
@@ -142,6 +148,7 @@ impl Stats {
             py_budget_spent: g(&self.py_budget_spent),
             py_frames_cut: g(&self.py_frames_cut),
             names_cut: g(&self.names_cut),
+            unwind_refused: g(&self.unwind_refused),
             notes: self.notes.lock().unwrap_or_else(|e| e.into_inner()).clone(),
         }
     }
