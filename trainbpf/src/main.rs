@@ -15,6 +15,13 @@ fn main() -> ExitCode {
     {
         return ExitCode::from(trainbpf::record::gpu::watchdog_main(&args[2..]) as u8);
     }
+    // The frames' namer (see record/stacks/namer.rs): internal too.
+    if args
+        .get(1)
+        .is_some_and(|a| a == trainbpf::record::stacks::NAMER_SUBCOMMAND)
+    {
+        return ExitCode::from(trainbpf::record::stacks::namer_main(&args[2..]) as u8);
+    }
     match trainbpf::cli::run(trainbpf::cli::Cli::parse()) {
         Ok(code) => code,
         Err(e) => {

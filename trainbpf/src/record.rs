@@ -162,6 +162,12 @@ pub fn run(mut opts: RecordOptions) -> Result<Outcome, RecordError> {
         .flatten()
         .unwrap_or(4096) as u64;
 
+    // The frames' namer reads the C library while the probes load.
+    if opts.tunables.stack_every_bytes().is_some() {
+        let _ = std::thread::Builder::new()
+            .name("trainbpf-namer".into())
+            .spawn(stacks::warm_namer);
+    }
     let loaded = loader::load(&opts.tunables, page_size)?;
     let mut header = recording_header(&loaded, &opts.tunables, page_size, unprotected);
     if let Some(h) = &opts.hostname {

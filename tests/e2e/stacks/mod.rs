@@ -196,4 +196,5 @@ fn without_stacks_nothing_is_taken() {
 }
 
 mod leaf;
+mod namer;
 mod two;

@@ -272,6 +272,11 @@ pub struct JobReads {
     /// the file, not ELF): their frames by frame pointers only.
     #[serde(default)]
     pub unwind_refused: u64,
+    /// Requests the frames' namer (the unprivileged child that parses
+    /// the job's files) failed: it crashed, hung or refused; those stacks
+    /// went unnamed.
+    #[serde(default)]
+    pub namer_failed: u64,
     /// The first few reads that stalled or were skipped: process, what,
     /// why.
     pub notes: Vec<String>,

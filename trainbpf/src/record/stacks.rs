@@ -17,6 +17,7 @@ use trainbpf_report::decode::{
 mod code_files;
 mod death;
 mod delta;
+mod namer;
 mod py;
 pub mod python;
 mod symbolize;
@@ -24,8 +25,9 @@ mod thread;
 mod unwind;
 pub use crate::loader::stack_maps::StackMaps;
 pub use delta::Deltas;
+pub use namer::{SUBCOMMAND as NAMER_SUBCOMMAND, serve_main as namer_main, warm as warm_namer};
 pub use py::Pythons;
-pub use symbolize::{Native, bounded};
+pub use symbolize::bounded;
 pub use thread::{Msg, Stacks};
 
 use crate::record::samplers::procfs::{
@@ -73,7 +75,7 @@ pub struct StackCollector {
     /// of its stack at death that its growth stacks never ran.
     mapped: code_files::ByProc,
     /// New growth stacks' registers and stack copies, until named.
-    copies: HashMap<(ProcKey, StackName), unwind::Copied>,
+    copies: HashMap<(ProcKey, StackName), namer::CopyMsg>,
     /// Stacks at death waiting to be named, and where they go named.
     deaths: Option<(
         std::sync::mpsc::Receiver<Box<trainbpf_common::DeathStack>>,
@@ -262,7 +264,7 @@ impl StackCollector {
     /// pointers only).
     fn take_copies(&mut self) {
         while let Some(rec) = self.maps.copies.next() {
-            let Some((k, c)) = unwind::Copied::from_record(&rec) else {
+            let Some((k, c)) = unwind::from_record(&rec) else {
                 continue;
             };
             if self.copies.len() < MAX_COPIES {
@@ -307,7 +309,7 @@ impl StackCollector {
         let mut ips: Vec<Vec<u64>> = Vec::with_capacity(idx.len());
         let mut ok: Vec<usize> = Vec::with_capacity(idx.len());
         let mut hows: Vec<Vec<&'static str>> = Vec::with_capacity(idx.len());
-        let mut copies: Vec<Option<unwind::Copied>> = Vec::with_capacity(idx.len());
+        let mut copies: Vec<Option<namer::CopyMsg>> = Vec::with_capacity(idx.len());
         for &i in idx {
             if out[i].stack_id < 0 {
                 continue;
@@ -340,13 +342,16 @@ impl StackCollector {
                 }
             }
         }
-        let n_ok = ips.len();
-        let mut batch = unwind::Batch {
-            ips,
-            hows,
-            copies,
-            notes: vec![None; n_ok],
-        };
+        let stacks: Vec<namer::StackMsg> = ips
+            .iter()
+            .zip(&hows)
+            .zip(copies)
+            .map(|((ips, hows), copy)| namer::StackMsg {
+                ips: ips.clone(),
+                hows: hows.iter().map(|h| (*h).to_string()).collect(),
+                copy,
+            })
+            .collect();
         // Still the same process? One whose exit was seen may have its pid
         // reused already, and would resolve against another program.
         let alive = idx.first().is_some_and(|&i| {
@@ -361,71 +366,26 @@ impl StackCollector {
         let resolved = if alive && crate::record::samplers::procfs::runs_the_recorder(tgid) {
             Err("taken in the recorder's own code, before the job's exec: not named".into())
         } else if let (true, Some(proc)) = (alive, proc) {
-            // The process's files are held for its stack at death, and its
-            // frames resolved, on a worker: both read what it maps.
-            // Unwound by the files' tables first, where the kernel copied
-            // the stack: the addresses to name are the unwound ones.
-            let mut held = self.mapped.remove(&proc).unwrap_or_default();
-            let mut b2 = std::mem::replace(&mut batch, unwind::Batch::empty());
-            let r = self.readers.run(FILES_DEADLINE, move || {
-                let b = Backing::of(tgid).ok();
-                held.refresh(tgid, b.as_ref());
-                b2.unwind(|| held.for_unwinding());
-                let r = symbolize::resolve_here(tgid, &b2.ips, b.as_ref())
-                    .map(|v| held.name_unresolved(v))
-                    .or_else(|e| held.name_all(&b2.ips, &e));
-                (held, b2, r)
-            });
-            match r {
-                Ok((held, b2, r)) => {
-                    self.mapped.insert(proc, held);
-                    batch = b2;
-                    r
-                }
-                Err(e) => Err(bounded(&format!("native frames not read: {e}"))),
-            }
+            // Its files are read anew (a library loaded since), and held
+            // for its stack at death.
+            self.name_with(proc, true, stacks, None)
         } else if let Some(pp) = parent {
-            let ppid = pp.tgid;
-            let ips_owned = batch.ips.clone();
-            self.readers
-                .run(FILES_DEADLINE, move || {
-                    let b = Backing::of(ppid).ok();
-                    symbolize::resolve_here(ppid, &ips_owned, b.as_ref())
-                })
-                .unwrap_or_else(|e| Err(bounded(&format!("native frames not read: {e}"))))
-                .map(|mut v| {
-                    for (_, why) in &mut v {
-                        let note =
-                            "native frames named through the parent's maps (the process was gone)";
-                        *why = Some(match why.take() {
-                            Some(e) => bounded(&format!("{e}; {note}")),
-                            None => note.into(),
-                        });
-                    }
-                    v
-                })
-        } else if let Some((proc, held)) = proc.and_then(|p| Some((p, self.mapped.remove(&p)?))) {
+            self.name_with(
+                pp,
+                true,
+                stacks,
+                Some("native frames named through the parent's maps (the process was gone)"),
+            )
+        } else if let Some(proc) = proc.filter(|p| self.mapped.contains_key(p)) {
             // Gone, but the files it ran are held (since its exec): a
             // process killed before the first drain that saw its stacks
-            // is the one whose stacks matter most. Read on a worker, as
-            // every file of the job is.
-            let mut b2 = std::mem::replace(&mut batch, unwind::Batch::empty());
-            let r = self.readers.run(FILES_DEADLINE, move || {
-                b2.unwind(|| held.for_unwinding());
-                let r = held.name_all(
-                    &b2.ips,
-                    "the process was gone before its stack was resolved",
-                );
-                (held, b2, r)
-            });
-            match r {
-                Ok((held, b2, r)) => {
-                    self.mapped.insert(proc, held);
-                    batch = b2;
-                    r
-                }
-                Err(e) => Err(bounded(&format!("native frames not read: {e}"))),
-            }
+            // is the one whose stacks matter most.
+            self.name_with(
+                proc,
+                false,
+                stacks,
+                Some("the process was gone before its stack was resolved; named from the files it ran"),
+            )
         } else {
             Err("the process was gone before its stack was resolved".into())
         };
@@ -439,12 +399,14 @@ impl StackCollector {
                 // The addresses still say something: kept, unsymbolized.
                 Err(e) => {
                     out[i].error = Some(e.clone());
-                    batch.ips[n]
+                    ips[n]
                         .iter()
+                        .zip(&hows[n])
                         .take(trainbpf_report::decode::stacks::MAX_FRAMES)
-                        .map(|&addr| trainbpf_report::decode::stacks::Frame {
+                        .map(|(&addr, how)| trainbpf_report::decode::stacks::Frame {
                             kind: "native".into(),
                             addr,
+                            found: Some((*how).into()),
                             ..Default::default()
                         })
                         .collect()
@@ -455,15 +417,6 @@ impl StackCollector {
             {
                 first.addr = first.addr.saturating_add(1);
             }
-            for (f, how) in f.iter_mut().zip(batch.hows[n].iter()) {
-                f.found = Some((*how).into());
-            }
-            if let Some(note) = batch.notes[n].take() {
-                out[i].error = Some(match out[i].error.take() {
-                    Some(e) => bounded(&format!("{e}; {note}")),
-                    None => note,
-                });
-            }
             out[i].frames = Some(f);
         }
         for (&i, (py, note)) in idx.iter().zip(python) {
@@ -473,6 +426,40 @@ impl StackCollector {
             self.named
                 .insert((d.proc, (d.stack_id, d.py_id, d.py_state, d.leaf_ret), d.gpu));
         }
+    }
+
+    /// Names stacks from `p`'s held files, in the namer, on a worker: its
+    /// files read anew from its maps first where `refresh`; `note` added
+    /// to each stack's.
+    fn name_with(
+        &mut self,
+        p: ProcKey,
+        refresh: bool,
+        stacks: Vec<namer::StackMsg>,
+        note: Option<&'static str>,
+    ) -> Result<Vec<symbolize::Resolved>, String> {
+        let mut held = self.mapped.remove(&p).unwrap_or_default();
+        let tgid = p.tgid;
+        let r = self.readers.run(FILES_DEADLINE, move || {
+            if refresh {
+                let b = Backing::of(tgid).ok();
+                held.refresh(tgid, b.as_ref());
+            }
+            let r = held.name(stacks);
+            (held, r)
+        });
+        let (held, r) = r.map_err(|e| bounded(&format!("native frames not read: {e}")))?;
+        self.mapped.insert(p, held);
+        Ok(r?
+            .into_iter()
+            .map(|n| {
+                let why = match (n.note, note) {
+                    (Some(a), Some(b)) => Some(bounded(&format!("{a}; {b}"))),
+                    (a, b) => a.or(b.map(Into::into)),
+                };
+                (n.frames, why)
+            })
+            .collect())
     }
 
     /// Puts a stack's Python frames (named before its native ones) in

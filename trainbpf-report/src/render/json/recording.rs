@@ -294,6 +294,9 @@ pub(crate) struct JobReads {
     /// Reads skipped because the memory or file lies on a FUSE
     /// filesystem, whose server (perhaps the job's) may never answer.
     pub fuse_skipped: u64,
+    /// Requests the frames' namer (the unprivileged child that parses the
+    /// job's files) failed: it crashed, hung or refused.
+    pub namer_failed: u64,
     /// Executables and cgroups left unnamed: their cache was full.
     pub names_cut: u64,
     /// The first few reads that stalled or were skipped: the process,
@@ -327,6 +330,7 @@ impl JobReads {
         let j = &r.job_reads;
         JobReads {
             fuse_skipped: j.fuse_skipped,
+            namer_failed: j.namer_failed,
             names_cut: j.names_cut,
             notes: j.notes.clone(),
             py_budget_spent: j.py_budget_spent,

@@ -444,6 +444,10 @@ pub(super) fn job_reads_lines(r: &Report) -> Vec<String> {
             j.unwind_refused,
             "files' unwind tables not read (frame pointers only)",
         ),
+        (
+            j.namer_failed,
+            "requests the frames' namer failed (crashed, hung or refused)",
+        ),
     ]
     .into_iter()
     .filter(|(n, _)| *n > 0)

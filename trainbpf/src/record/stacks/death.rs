@@ -13,11 +13,7 @@ use trainbpf_report::decode::{
     stacks::{Frame, MAX_FRAMES, StackAtDeath},
 };
 
-use super::{
-    StackCollector, py, stack_error,
-    symbolize::{bounded, resolve_here},
-};
-use crate::record::samplers::procfs::{backing::Backing, guard::FILES_DEADLINE};
+use super::{StackCollector, py, stack_error, symbolize::bounded};
 
 /// Native frames remembered per process from its growth stacks.
 pub const MAX_KNOWN_PER_PROC: usize = 1 << 16;
@@ -142,48 +138,27 @@ impl StackCollector {
         }
         let alive =
             !self.exited.contains(&proc) && crate::record::samplers::procfs::alive(proc.tgid);
-        let live = if alive {
-            // Its maps and files, read on a worker with a deadline.
-            let (tgid, ips) = (proc.tgid, vec![ips.to_vec()]);
-            self.readers
-                .run(FILES_DEADLINE, move || {
-                    let b = Backing::of(tgid).ok();
-                    resolve_here(tgid, &ips, b.as_ref())
-                })
-                .unwrap_or_else(|e| Err(bounded(&format!("native frames not read: {e}"))))
-        } else {
-            Err("the process was gone".into())
+        // Its files (read anew from its maps while it lives, else those
+        // held since its exec), named in the namer, on a worker.
+        let stack = super::namer::StackMsg {
+            ips: ips.to_vec(),
+            hows: Vec::new(),
+            copy: None,
         };
-        match live {
+        let note = (!alive).then_some("the process was gone; named from the files it ran");
+        match self.name_with(proc, alive, vec![stack], note) {
             Ok(mut r) if !r.is_empty() => {
                 let (f, w) = r.swap_remove(0);
                 *why = w;
                 frames = f;
+                for f in &mut frames {
+                    f.found = None;
+                }
             }
             Ok(_) => {}
             Err(e) => *why = Some(e),
         }
-        if fill(&mut frames, self.known.get(&proc)) > 0
-            && let Some(m) = self.mapped.remove(&proc)
-        {
-            // The held files: read on a worker too (a file on a network
-            // filesystem can stall; none on FUSE is held).
-            let named = self.readers.run(FILES_DEADLINE, move || {
-                m.name(&mut frames);
-                (m, frames)
-            });
-            match named {
-                Ok((m, f)) => {
-                    self.mapped.insert(proc, m);
-                    frames = f;
-                }
-                Err(e) => {
-                    *why = Some(bounded(&format!("its files not read: {e}")));
-                    frames = ips.iter().take(MAX_FRAMES).map(|&a| bare(a)).collect();
-                    fill(&mut frames, self.known.get(&proc));
-                }
-            }
-        }
+        fill(&mut frames, self.known.get(&proc));
         remember(self.known.entry(proc).or_default(), &frames);
         frames
     }

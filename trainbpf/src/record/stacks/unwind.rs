@@ -24,8 +24,9 @@ use framehop::{
     x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64},
 };
 use object::{elf, read::elf::ProgramHeader as _, read::elf::SectionHeader as _};
-use trainbpf_report::decode::stacks::{FOUND_CFI, FOUND_FP, FOUND_IP};
+use trainbpf_report::decode::stacks::{FOUND_CFI, FOUND_FP, FOUND_IP, FOUND_SP};
 
+use super::namer::CopyMsg;
 use crate::util::elf_image::Image;
 
 /// What is read of one file's unwind sections, at most: the largest
@@ -169,7 +170,7 @@ thread_local! {
 
 /// A file's tables, read once per worker (a failure too: it says why
 /// once).
-fn tables(f: &File, path: &str) -> Result<Arc<Tables>, String> {
+fn tables(f: &File) -> Result<Arc<Tables>, String> {
     let md = f.metadata().map_err(|e| e.to_string())?;
     let id = (md.dev(), md.ino());
     KEPT.with(|k| {
@@ -178,11 +179,6 @@ fn tables(f: &File, path: &str) -> Result<Arc<Tables>, String> {
             return t.clone();
         }
         let t = Tables::read(f).map(Arc::new);
-        if let Err(e) = &t {
-            use crate::record::samplers::procfs::guard::{Count, STATS};
-            STATS.add(Count::UnwindRefused, 1);
-            STATS.note(|| format!("{path}: unwind tables not read: {e}"));
-        }
         let size = t.as_ref().map_or(0, |t| t.bytes());
         if k.1.saturating_add(size) > MAX_KEPT_BYTES {
             *k = (HashMap::new(), 0);
@@ -228,10 +224,13 @@ impl Process {
             failed: Vec::new(),
         };
         for m in maps {
-            let t = match tables(m.file, m.path) {
+            let t = match tables(m.file) {
                 Ok(t) => t,
                 Err(e) => {
-                    p.failed.push(super::bounded(&format!("{}: {e}", m.path)));
+                    p.failed.push(super::bounded(&format!(
+                        "{}: unwind tables not read: {e}",
+                        m.path
+                    )));
                     continue;
                 }
             };
@@ -298,102 +297,67 @@ impl Process {
     }
 }
 
-/// A new stack's registers and copy, as the kernel sent them.
-#[derive(Clone)]
-pub struct Copied {
-    pub ip: u64,
-    pub sp: u64,
-    pub bp: u64,
-    pub data: Vec<u8>,
+/// A new stack's key and copy, from a `STACK_COPIES` record.
+pub fn from_record(rec: &[u8]) -> Option<(trainbpf_common::StackKey, CopyMsg)> {
+    use trainbpf_common::{STACK_COPY_BYTES, StackCopy};
+    let key_len = size_of::<trainbpf_common::StackKey>();
+    if rec.len() < size_of::<StackCopy>() {
+        return None;
+    }
+    // SAFETY: a `StackKey` is plain integers, read unaligned from a record
+    // at least as long as a `StackCopy`.
+    let key = unsafe { std::ptr::read_unaligned(rec.as_ptr().cast::<trainbpf_common::StackKey>()) };
+    let word = |i: usize| {
+        let at = key_len + 8 * i;
+        u64::from_ne_bytes(rec[at..at + 8].try_into().unwrap_or_default())
+    };
+    let len = (word(3) as usize).min(STACK_COPY_BYTES);
+    let data_at = key_len + 32;
+    Some((
+        key,
+        CopyMsg {
+            ip: word(0),
+            sp: word(1),
+            bp: word(2),
+            data: rec[data_at..data_at + len].to_vec(),
+        },
+    ))
 }
 
-impl Copied {
-    /// From a `STACK_COPIES` record: its key, and the copy.
-    pub fn from_record(rec: &[u8]) -> Option<(trainbpf_common::StackKey, Copied)> {
-        use trainbpf_common::{STACK_COPY_BYTES, StackCopy};
-        let key_len = size_of::<trainbpf_common::StackKey>();
-        if rec.len() < size_of::<StackCopy>() {
-            return None;
-        }
-        // SAFETY: a `StackKey` is plain integers, read unaligned from a
-        // record at least as long as a `StackCopy`.
-        let key =
-            unsafe { std::ptr::read_unaligned(rec.as_ptr().cast::<trainbpf_common::StackKey>()) };
-        let word = |i: usize| {
-            let at = key_len + 8 * i;
-            u64::from_ne_bytes(rec[at..at + 8].try_into().unwrap_or_default())
-        };
-        let len = (word(3) as usize).min(STACK_COPY_BYTES);
-        let data_at = key_len + 32;
-        Some((
-            key,
-            Copied {
-                ip: word(0),
-                sp: word(1),
-                bp: word(2),
-                data: rec[data_at..data_at + len].to_vec(),
-            },
-        ))
-    }
+/// A `found` value as the constant it names (frame pointer if unknown).
+pub fn how_of(h: &str) -> &'static str {
+    [FOUND_IP, FOUND_SP, FOUND_FP, FOUND_CFI]
+        .into_iter()
+        .find(|c| *c == h)
+        .unwrap_or(FOUND_FP)
 }
 
-/// A process's new stacks on their way to a worker: the frame-pointer
-/// walks, how each frame was found, the copies to unwind where the kernel
-/// made one, and what the unwinding has to say.
-pub struct Batch {
-    pub ips: Vec<Vec<u64>>,
-    pub hows: Vec<Vec<&'static str>>,
-    pub copies: Vec<Option<Copied>>,
-    pub notes: Vec<Option<String>>,
-}
-
-impl Batch {
-    pub fn empty() -> Batch {
-        Batch {
-            ips: Vec::new(),
-            hows: Vec::new(),
-            copies: Vec::new(),
-            notes: Vec::new(),
-        }
+/// Unwinds one stack's copy with `p`'s tables and puts the result in
+/// place of its walk (`ips`, `hows`); what to say where it could not.
+pub fn apply(
+    p: &Process,
+    ips: &mut Vec<u64>,
+    hows: &mut Vec<&'static str>,
+    c: &CopyMsg,
+) -> Option<String> {
+    if c.data.is_empty() {
+        return Some("frame pointers only: the user stack could not be copied".into());
     }
-
-    /// Unwinds each stack that has a copy with the tables of the files
-    /// `maps` lists, and puts the result in place of its walk.
-    pub fn unwind<'a>(&mut self, maps: impl FnOnce() -> Vec<Mapping<'a>>) {
-        if self.copies.iter().all(Option::is_none) {
-            return;
-        }
-        let p = Process::new(maps());
-        for n in 0..self.ips.len() {
-            let Some(c) = self.copies.get(n).and_then(Option::as_ref) else {
-                continue;
-            };
-            if c.data.is_empty() {
-                self.notes[n] =
-                    Some("frame pointers only: the user stack could not be copied".into());
-                continue;
-            }
-            let un = p.unwind(c.ip, c.sp, c.bp, &c.data);
-            if un.frames.len() < 2 {
-                let why = un
-                    .stopped
-                    .clone()
-                    .unwrap_or_else(|| "no caller found".into());
-                self.notes[n] = Some(super::bounded(&format!(
-                    "frame pointers only: not unwound by the tables ({why})"
-                )));
-                continue;
-            }
-            let fp: Vec<(u64, &'static str)> = self.ips[n]
-                .iter()
-                .copied()
-                .zip(self.hows[n].iter().copied())
-                .collect();
-            let merged = merge(&fp, &un);
-            self.ips[n] = merged.iter().map(|f| f.0).collect();
-            self.hows[n] = merged.iter().map(|f| f.1).collect();
-        }
+    let un = p.unwind(c.ip, c.sp, c.bp, &c.data);
+    if un.frames.len() < 2 {
+        let why = un
+            .stopped
+            .clone()
+            .unwrap_or_else(|| "no caller found".into());
+        return Some(super::bounded(&format!(
+            "frame pointers only: not unwound by the tables ({why})"
+        )));
     }
+    let fp: Vec<(u64, &'static str)> = ips.iter().copied().zip(hows.iter().copied()).collect();
+    let merged = merge(&fp, &un);
+    *ips = merged.iter().map(|f| f.0).collect();
+    *hows = merged.iter().map(|f| f.1).collect();
+    None
 }
 
 /// Why an unwinding stopped, for the report.

@@ -71,6 +71,7 @@ pub struct Stats {
     py_frames_cut: AtomicU64,
     names_cut: AtomicU64,
     unwind_refused: AtomicU64,
+    namer_failed: AtomicU64,
     notes: Mutex<Vec<String>>,
 }
 
@@ -86,6 +87,7 @@ pub static STATS: Stats = Stats {
     py_frames_cut: AtomicU64::new(0),
     names_cut: AtomicU64::new(0),
     unwind_refused: AtomicU64::new(0),
+    namer_failed: AtomicU64::new(0),
     notes: Mutex::new(Vec::new()),
 };
 
@@ -107,6 +109,9 @@ pub enum Count {
     /// Files whose unwind tables were not read: over their bound, outside
     /// the file, or not ELF.
     UnwindRefused,
+    /// Requests the frames' namer failed (it crashed, hung or refused):
+    /// those stacks went unnamed.
+    NamerFailed,
 }
 
 impl Stats {
@@ -119,6 +124,7 @@ impl Stats {
             Count::PyFramesCut => &self.py_frames_cut,
             Count::NamesCut => &self.names_cut,
             Count::UnwindRefused => &self.unwind_refused,
+            Count::NamerFailed => &self.namer_failed,
         };
         c.fetch_add(n, Ordering::Relaxed);
     }
@@ -149,6 +155,7 @@ impl Stats {
             py_frames_cut: g(&self.py_frames_cut),
             names_cut: g(&self.names_cut),
             unwind_refused: g(&self.unwind_refused),
+            namer_failed: g(&self.namer_failed),
             notes: self.notes.lock().unwrap_or_else(|e| e.into_inner()).clone(),
         }
     }

@@ -1,0 +1,325 @@
+//! The frames' namer: a child process without privileges that parses the
+//! job's files. Unwinding a stack by a file's `.eh_frame` and naming its
+//! addresses by the file's symbols and DWARF line tables parse what the
+//! job wrote, so it is not done as root, nor in the recorder, which must
+//! survive whatever the files hold.
+//!
+//! The recorder reads the process's maps and opens each mapped file
+//! through `/proc/PID/map_files/` (`code_files`), and hands the child the
+//! descriptors (`SCM_RIGHTS`), never a path that could be swapped. The
+//! child (`serve`) runs as the invoking user, or `nobody` when root ran
+//! the recorder without sudo, with no capabilities, `no_new_privs`, its
+//! heap bounded and its OOM score the highest. A crash, a hang past the
+//! deadline or a refusal costs the names of that request's stacks, never
+//! the recording: it is counted (`job_reads.namer_failed`) and said, and
+//! the next request starts a new child.
+
+use std::{
+    fs::File,
+    io::{Read as _, Write as _},
+    os::{
+        fd::{AsFd as _, AsRawFd as _, FromRawFd as _, OwnedFd, RawFd},
+        unix::{net::UnixStream, process::CommandExt as _},
+    },
+    process::{Child, Command, Stdio},
+    sync::Mutex,
+    time::Duration,
+};
+
+use serde::{Deserialize, Serialize};
+use trainbpf_report::decode::stacks::Frame;
+
+use crate::record::samplers::procfs::guard::{Count, STATS};
+
+mod serve;
+pub use serve::main as serve_main;
+
+/// The child's subcommand (not a user-facing command).
+pub const SUBCOMMAND: &str = "__name-frames";
+
+/// How long one request may take: past it the child is killed.
+const DEADLINE: Duration = Duration::from_secs(10);
+/// A request or reply longer than this is refused (a stack copy is 16 KiB,
+/// a named frame well under 2 KiB).
+const MAX_MESSAGE: u64 = 64 << 20;
+/// Descriptors per request: `code_files` holds at most 128 per process,
+/// and the kernel passes at most 253 in one message.
+pub const MAX_FDS: usize = 128;
+/// Children started in one recording: past it, frames go unnamed.
+const MAX_STARTS: u32 = 16;
+
+/// A mapping of code; its descriptor travels beside the message, in order.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct MapMsg {
+    pub start: u64,
+    pub end: u64,
+    pub offset: u64,
+    pub path: String,
+}
+
+/// A stack to name: its addresses (innermost first) with how each was
+/// found, and where the kernel copied the stack, the registers and copy
+/// to unwind by the files' tables first.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct StackMsg {
+    pub ips: Vec<u64>,
+    pub hows: Vec<String>,
+    pub copy: Option<CopyMsg>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CopyMsg {
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+    pub data: Vec<u8>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Request {
+    maps: Vec<MapMsg>,
+    stacks: Vec<StackMsg>,
+}
+
+/// A stack named: its frames (each saying how it was found), and why
+/// some are not (none named, or not unwound by the tables).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Named {
+    pub frames: Vec<Frame>,
+    pub note: Option<String>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Reply {
+    stacks: Vec<Named>,
+    /// Files whose unwind tables were refused, each said once.
+    refused: Vec<String>,
+}
+
+/// Writes one message: its length, then its bytes, the descriptors
+/// riding on the first byte.
+fn send(s: &UnixStream, bytes: &[u8], fds: &[RawFd]) -> std::io::Result<()> {
+    use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
+    let len = (bytes.len() as u64).to_le_bytes();
+    let iov = [std::io::IoSlice::new(&len)];
+    let cmsg = [ControlMessage::ScmRights(fds)];
+    let cmsgs: &[ControlMessage] = if fds.is_empty() { &[] } else { &cmsg };
+    let n = sendmsg::<()>(s.as_raw_fd(), &iov, cmsgs, MsgFlags::MSG_NOSIGNAL, None)?;
+    if n != len.len() {
+        (&*s).write_all(&len[n..])?;
+    }
+    (&*s).write_all(bytes)
+}
+
+/// Reads one message and the descriptors that came with it.
+fn recv(s: &UnixStream) -> std::io::Result<(Vec<u8>, Vec<OwnedFd>)> {
+    use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
+    let mut len = [0u8; 8];
+    let mut fds = Vec::new();
+    let mut got = 0;
+    {
+        let mut iov = [std::io::IoSliceMut::new(&mut len)];
+        let mut space = nix::cmsg_space!([RawFd; MAX_FDS]);
+        let msg = recvmsg::<()>(
+            s.as_raw_fd(),
+            &mut iov,
+            Some(&mut space),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        )?;
+        for c in msg.cmsgs()? {
+            if let ControlMessageOwned::ScmRights(raw) = c {
+                // SAFETY: descriptors the kernel just installed in this
+                // process for this message: owned here and nowhere else.
+                fds.extend(
+                    raw.into_iter()
+                        .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+                );
+            }
+        }
+        got += msg.bytes;
+    }
+    if got == 0 {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    (&*s).read_exact(&mut len[got..])?;
+    let n = u64::from_le_bytes(len);
+    if n > MAX_MESSAGE {
+        return Err(std::io::Error::other(format!(
+            "a message of {n} bytes, over the bound"
+        )));
+    }
+    let mut bytes = vec![0u8; n as usize];
+    (&*s).read_exact(&mut bytes)?;
+    Ok((bytes, fds))
+}
+
+struct Client {
+    child: Option<(Child, UnixStream)>,
+    starts: u32,
+}
+
+static CLIENT: Mutex<Client> = Mutex::new(Client {
+    child: None,
+    starts: 0,
+});
+
+/// Who the child runs as: the user behind sudo, else `nobody`.
+fn child_ids() -> (u32, u32) {
+    match crate::util::invoker::Invoker::detect() {
+        Ok(i) if i.uid != 0 => (i.uid, i.gid),
+        _ => (65534, 65534),
+    }
+}
+
+impl Client {
+    fn start(&mut self) -> Result<(), String> {
+        if self.starts >= MAX_STARTS {
+            return Err(format!(
+                "the frames' namer was started {MAX_STARTS} times already: not again"
+            ));
+        }
+        self.starts += 1;
+        let (mine, theirs) = UnixStream::pair().map_err(|e| e.to_string())?;
+        let (uid, gid) = child_ids();
+        let fd: OwnedFd = theirs.into();
+        // /proc/self/exe: the recorder's own image, run by absolute path.
+        let mut cmd = Command::new("/proc/self/exe");
+        cmd.arg(SUBCOMMAND)
+            .arg(uid.to_string())
+            .arg(gid.to_string())
+            .stdin(Stdio::from(fd))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .env_clear();
+        // SAFETY: async-signal-safe calls only, between fork and exec:
+        // the child is first to go on an OOM kill, and never the
+        // recorder's witness.
+        unsafe {
+            cmd.pre_exec(|| {
+                let adj = b"1000";
+                let fd = libc::open(
+                    c"/proc/self/oom_score_adj".as_ptr(),
+                    libc::O_WRONLY | libc::O_CLOEXEC,
+                );
+                if fd >= 0 {
+                    libc::write(fd, adj.as_ptr().cast(), adj.len());
+                    libc::close(fd);
+                }
+                Ok(())
+            });
+        }
+        let child = cmd
+            .spawn()
+            .map_err(|e| format!("the frames' namer could not start: {e}"))?;
+        mine.set_read_timeout(Some(DEADLINE))
+            .and_then(|()| mine.set_write_timeout(Some(DEADLINE)))
+            .map_err(|e| e.to_string())?;
+        self.child = Some((child, mine));
+        Ok(())
+    }
+
+    /// Ends the child (its own, started here), and says how it ended.
+    fn stop(&mut self, why: &str) -> String {
+        let Some((mut child, _)) = self.child.take() else {
+            return why.to_string();
+        };
+        let _ = child.kill();
+        let how = match child.wait() {
+            Ok(st) => match std::os::unix::process::ExitStatusExt::signal(&st) {
+                Some(sig) if sig != libc::SIGKILL => format!("; it died of signal {sig}"),
+                _ => String::new(),
+            },
+            Err(_) => String::new(),
+        };
+        STATS.add(Count::NamerFailed, 1);
+        let pid = child.id();
+        let msg = format!("the frames' namer (pid {pid}) failed: {why}{how}");
+        STATS.note(|| msg.clone());
+        msg
+    }
+
+    fn ask(&mut self, req: &Request, fds: &[RawFd]) -> Result<Reply, String> {
+        if self.child.is_none() {
+            self.start()?;
+        }
+        let bytes = serde_json::to_vec(req).map_err(|e| e.to_string())?;
+        let Some((_, s)) = &self.child else {
+            return Err("no namer".into());
+        };
+        let r = send(s, &bytes, fds)
+            .and_then(|()| recv(s))
+            .map_err(|e| e.to_string())
+            .and_then(|(b, _)| serde_json::from_slice::<Reply>(&b).map_err(|e| e.to_string()));
+        match r {
+            Ok(reply) if reply.stacks.len() == req.stacks.len() => Ok(reply),
+            Ok(_) => Err(self.stop("its reply did not match the request")),
+            Err(e) => Err(self.stop(&e)),
+        }
+    }
+}
+
+/// Starts the namer and has it read the C library's symbols and line
+/// tables, as the recording starts: nearly every job process maps the
+/// same file, and reading it takes a few hundred milliseconds the first
+/// time, which a job that dies within a second of its start cannot wait
+/// for. The recorder's own mapping of it, through its own `map_files`.
+pub fn warm() {
+    let addr = libc::malloc as *const () as usize as u64;
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        return;
+    };
+    for line in maps.lines() {
+        let mut it = line.split_whitespace();
+        let (Some(range), Some(_), Some(off)) = (it.next(), it.next(), it.next()) else {
+            continue;
+        };
+        let path = it.nth(2).unwrap_or("");
+        let Some((s, e)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(start), Ok(end), Ok(offset)) = (
+            u64::from_str_radix(s, 16),
+            u64::from_str_radix(e, 16),
+            u64::from_str_radix(off, 16),
+        ) else {
+            continue;
+        };
+        if !(start <= addr && addr < end && path.starts_with('/')) {
+            continue;
+        }
+        let Ok(f) = File::open(format!("/proc/self/map_files/{range}")) else {
+            return;
+        };
+        let m = MapMsg {
+            start,
+            end,
+            offset,
+            path: path.to_string(),
+        };
+        let stack = StackMsg {
+            ips: vec![addr],
+            hows: Vec::new(),
+            copy: None,
+        };
+        let _ = name(&[(m, &f)], vec![stack]);
+        return;
+    }
+}
+
+/// Names `stacks` of a process whose code files are `maps` (with their
+/// open descriptors), in the child. An error names why none were.
+pub fn name(maps: &[(MapMsg, &File)], stacks: Vec<StackMsg>) -> Result<Vec<Named>, String> {
+    let maps = &maps[..maps.len().min(MAX_FDS)];
+    let req = Request {
+        maps: maps.iter().map(|(m, _)| m.clone()).collect(),
+        stacks,
+    };
+    let fds: Vec<RawFd> = maps.iter().map(|(_, f)| f.as_fd().as_raw_fd()).collect();
+    let mut c = CLIENT.lock().unwrap_or_else(|e| e.into_inner());
+    let r = c.ask(&req, &fds)?;
+    for why in r.refused {
+        STATS.add(Count::UnwindRefused, 1);
+        STATS.note(|| why);
+    }
+    Ok(r.stacks)
+}
