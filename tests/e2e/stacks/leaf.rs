@@ -42,22 +42,7 @@ int main(void) {
 "#;
 
 fn build(dir: &TempDir, name: &str, flags: &[&str]) -> PathBuf {
-    let src = dir.path("copy.c");
-    std::fs::write(&src, COPY_C).unwrap();
-    let exe = dir.path(name);
-    let cc = Command::new("/usr/bin/cc")
-        .args(flags)
-        .args(["-g", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .output()
-        .expect("running /usr/bin/cc");
-    assert!(
-        cc.status.success(),
-        "cc: {}",
-        String::from_utf8_lossy(&cc.stderr)
-    );
-    exe
+    build_c(dir, name, COPY_C, flags)
 }
 
 /// The heaviest growth stack of the killed job's top grower, and the
@@ -95,7 +80,7 @@ fn heaviest(flags: &[&str], name: &str) -> (Value, Value) {
     eprintln!("{text}");
     let line = COPY_C.lines().position(|l| l.contains("COPY")).unwrap() + 1;
     assert!(
-        text.contains(&format!("did not fit, in grow_here (copy.c:{line})")),
+        text.contains(&format!("did not fit, in grow_here ({name}.c:{line})")),
         "the verdict cites grow_here:\n{text}"
     );
     let led = text
@@ -112,7 +97,7 @@ fn heaviest(flags: &[&str], name: &str) -> (Value, Value) {
     assert!(
         first
             .trim()
-            .ends_with(&format!("copy.c:{line} in grow_here")),
+            .ends_with(&format!("{name}.c:{line} in grow_here")),
         "the stack starts at grow_here: {first:?}\n{led}"
     );
     assert!(led.contains("(inside it: __mem"), "{led}");

@@ -529,11 +529,18 @@ pub fn grow_c_touch_line() -> u64 {
 /// `GROW_C` built with frame pointers and debug information, as `grow`
 /// in `dir`.
 pub fn build_grow_c(dir: &TempDir) -> PathBuf {
-    let src = dir.path("grow.c");
-    std::fs::write(&src, GROW_C).unwrap();
-    let exe = dir.path("grow");
+    build_c(dir, "grow", GROW_C, &["-O0", "-fno-omit-frame-pointer"])
+}
+
+/// C source `src` built with `flags` and debug information, as `name` in
+/// `dir` (its source beside it, `name.c`).
+pub fn build_c(dir: &TempDir, name: &str, src_text: &str, flags: &[&str]) -> PathBuf {
+    let src = dir.path(&format!("{name}.c"));
+    std::fs::write(&src, src_text).unwrap();
+    let exe = dir.path(name);
     let cc = Command::new("/usr/bin/cc")
-        .args(["-O0", "-g", "-fno-omit-frame-pointer", "-o"])
+        .args(flags)
+        .args(["-g", "-o"])
         .arg(&exe)
         .arg(&src)
         .output()

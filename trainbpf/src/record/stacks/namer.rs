@@ -9,7 +9,7 @@
 //! descriptors (`SCM_RIGHTS`), never a path that could be swapped. The
 //! child (`serve`) runs as the invoking user, or `nobody` when root ran
 //! the recorder without sudo, with no capabilities, `no_new_privs`, its
-//! heap bounded and its OOM score the highest. A crash, a hang past the
+//! heap bounded and its OOM score the kernel's default. A crash, a hang past the
 //! deadline or a refusal costs the names of that request's stacks, never
 //! the recording: it is counted (`job_reads.namer_failed`) and said, and
 //! the next request starts a new child.
@@ -192,11 +192,14 @@ impl Client {
             .stderr(Stdio::null())
             .env_clear();
         // SAFETY: async-signal-safe calls only, between fork and exec:
-        // the child is first to go on an OOM kill, and never the
-        // recorder's witness.
+        // the child does not keep the recorder's -1000, which would make
+        // the OOM killer take others' processes for it; nor does it take
+        // 1000, which made an OOM kill in a cgroup above the job's take
+        // it first, a kill the job's story does not have. Its heap is
+        // bounded; the kernel weighs it as any process.
         unsafe {
             cmd.pre_exec(|| {
-                let adj = b"1000";
+                let adj = b"0";
                 let fd = libc::open(
                     c"/proc/self/oom_score_adj".as_ptr(),
                     libc::O_WRONLY | libc::O_CLOEXEC,
