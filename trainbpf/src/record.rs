@@ -162,11 +162,11 @@ pub fn run(mut opts: RecordOptions) -> Result<Outcome, RecordError> {
         .flatten()
         .unwrap_or(4096) as u64;
 
-    // The frames' namer reads the C library while the probes load.
+    // The frames' namer starts now and reads the C library while the
+    // probes load (a process of its own: the recorder stays
+    // single-threaded until the load has forked for the kernel's BTF).
     if opts.tunables.stack_every_bytes().is_some() {
-        let _ = std::thread::Builder::new()
-            .name("trainbpf-namer".into())
-            .spawn(stacks::warm_namer);
+        stacks::start_namer();
     }
     let loaded = loader::load(&opts.tunables, page_size)?;
     let mut header = recording_header(&loaded, &opts.tunables, page_size, unprotected);

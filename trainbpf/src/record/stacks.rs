@@ -25,7 +25,7 @@ mod thread;
 mod unwind;
 pub use crate::loader::stack_maps::StackMaps;
 pub use delta::Deltas;
-pub use namer::{SUBCOMMAND as NAMER_SUBCOMMAND, serve_main as namer_main, warm as warm_namer};
+pub use namer::{SUBCOMMAND as NAMER_SUBCOMMAND, serve_main as namer_main, start as start_namer};
 pub use py::Pythons;
 pub use symbolize::bounded;
 pub use thread::{Msg, Stacks};

@@ -257,7 +257,42 @@ impl Sampler {
     }
 }
 
+/// The recorder and its helper processes that work for it (the frames'
+/// namer, `__name-frames`), summed: its cost is the recorder's. The job,
+/// also its child, is left out.
 fn read_proc(pid: u32) -> Option<ProcSample> {
+    let mut s = read_one(pid)?;
+    for h in helpers(pid) {
+        if let Some(h) = read_one(h) {
+            s.cpu_ticks += h.cpu_ticks;
+            s.rss_kb += h.rss_kb;
+            s.hwm_kb += h.hwm_kb;
+        }
+    }
+    Some(s)
+}
+
+/// `pid`'s children (of any of its threads) that run its helper
+/// subcommands.
+fn helpers(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .filter_map(|t| fs::read_to_string(t.ok()?.path().join("children")).ok())
+        .flat_map(|c| {
+            c.split_whitespace()
+                .filter_map(|p| p.parse::<u32>().ok())
+                .collect::<Vec<_>>()
+        })
+        .filter(|c| {
+            let cmd = fs::read(format!("/proc/{c}/cmdline")).unwrap_or_default();
+            cmd.split(|&b| b == 0).nth(1) == Some(&b"__name-frames"[..])
+        })
+        .collect()
+}
+
+fn read_one(pid: u32) -> Option<ProcSample> {
     let at = Instant::now();
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the `(comm)`, which may itself hold spaces: state is

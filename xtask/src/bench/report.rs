@@ -201,9 +201,11 @@ pub(super) fn render(info: &RunInfo) -> String {
          `lost_events` of `trainbpf report --format json`; perf, faults the job counted itself \
          (getrusage) that perf did not record; summed over runs; bpftrace counts in a map, which \
          cannot overflow. recorder CPU: the \
-         tool's CPU while the job ran as a share of one core (its whole life in brackets). \
+         tool's CPU while the job ran as a share of one core (its whole life in brackets), \
+         trainbpf's with its frames' namer (a child process) added. \
          recorder RSS: worst of the runs: peak (VmHWM, start-up included), most while the job \
-         ran, and growth from a tenth into the job to its end.\n"
+         ran, and growth from a tenth into the job to its end; trainbpf's with its namer's \
+         added.\n"
     );
 
     let _ = writeln!(

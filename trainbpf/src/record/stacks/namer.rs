@@ -261,51 +261,14 @@ impl Client {
     }
 }
 
-/// Starts the namer and has it read the C library's symbols and line
-/// tables, as the recording starts: nearly every job process maps the
-/// same file, and reading it takes a few hundred milliseconds the first
-/// time, which a job that dies within a second of its start cannot wait
-/// for. The recorder's own mapping of it, through its own `map_files`.
-pub fn warm() {
-    let addr = libc::malloc as *const () as usize as u64;
-    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
-        return;
-    };
-    for line in maps.lines() {
-        let mut it = line.split_whitespace();
-        let (Some(range), Some(_), Some(off)) = (it.next(), it.next(), it.next()) else {
-            continue;
-        };
-        let path = it.nth(2).unwrap_or("");
-        let Some((s, e)) = range.split_once('-') else {
-            continue;
-        };
-        let (Ok(start), Ok(end), Ok(offset)) = (
-            u64::from_str_radix(s, 16),
-            u64::from_str_radix(e, 16),
-            u64::from_str_radix(off, 16),
-        ) else {
-            continue;
-        };
-        if !(start <= addr && addr < end && path.starts_with('/')) {
-            continue;
-        }
-        let Ok(f) = File::open(format!("/proc/self/map_files/{range}")) else {
-            return;
-        };
-        let m = MapMsg {
-            start,
-            end,
-            offset,
-            path: path.to_string(),
-        };
-        let stack = StackMsg {
-            ips: vec![addr],
-            hows: Vec::new(),
-            copy: None,
-        };
-        let _ = name(&[(m, &f)], vec![stack]);
-        return;
+/// Starts the namer now, rather than at the first stacks: it reads the C
+/// library's symbols and line tables as it starts (`serve::warm`), which
+/// takes a few hundred milliseconds the first time, and a job that dies
+/// within a second of its start cannot wait for that.
+pub fn start() {
+    let mut c = CLIENT.lock().unwrap_or_else(|e| e.into_inner());
+    if c.child.is_none() {
+        let _ = c.start();
     }
 }
 
