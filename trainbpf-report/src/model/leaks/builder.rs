@@ -219,13 +219,17 @@ impl Builder {
     }
 
     pub(in crate::model) fn finish(mut self, last_ns: u64, attr: &Attribution) -> LeakReport {
-        let Some(grid) = self.grid else {
+        if self.grid.is_none() {
             return LeakReport {
                 min_span_ns: self.opts.min_span_ns,
                 ..LeakReport::default()
             };
-        };
-        self.now = self.now.max(last_ns);
+        }
+        // The recording's last time may lie past every event seen here (a
+        // damaged timestamp in a record this model skips): the grid is
+        // widened to cover it before the lines are held until it, or each
+        // line would grow a bucket per width up to it.
+        let grid = self.advance(last_ns);
         let end = self.now;
         let mut live: Vec<(ProcKey, Proc)> = std::mem::take(&mut self.live).into_iter().collect();
         live.sort_by_key(|(k, _)| *k);
