@@ -199,6 +199,21 @@ fn without_stacks_nothing_is_taken() {
     assert!(page.contains("made with <code>--no-stacks</code>"));
 }
 
+/// A Python job that keeps 1 MiB more in `leak_step` every `sleep_s`
+/// seconds, until its limit.
+fn leak_py(sleep_s: &str) -> String {
+    format!(
+        "import time
+keep = []
+def leak_step():
+    keep.append(b'x' * (1 << 20))
+while True:
+    leak_step()
+    time.sleep({sleep_s})
+"
+    )
+}
+
 mod leaf;
 mod namer;
 mod two;

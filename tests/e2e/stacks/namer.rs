@@ -10,15 +10,6 @@ use std::time::{Duration, Instant};
 
 use crate::support::*;
 
-const LEAK_PY: &str = "import time
-keep = []
-def leak_step():
-    keep.append(b'x' * (1 << 20))
-while True:
-    leak_step()
-    time.sleep(0.02)
-";
-
 /// The recorder's children running the namer.
 fn namers(recorder: u32) -> Vec<u32> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
@@ -122,7 +113,7 @@ fn the_namer_runs_as_the_invoking_user_with_nothing_more() {
     require_root();
     let _g = serial();
     let dir = TempDir::new("namer");
-    std::fs::write(dir.path("leak.py"), LEAK_PY).unwrap();
+    std::fs::write(dir.path("leak.py"), super::leak_py("0.02")).unwrap();
     check(
         &dir.path(""),
         "sudo",

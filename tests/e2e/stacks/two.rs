@@ -10,15 +10,6 @@ use std::process::{Command, Stdio};
 
 use crate::support::*;
 
-const LEAK_PY: &str = "import time
-keep = []
-def leak_step():
-    keep.append(b'x' * (1 << 20))
-while True:
-    leak_step()
-    time.sleep(0.005)
-";
-
 /// `sudo trainbpf record` by `uid`, into a directory that user owns.
 fn record_as(uid: u32, dir: &Path, script: &Path) -> std::process::Child {
     std::fs::create_dir_all(dir).unwrap();
@@ -44,7 +35,7 @@ fn two_users_recording_at_once_each_keep_their_stacks() {
     let _g = serial();
     let dir = TempDir::new("two-users");
     let script = dir.path("leak.py");
-    std::fs::write(&script, LEAK_PY).unwrap();
+    std::fs::write(&script, super::leak_py("0.005")).unwrap();
     let users = [(65534u32, dir.path("a")), (4242u32, dir.path("b"))];
     let children: Vec<_> = users
         .iter()
