@@ -1,6 +1,7 @@
 //! Python frames in growth stacks and at death, on each CPython here.
 
 mod attach;
+mod cext;
 mod cow;
 mod growth;
 mod stacks;
