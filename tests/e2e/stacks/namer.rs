@@ -1,8 +1,8 @@
 //! The frames' namer: the child that parses the job's files (unwind
 //! tables, symbols, line tables) runs as the invoking user, or `nobody`
 //! when root runs the recorder without sudo, with no capabilities, no new
-//! privileges and the kernel's default OOM score; and the recording's stacks are
-//! still named through it.
+//! privileges, the kernel's default OOM score and a seccomp filter; and the
+//! recording's stacks are still named through it.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -57,16 +57,27 @@ fn check(dir: &Path, name: &str, env: &[(&str, &str)], uid: u32) {
         .stderr(Stdio::piped());
     let child = c.spawn().expect("starting trainbpf record");
     let recorder = child.id();
+    let recorder_status =
+        std::fs::read_to_string(format!("/proc/{recorder}/status")).unwrap_or_default();
     let until = Instant::now() + Duration::from_secs(20);
     let mut seen = None;
+    let mut last = String::new();
     while Instant::now() < until {
         if let Some(&pid) = namers(recorder).first() {
             let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
             let adj =
                 std::fs::read_to_string(format!("/proc/{pid}/oom_score_adj")).unwrap_or_default();
-            if !status.is_empty() && field(&status, "Uid:") != "0\t0\t0\t0" {
+            // Its privileges go first; its seccomp filter once it has read
+            // the C library, before its first request.
+            if !status.is_empty()
+                && field(&status, "Uid:") != "0\t0\t0\t0"
+                && field(&status, "Seccomp:") == "2"
+            {
                 seen = Some((pid, status, adj));
                 break;
+            }
+            if !status.is_empty() {
+                last = status;
             }
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -74,7 +85,8 @@ fn check(dir: &Path, name: &str, env: &[(&str, &str)], uid: u32) {
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     eprintln!("--- {name}: {}\n{stderr}", out.status);
-    let (pid, status, adj) = seen.unwrap_or_else(|| panic!("{name}: no namer seen"));
+    let (pid, status, adj) =
+        seen.unwrap_or_else(|| panic!("{name}: no namer under its filter seen; last:\n{last}"));
     eprintln!("{name}: namer {pid}:\n{status}");
     let ids = format!("{uid}\t{uid}\t{uid}\t{uid}");
     assert_eq!(field(&status, "Uid:"), ids, "{name}");
@@ -88,6 +100,15 @@ fn check(dir: &Path, name: &str, env: &[(&str, &str)], uid: u32) {
         );
     }
     assert_eq!(field(&status, "NoNewPrivs:"), "1", "{name}");
+    // One filter more than the recorder has (a container may give it one).
+    let inherited: u32 = field(&recorder_status, "Seccomp_filters:")
+        .parse()
+        .unwrap_or(0);
+    assert_eq!(
+        field(&status, "Seccomp_filters:"),
+        (inherited + 1).to_string(),
+        "{name}: its own filter"
+    );
     assert_eq!(
         adj.trim(),
         "0",

@@ -9,7 +9,8 @@
 //! descriptors (`SCM_RIGHTS`), never a path that could be swapped. The
 //! child (`serve`) runs as the invoking user, or `nobody` when root ran
 //! the recorder without sudo, with no capabilities, `no_new_privs`, its
-//! heap bounded and its OOM score the kernel's default. A crash, a hang past the
+//! heap bounded and its OOM score the kernel's default, and from its first
+//! request under a seccomp filter (`sandbox`). A crash, a hang past the
 //! deadline or a refusal costs the names of that request's stacks, never
 //! the recording: it is counted (`job_reads.namer_failed`) and said, and
 //! the next request starts a new child.
@@ -31,8 +32,27 @@ use trainbpf_report::decode::stacks::Frame;
 
 use crate::record::samplers::procfs::guard::{Count, STATS};
 
+mod sandbox;
 mod serve;
 pub use serve::main as serve_main;
+
+/// The child's exit codes, and what the recorder says of each.
+mod exit {
+    pub const USAGE: i32 = 2;
+    pub const PRIVILEGES: i32 = 1;
+    pub const REQUEST: i32 = 3;
+    pub const SECCOMP: i32 = 4;
+
+    pub fn said(code: i32) -> Option<&'static str> {
+        Some(match code {
+            USAGE => "it was started without its user and group",
+            PRIVILEGES => "it could not drop its privileges",
+            REQUEST => "it could not read a request or write its reply",
+            SECCOMP => "it could not install its seccomp filter, and does not run without one",
+            _ => return None,
+        })
+    }
+}
 
 /// The child's subcommand (not a user-facing command).
 pub const SUBCOMMAND: &str = "__name-frames";
@@ -228,8 +248,15 @@ impl Client {
         };
         let _ = child.kill();
         let how = match child.wait() {
-            Ok(st) => match std::os::unix::process::ExitStatusExt::signal(&st) {
-                Some(sig) if sig != libc::SIGKILL => format!("; it died of signal {sig}"),
+            Ok(st) => match (
+                std::os::unix::process::ExitStatusExt::signal(&st),
+                st.code(),
+            ) {
+                (Some(sig), _) if sig != libc::SIGKILL => format!("; it died of signal {sig}"),
+                (_, Some(code)) => match exit::said(code) {
+                    Some(why) => format!("; {why}"),
+                    None => format!("; it exited with code {code}"),
+                },
                 _ => String::new(),
             },
             Err(_) => String::new(),

@@ -18,7 +18,7 @@ use blazesym::symbolize::{
 };
 use trainbpf_report::decode::stacks::Frame;
 
-use super::{MapMsg, Named, Reply, Request, StackMsg, recv, send};
+use super::{MapMsg, Named, Reply, Request, StackMsg, exit, recv, sandbox, send};
 use crate::record::stacks::{
     symbolize::bounded,
     unwind::{self, Process},
@@ -39,25 +39,30 @@ pub fn main(args: &[OsString]) -> i32 {
             .and_then(|s| s.parse::<u32>().ok())
     };
     let (Some(uid), Some(gid)) = (id(0), id(1)) else {
-        return 2;
+        return exit::USAGE;
     };
     if drop_privileges(uid, gid).is_err() {
-        return 1;
+        return exit::PRIVILEGES;
     }
     // SAFETY: fd 0 is the socket the recorder made for this process.
     let sock = UnixStream::from(unsafe { OwnedFd::from_raw_fd(0) });
     let mut st = State::new();
     st.warm();
+    // From here on, only what answering takes (the C library read above
+    // opened files by path; requests bring their files as descriptors).
+    if sandbox::confine().is_err() {
+        return exit::SECCOMP;
+    }
     loop {
         let Ok((bytes, fds)) = recv(&sock) else {
             return 0;
         };
         let Ok(req) = serde_json::from_slice::<Request>(&bytes) else {
-            return 3;
+            return exit::REQUEST;
         };
         let reply = st.handle(req, fds);
         let Ok(out) = serde_json::to_vec(&reply) else {
-            return 3;
+            return exit::REQUEST;
         };
         if send(&sock, &out, &[]).is_err() {
             return 0;
