@@ -32,6 +32,7 @@ use trainbpf_report::decode::stacks::Frame;
 
 use crate::record::samplers::procfs::guard::{Count, STATS};
 
+pub mod python;
 mod sandbox;
 mod serve;
 pub use serve::main as serve_main;
@@ -116,6 +117,22 @@ struct Reply {
     refused: Vec<String>,
 }
 
+/// What the recorder asks: native frames named, or the CPython half
+/// (`python`).
+#[derive(Debug, Serialize, Deserialize)]
+enum Ask {
+    Name(Request),
+    Locate(Box<python::LocateMsg>),
+    Resolve(Box<python::ResolveMsg>),
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+enum Answer {
+    Named(Reply),
+    Located(Box<python::Located>),
+    Resolved(Box<python::Resolved>),
+}
+
 /// Writes one message: its length, then its bytes, the descriptors
 /// riding on the first byte.
 fn send(s: &UnixStream, bytes: &[u8], fds: &[RawFd]) -> std::io::Result<()> {
@@ -176,12 +193,26 @@ fn recv(s: &UnixStream) -> std::io::Result<(Vec<u8>, Vec<OwnedFd>)> {
 struct Client {
     child: Option<(Child, UnixStream)>,
     starts: u32,
+    /// The child that reads CPython: one of its own, so that a read of a
+    /// process's memory that hangs holds up no native naming, and that
+    /// child does not read the C library's tables it would not use.
+    python: bool,
 }
 
 static CLIENT: Mutex<Client> = Mutex::new(Client {
     child: None,
     starts: 0,
+    python: false,
 });
+
+static PY_CLIENT: Mutex<Client> = Mutex::new(Client {
+    child: None,
+    starts: 0,
+    python: true,
+});
+
+/// The word that makes a child the CPython reader.
+const PYTHON_ARG: &str = "python";
 
 /// Who the child runs as: the user behind sudo, else `nobody`.
 fn child_ids() -> (u32, u32) {
@@ -207,6 +238,7 @@ impl Client {
         cmd.arg(SUBCOMMAND)
             .arg(uid.to_string())
             .arg(gid.to_string())
+            .args(self.python.then_some(PYTHON_ARG))
             .stdin(Stdio::from(fd))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -263,28 +295,49 @@ impl Client {
         };
         STATS.add(Count::NamerFailed, 1);
         let pid = child.id();
-        let msg = format!("the frames' namer (pid {pid}) failed: {why}{how}");
+        let who = if self.python {
+            "the CPython reader"
+        } else {
+            "the frames' namer"
+        };
+        let msg = format!("{who} (pid {pid}) failed: {why}{how}");
         STATS.note(|| msg.clone());
         msg
     }
 
-    fn ask(&mut self, req: &Request, fds: &[RawFd]) -> Result<Reply, String> {
-        if self.child.is_none() {
-            self.start()?;
+    /// One request and its answer; a child that fails to answer (dead,
+    /// hung past the deadline, or saying nonsense) is ended.
+    ///
+    /// A child found gone as the request is sent (it died after its last
+    /// answer) is counted and said, and the request goes to a new one: it
+    /// did not cause the failure, and its stacks keep their names.
+    fn ask(&mut self, ask: &Ask, fds: &[RawFd]) -> Result<Answer, String> {
+        let bytes = serde_json::to_vec(ask).map_err(|e| e.to_string())?;
+        for first in [true, false] {
+            if self.child.is_none() {
+                self.start()?;
+            }
+            let Some((_, s)) = &self.child else {
+                return Err("no namer".into());
+            };
+            if let Err(e) = send(s, &bytes, fds) {
+                let why = self.stop(&format!("it was gone before a request came ({e})"));
+                if first {
+                    continue;
+                }
+                return Err(why);
+            }
+            let r = recv(s)
+                .map_err(|e| e.to_string())
+                .and_then(|(b, _)| serde_json::from_slice::<Answer>(&b).map_err(|e| e.to_string()));
+            return r.map_err(|e| self.stop(&e));
         }
-        let bytes = serde_json::to_vec(req).map_err(|e| e.to_string())?;
-        let Some((_, s)) = &self.child else {
-            return Err("no namer".into());
-        };
-        let r = send(s, &bytes, fds)
-            .and_then(|()| recv(s))
-            .map_err(|e| e.to_string())
-            .and_then(|(b, _)| serde_json::from_slice::<Reply>(&b).map_err(|e| e.to_string()));
-        match r {
-            Ok(reply) if reply.stacks.len() == req.stacks.len() => Ok(reply),
-            Ok(_) => Err(self.stop("its reply did not match the request")),
-            Err(e) => Err(self.stop(&e)),
-        }
+        Err("no namer".into())
+    }
+
+    /// The child's answer did not fit the question: it is ended.
+    fn mismatch(&mut self) -> String {
+        self.stop("its reply did not match the request")
     }
 }
 
@@ -308,11 +361,37 @@ pub fn name(maps: &[(MapMsg, &File)], stacks: Vec<StackMsg>) -> Result<Vec<Named
         stacks,
     };
     let fds: Vec<RawFd> = maps.iter().map(|(_, f)| f.as_fd().as_raw_fd()).collect();
+    let n = req.stacks.len();
     let mut c = CLIENT.lock().unwrap_or_else(|e| e.into_inner());
-    let r = c.ask(&req, &fds)?;
+    let r = match c.ask(&Ask::Name(req), &fds)? {
+        Answer::Named(r) if r.stacks.len() == n => r,
+        _ => return Err(c.mismatch()),
+    };
+    drop(c);
     for why in r.refused {
         STATS.add(Count::UnwindRefused, 1);
         STATS.note(|| why);
     }
     Ok(r.stacks)
+}
+
+/// Asks the CPython reader to locate a process's interpreter (descriptors:
+/// its memory, then the candidate files opened).
+pub fn locate(m: python::LocateMsg, fds: &[RawFd]) -> Result<python::Located, String> {
+    let mut c = PY_CLIENT.lock().unwrap_or_else(|e| e.into_inner());
+    match c.ask(&Ask::Locate(Box::new(m)), fds)? {
+        Answer::Located(l) => Ok(*l),
+        _ => Err(c.mismatch()),
+    }
+}
+
+/// Asks the CPython reader to name frames (descriptors: the memory of
+/// the request's own process, then its parent's, where present).
+pub fn resolve(m: python::ResolveMsg, fds: &[RawFd]) -> Result<python::Resolved, String> {
+    let n = m.pairs.len();
+    let mut c = PY_CLIENT.lock().unwrap_or_else(|e| e.into_inner());
+    match c.ask(&Ask::Resolve(Box::new(m)), fds)? {
+        Answer::Resolved(r) if r.pairs.len() == n => Ok(*r),
+        _ => Err(c.mismatch()),
+    }
 }

@@ -1,14 +1,15 @@
 //! Growth stacks' Python frames, the collector's side: locates each job
-//! process's CPython (`python::Interpreter::find`) when its first stacks
-//! arrive, describes it to the kernel's walker (`PY_PROCS`), names the
-//! (code, instr) pairs the walker kept while the process lives, and puts
-//! them above the native frames, the interpreter's own C frames folded.
+//! process's CPython (`remote::Remote::find`, parsed in the namer's
+//! CPython reader) when its first stacks arrive, describes it to the
+//! kernel's walker (`PY_PROCS`), has the (code, instr) pairs the walker
+//! kept named while the process lives, and puts them above the native
+//! frames, the interpreter's own C frames folded.
 //!
-//! Every read of a process (its maps, its interpreter's file, its memory)
-//! runs on a `procfs::guard` worker with a deadline, the interpreter
-//! handed over and back: the process can make a read of its memory wait
-//! for good. One whose read stalled is not read
-//! again, and its frames say why.
+//! Every read of a process (its maps, its interpreter's file, its memory,
+//! and the requests to the reader that parses them) runs on a
+//! `procfs::guard` worker with a deadline, the handle passed over and
+//! back: the process can make a read of its memory wait for good. One
+//! whose read stalled is not read again, and its frames say why.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -23,13 +24,15 @@ use trainbpf_report::decode::{ProcKey, stacks::Frame};
 use super::symbolize::bounded;
 use crate::{
     record::samplers::procfs::guard::{Count, DEADLINE, FILES_DEADLINE, Readers, STATS, Stall},
-    record::stacks::python::{Interpreter, PyError},
+    record::stacks::python::PyError,
 };
 
 mod frames;
 mod inherit;
-use frames::name_pairs;
-pub use frames::{describe, fold, state_text};
+mod remote;
+pub use frames::{fold, state_text};
+use frames::{name_pairs, pairs_to_name};
+use remote::Remote;
 
 /// Python frames named per process in one drain: past this, a stack's
 /// frames keep only their code objects' addresses (each name is a few
@@ -46,7 +49,7 @@ const RETRY_AFTER: Duration = Duration::from_millis(100);
 const RETRY_SOON: Duration = Duration::from_millis(20);
 
 enum State {
-    Found(Box<Interpreter>),
+    Found(Box<Remote>),
     Failed {
         error: String,
         /// No CPython at all (as opposed to one that cannot be read).
@@ -77,7 +80,7 @@ pub struct Pythons {
 
 /// Interpreters handed back after their read's deadline: each with its
 /// process.
-type Late = Vec<(ProcKey, Box<Interpreter>)>;
+type Late = Vec<(ProcKey, Box<Remote>)>;
 
 /// An interpreter whose read stalled: lost with its worker, and not
 /// looked for again.
@@ -110,15 +113,9 @@ fn failed(prev: Option<&State>, e: &PyError, tries: u32) -> State {
             last,
         };
     }
-    let settled = matches!(
-        e,
-        PyError::UnsupportedVersion { .. }
-            | PyError::UnknownVersion { .. }
-            | PyError::Stalls { .. }
-            | PyError::FileStalls { .. }
-    );
+    let settled = e.settled();
     State::Failed {
-        not_python: matches!(e, PyError::NotPython { .. }),
+        not_python: e.not_python(),
         error: bounded(&e.to_string()),
         tries: if settled { MAX_TRIES } else { tries },
         last,
@@ -208,11 +205,8 @@ impl Pythons {
             _ => 1,
         };
         let tgid = p.tgid;
-        let state = match self
-            .readers
-            .run(FILES_DEADLINE, move || Interpreter::find(tgid))
-        {
-            Ok(Ok(i)) => match map.insert(proc_id(p), describe(&i), 0) {
+        let state = match self.readers.run(FILES_DEADLINE, move || Remote::find(tgid)) {
+            Ok(Ok(i)) => match map.insert(proc_id(p), i.describe(), 0) {
                 Ok(()) => State::Found(Box::new(i)),
                 Err(e) => State::Failed {
                     error: format!("the kernel's Python process map: {e}"),
@@ -263,7 +257,7 @@ impl Pythons {
     }
 
     /// Takes `p`'s interpreter out, to hand to a worker.
-    fn take(&mut self, p: ProcKey) -> Option<Box<Interpreter>> {
+    fn take(&mut self, p: ProcKey) -> Option<Box<Remote>> {
         let s = self.procs.get_mut(&p)?;
         if !matches!(s, State::Found(_)) {
             return None;
@@ -286,9 +280,7 @@ impl Pythons {
         &mut self,
         p: ProcKey,
         parent: Option<ProcKey>,
-        f: impl FnOnce(&mut Option<Box<Interpreter>>, &mut Option<Box<Interpreter>>) -> T
-        + Send
-        + 'static,
+        f: impl FnOnce(&mut Option<Box<Remote>>, &mut Option<Box<Remote>>) -> T + Send + 'static,
     ) -> Result<T, Stall> {
         let mut own = self.take(p);
         let mut par = parent.and_then(|pp| self.take(pp));
@@ -312,7 +304,7 @@ impl Pythons {
                 let _ = late.send(back);
             },
         );
-        let back = |s: &mut Self, k: Option<ProcKey>, i: Option<Box<Interpreter>>| {
+        let back = |s: &mut Self, k: Option<ProcKey>, i: Option<Box<Remote>>| {
             if let (Some(k), Some(i)) = (k, i)
                 && let Some(slot) = s.procs.get_mut(&k)
             {
@@ -353,12 +345,12 @@ impl Pythons {
         let parent_found =
             parent.is_some_and(|pp| matches!(self.procs.get(&pp), Some(State::Found(_))));
         let desc = match self.procs.get(&p) {
-            Some(State::Found(i)) => describe(i),
+            Some(State::Found(i)) => i.describe(),
             // A forked child gone before its fork was read: its parent's
             // interpreter, which it ran, names its frames below.
             Some(State::Failed { .. }) if parent_found => {
                 match parent.and_then(|pp| self.procs.get(&pp)) {
-                    Some(State::Found(i)) => describe(i),
+                    Some(State::Found(i)) => i.describe(),
                     _ => return (Vec::new(), None),
                 }
             }
@@ -394,29 +386,20 @@ impl Pythons {
         };
         let named = self.named.entry(p).or_default();
         let mut left = MAX_FRAMES_PER_PASS.saturating_sub(*named);
+        let pairs = pairs_to_name(&desc, &st, left);
         let r = self.guarded(p, parent, move |own, par| {
-            let r = name_pairs(&desc, state, &st, &mut left, |code, instr| {
-                let r = match own.as_mut() {
-                    Some(i) => i.resolve(code, instr),
-                    None => Err(PyError::NotPython { pid: p.tgid }),
-                };
-                // A forked worker gone before its stacks were named (its
-                // memory unreadable): its code objects were made before
-                // the fork, at the same addresses in the parent, which
-                // still lives. Each is checked as a code object there too.
-                // (Its memory may be gone before its state says it exited.)
-                if r.is_err()
-                    && let Some(pi) = par.as_mut()
-                    && let Ok(f) = pi.resolve(code, instr)
-                {
-                    return (
-                        Ok(f),
-                        Some(
-                            "Python frames named through the parent's memory (the process was gone)",
-                        ),
-                    );
-                }
-                (r, None)
+            // One request to the namer for the stack's pairs, each tried
+            // in the process and, where that fails, in its parent: a
+            // forked worker gone before its stacks were named (its memory
+            // unreadable) ran code objects made before the fork, at the
+            // same addresses in the parent, which still lives. (Its memory
+            // may be gone before its state says it exited.)
+            let mut named =
+                Remote::resolve_all(own.as_deref(), par.as_deref(), pairs, false).into_iter();
+            let r = name_pairs(&desc, state, &st, &mut left, |_, _| {
+                named
+                    .next()
+                    .unwrap_or((Err(PyError::NotPython { pid: p.tgid }), None))
             });
             (r, left)
         });
@@ -440,7 +423,7 @@ impl Pythons {
     ) -> (Vec<Frame>, Option<String>) {
         self.adopt_late();
         let desc = match self.procs.get(&p) {
-            Some(State::Found(i)) if state != PY_NONE => describe(i),
+            Some(State::Found(i)) if state != PY_NONE => i.describe(),
             Some(State::Found(_)) => return (Vec::new(), None),
             Some(State::Failed {
                 error, not_python, ..
@@ -453,13 +436,14 @@ impl Pythons {
             None => return (Vec::new(), None),
         };
         let st = *st;
+        let pairs = pairs_to_name(&desc, &st, usize::MAX);
         let r = self.guarded(p, None, move |own, _| {
             let mut left = usize::MAX;
-            name_pairs(&desc, state, &st, &mut left, |code, instr| {
-                match own.as_mut() {
-                    Some(i) => (i.resolve_remembered(code, instr), None),
-                    None => (Err(PyError::NotPython { pid: p.tgid }), None),
-                }
+            let mut named = Remote::resolve_all(own.as_deref(), None, pairs, true).into_iter();
+            name_pairs(&desc, state, &st, &mut left, |_, _| {
+                named
+                    .next()
+                    .unwrap_or((Err(PyError::NotPython { pid: p.tgid }), None))
             })
         });
         r.unwrap_or_else(|e| (Vec::new(), Some(format!("Python frames not read: {e}"))))

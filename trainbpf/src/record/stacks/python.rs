@@ -1,7 +1,10 @@
 //! CPython stacks of a live process, read from outside it.
 //!
-//! This is the userspace half of the Python stack capture:
-//! [`Interpreter::find`] locates the interpreter a process runs (a static
+//! This is the userspace half of the Python stack capture, and it runs in
+//! the namer's CPython reader, an unprivileged child (`namer/python.rs`):
+//! the recorder only opens, as root, what it reads (`find::candidates`,
+//! `mem::open`) and hands the descriptors over (`py/remote.rs`).
+//! [`Interpreter::locate_with`] locates the interpreter a process runs (a static
 //! `python3.x` or a `libpython3.x.so`), its version, its load bias and
 //! `_PyRuntime`, and the struct offsets of that version ([`PyOffsets`],
 //! plain data for a BPF map). [`Interpreter::stacks`] walks every
@@ -12,7 +15,7 @@
 //!
 //! How the eBPF walker (`trainbpf-ebpf/src/python.rs`, for `record
 //! --stacks`) uses it: the recorder puts the offsets it needs and
-//! `runtime()` in a per-process map (`stacks/py.rs`) when it locates a
+//! `runtime` in a per-process map (`stacks/py.rs`) when it locates a
 //! Python process. In the probe, the thread's state is the one whose
 //! `native_thread_id` is the current tid (3.11 on); for 3.9, 3.10, whose
 //! thread states hold only a `pthread_t`, the GIL's holder
@@ -26,9 +29,9 @@
 
 mod cache;
 mod debug_offsets;
-mod find;
+pub mod find;
 mod linetable;
-mod mem;
+pub mod mem;
 mod objects;
 pub mod offsets;
 #[cfg(test)]
@@ -38,6 +41,8 @@ mod walk;
 use std::io;
 
 pub use offsets::{Layout, PyOffsets};
+
+use crate::record::samplers::procfs::backing::Backing;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PyError {
@@ -95,6 +100,49 @@ pub enum PyError {
     },
     #[error("more than {limit} {what}: a loop, or offsets that do not fit this build")]
     TooMany { what: &'static str, limit: usize },
+    /// An error the namer met, as it said it (`py/remote.rs`).
+    #[error("{text}")]
+    Namer {
+        text: String,
+        not_python: bool,
+        settled: bool,
+    },
+}
+
+impl PyError {
+    /// No CPython at all, as opposed to one that cannot be read.
+    pub fn not_python(&self) -> bool {
+        match self {
+            PyError::NotPython { .. } => true,
+            PyError::Namer { not_python, .. } => *not_python,
+            _ => false,
+        }
+    }
+
+    /// What the interpreter's file says (a version that cannot be read, a
+    /// file that will not be read): the same on a retry.
+    pub fn settled(&self) -> bool {
+        match self {
+            PyError::UnsupportedVersion { .. }
+            | PyError::UnknownVersion { .. }
+            | PyError::Stalls { .. }
+            | PyError::FileStalls { .. } => true,
+            PyError::Namer { settled, .. } => *settled,
+            _ => false,
+        }
+    }
+}
+
+/// What names a located interpreter's frames, without its file: what the
+/// namer says back to the recorder, and is handed again with each request
+/// (a namer started afresh rebuilds the interpreter from it).
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct Desc {
+    pub path: String,
+    pub version: (u8, u8),
+    pub bias: u64,
+    pub runtime: u64,
+    pub offsets: PyOffsets,
 }
 
 /// One Python frame, resolved.
@@ -126,9 +174,6 @@ pub struct ThreadStack {
     pub frames: Result<Vec<PyFrame>, PyError>,
 }
 
-/// A process's memory, opened for reading.
-pub struct Memory(mem::Mem);
-
 /// A process's interpreter, found and ready to read.
 pub struct Interpreter {
     pid: u32,
@@ -145,7 +190,9 @@ pub struct Interpreter {
 }
 
 impl Interpreter {
-    /// Finds the CPython `pid` runs and the offsets to read it with.
+    /// Finds the CPython `pid` runs and the offsets to read it with, all
+    /// in this process: for the tests, which read real interpreters (the
+    /// recorder asks the namer instead: `py/remote.rs`).
     pub fn find(pid: u32) -> Result<Interpreter, PyError> {
         let backing =
             crate::record::samplers::procfs::backing::Backing::of(pid).map_err(|source| {
@@ -155,8 +202,20 @@ impl Interpreter {
                     source,
                 }
             })?;
-        let found = find::locate(pid, &backing)?;
-        let mem = mem::Mem::open_with(pid, backing)?;
+        let candidates = find::candidates(pid, &backing)?;
+        Interpreter::locate_with(pid, candidates, mem::open(pid)?, backing)
+    }
+
+    /// The namer's look-up: which candidate file holds the interpreter
+    /// (its ELF symbols), its version and offsets (read from the memory).
+    pub fn locate_with(
+        pid: u32,
+        candidates: Vec<find::Candidate>,
+        mem: std::fs::File,
+        backing: Backing,
+    ) -> Result<Interpreter, PyError> {
+        let found = find::locate_in(pid, candidates)?;
+        let mem = mem::Mem::from_file(pid, mem, backing);
         let version = match found.py_version {
             Some(at) => {
                 let hex = mem.u32(at, "Py_Version")?;
@@ -192,45 +251,42 @@ impl Interpreter {
         })
     }
 
-    /// The same interpreter in `child`, a fork of this process: the same
-    /// file at the same addresses, and the same code objects until the
-    /// child makes its own (each is checked on use), so nothing is looked
-    /// up again but the child's memory.
-    pub fn forked(&self, child: u32) -> Result<Interpreter, PyError> {
-        Ok(self.forked_on(child, Self::open_memory(child)?))
-    }
-
-    /// The memory of `pid`, opened (what [`Interpreter::forked_on`] needs:
-    /// the part of a fork's look-up that reads the process).
-    pub fn open_memory(pid: u32) -> Result<Memory, PyError> {
-        mem::Mem::open(pid).map(Memory)
-    }
-
-    /// [`Interpreter::forked`] with the child's memory opened already.
-    pub fn forked_on(&self, child: u32, mem: Memory) -> Interpreter {
+    /// An interpreter located before (`desc`), on `pid`'s memory.
+    pub fn from_desc(pid: u32, desc: &Desc, mem: std::fs::File, backing: Backing) -> Interpreter {
         Interpreter {
-            pid: child,
+            pid,
+            path: desc.path.clone(),
+            version: desc.version,
+            bias: desc.bias,
+            runtime: desc.runtime,
+            offsets: desc.offsets,
+            mem: mem::Mem::from_file(pid, mem, backing),
+            codes: Default::default(),
+            code_type: None,
+        }
+    }
+
+    pub fn desc(&self) -> Desc {
+        Desc {
             path: self.path.clone(),
             version: self.version,
             bias: self.bias,
             runtime: self.runtime,
             offsets: self.offsets,
-            mem: mem.0,
-            codes: self.codes.clone(),
-            code_type: self.code_type,
         }
     }
 
-    /// The next `look` looks again, however recent the last (a pass of
-    /// reads begins).
-    pub fn stale(&mut self) {
-        self.mem.stale();
+    /// Starts with the code objects of `parent`, which `self`'s process
+    /// was forked from: the same until the child makes its own (each is
+    /// checked on use).
+    pub fn share_codes(&mut self, parent: &Interpreter) {
+        self.codes = parent.codes.clone();
+        self.code_type = parent.code_type;
     }
 
-    /// Looks again at what backs the process's memory, where the last look
-    /// is old: a page mapped from FUSE since is not read either.
-    pub fn look(&mut self) {
-        self.mem.look();
+    /// What backs the memory, as the recorder looked at it last.
+    pub fn set_backing(&mut self, backing: Backing) {
+        self.mem.set_backing(backing);
     }
 
     pub fn pid(&self) -> u32 {

@@ -28,7 +28,7 @@ pub fn stalls(fstype: &str) -> bool {
 }
 
 /// A process's mappings on such filesystems.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct Backing {
     /// `[start, end)` and the filesystem type.
     ranges: Vec<(u64, u64, String)>,

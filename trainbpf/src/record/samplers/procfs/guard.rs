@@ -91,6 +91,16 @@ pub static STATS: Stats = Stats {
     notes: Mutex::new(Vec::new()),
 };
 
+/// Counts and notes made in the namer, which reads the job's CPython
+/// structures, on their way to the recorder's `STATS`.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct Relay {
+    pub fuse_skipped: u64,
+    pub py_cache_cleared: u64,
+    pub py_budget_spent: u64,
+    pub notes: Vec<String>,
+}
+
 /// What a count is of.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Count {
@@ -138,6 +148,28 @@ impl Stats {
             if !n.contains(&s) {
                 n.push(s);
             }
+        }
+    }
+
+    /// The counts a child process made since the last call, taken out of
+    /// its own `STATS` to be sent to the recorder (`absorb`).
+    pub fn take_relay(&self) -> Relay {
+        let t = |c: &AtomicU64| c.swap(0, Ordering::Relaxed);
+        Relay {
+            fuse_skipped: t(&self.fuse_skipped),
+            py_cache_cleared: t(&self.py_cache_cleared),
+            py_budget_spent: t(&self.py_budget_spent),
+            notes: std::mem::take(&mut *self.notes.lock().unwrap_or_else(|e| e.into_inner())),
+        }
+    }
+
+    /// Adds what a child counted (`take_relay`).
+    pub fn absorb(&self, r: Relay) {
+        self.add(Count::FuseSkipped, r.fuse_skipped);
+        self.add(Count::PyCacheCleared, r.py_cache_cleared);
+        self.add(Count::PyBudgetSpent, r.py_budget_spent);
+        for n in r.notes.into_iter().take(MAX_NOTES) {
+            self.note(|| n);
         }
     }
 

@@ -18,7 +18,10 @@ use blazesym::symbolize::{
 };
 use trainbpf_report::decode::stacks::Frame;
 
-use super::{MapMsg, Named, Reply, Request, StackMsg, exit, recv, sandbox, send};
+use super::{
+    Answer, Ask, MapMsg, Named, PYTHON_ARG, Reply, Request, StackMsg, exit, python::PyState, recv,
+    sandbox, send,
+};
 use crate::record::stacks::{
     symbolize::bounded,
     unwind::{self, Process},
@@ -30,8 +33,9 @@ const MAX_HEAP: u64 = 1 << 30;
 /// descriptor's path): past it, both are dropped.
 const MAX_KEPT_FILES: usize = 512;
 
-/// `trainbpf __name-frames UID GID`: runs as that user, with nothing
-/// more.
+/// `trainbpf __name-frames UID GID [python]`: runs as that user, with
+/// nothing more. With `python`, the CPython reader, which needs no C
+/// library tables read ahead.
 pub fn main(args: &[OsString]) -> i32 {
     let id = |i: usize| {
         args.get(i)
@@ -46,8 +50,12 @@ pub fn main(args: &[OsString]) -> i32 {
     }
     // SAFETY: fd 0 is the socket the recorder made for this process.
     let sock = UnixStream::from(unsafe { OwnedFd::from_raw_fd(0) });
+    let python = args.get(2).is_some_and(|a| a == PYTHON_ARG);
     let mut st = State::new();
-    st.warm();
+    let mut py = PyState::default();
+    if !python {
+        st.warm();
+    }
     // From here on, only what answering takes (the C library read above
     // opened files by path; requests bring their files as descriptors).
     if sandbox::confine().is_err() {
@@ -57,10 +65,14 @@ pub fn main(args: &[OsString]) -> i32 {
         let Ok((bytes, fds)) = recv(&sock) else {
             return 0;
         };
-        let Ok(req) = serde_json::from_slice::<Request>(&bytes) else {
+        let Ok(ask) = serde_json::from_slice::<Ask>(&bytes) else {
             return exit::REQUEST;
         };
-        let reply = st.handle(req, fds);
+        let reply = match ask {
+            Ask::Name(req) => Answer::Named(st.handle(req, fds)),
+            Ask::Locate(m) => Answer::Located(Box::new(py.locate(*m, fds))),
+            Ask::Resolve(m) => Answer::Resolved(Box::new(py.resolve(*m, fds))),
+        };
         let Ok(out) = serde_json::to_vec(&reply) else {
             return exit::REQUEST;
         };

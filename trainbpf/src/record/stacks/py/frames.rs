@@ -10,16 +10,10 @@ use trainbpf_common::{
 use trainbpf_report::decode::stacks::{FOUND_PYTHON, Frame};
 
 use super::super::symbolize::bounded;
-use crate::record::stacks::python::{
-    Interpreter, Layout, PyError, PyFrame, PyOffsets, offsets::NONE,
-};
+use crate::record::stacks::python::{Layout, PyError, PyFrame, PyOffsets, offsets::NONE};
 
 /// What the kernel's walker needs, from the offsets the userspace walker
 /// reads with.
-pub fn describe(i: &Interpreter) -> PyProc {
-    describe_offsets(i.offsets(), i.runtime())
-}
-
 pub fn describe_offsets(o: &PyOffsets, runtime: u64) -> PyProc {
     PyProc {
         runtime,
@@ -116,6 +110,17 @@ pub fn fold(native: &[Frame], python: Vec<Frame>, interpreter: &str) -> Vec<Fram
     out.extend(python);
     out.truncate(trainbpf_report::decode::stacks::MAX_FRAMES);
     out
+}
+
+/// The pairs of `st` that [`name_pairs`] will ask to name, in its order,
+/// with `left` names left in the pass.
+pub fn pairs_to_name(desc: &PyProc, st: &PyStack, left: usize) -> Vec<(u64, u64)> {
+    let n = (st.len as usize).min(PY_MAX_FRAMES);
+    st.frames[..n]
+        .iter()
+        .filter_map(|&[tagged, instr]| pair(desc, tagged, instr))
+        .take(left)
+        .collect()
 }
 
 /// Names the kept pairs of `st`, innermost first, each by `name` (which

@@ -10,9 +10,8 @@ use aya::maps::{HashMap as BpfHashMap, MapData};
 use trainbpf_common::{ProcId, PyProc};
 use trainbpf_report::decode::ProcKey;
 
-use super::{MAX_TRIES, Pythons, State, describe, proc_id, stalled};
+use super::{MAX_TRIES, Pythons, Remote, State, proc_id, stalled};
 use crate::record::samplers::procfs::guard::{DEADLINE, STATS};
-use crate::record::stacks::python::Interpreter;
 use crate::record::stacks::symbolize::bounded;
 
 impl Pythons {
@@ -39,7 +38,7 @@ impl Pythons {
         };
         let _ = map.remove(&proc_id(wild));
         self.since.remove(&wild);
-        let state = match map.insert(proc_id(p), describe(&i), 0) {
+        let state = match map.insert(proc_id(p), i.describe(), 0) {
             Ok(()) => State::Found(i),
             Err(e) => State::Failed {
                 error: format!("the kernel's Python process map: {e}"),
@@ -81,7 +80,7 @@ impl Pythons {
         let tgid = child.tgid;
         let opened = self
             .readers
-            .run(DEADLINE, move || Interpreter::open_memory(tgid));
+            .run(DEADLINE, move || Remote::open_memory(tgid));
         let state = match (opened, self.procs.get(&parent)) {
             (Ok(Ok(mem)), Some(State::Found(i))) => State::Found(Box::new(i.forked_on(tgid, mem))),
             // Gone already (its exit follows), or its memory unreadable:

@@ -15,7 +15,7 @@ use super::PyError;
 use crate::record::samplers::procfs::backing::Backing;
 
 /// One file-backed mapping of /proc/PID/maps.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Mapping {
     pub start: u64,
     pub end: u64,
@@ -71,9 +71,19 @@ fn is_libpython(path: &str) -> bool {
         .is_some_and(|b| b.starts_with("libpython3") && b.contains(".so"))
 }
 
-/// Finds the interpreter `pid` runs; a file on FUSE (`backing`) is not
-/// read.
-pub fn locate(pid: u32, backing: &Backing) -> Result<Located, PyError> {
+/// A file that may hold the interpreter: every mapping of it, and the
+/// file itself as mapped (or why it could not be opened).
+#[derive(Debug)]
+pub struct Candidate {
+    pub whole: Vec<Mapping>,
+    pub file: Result<File, String>,
+}
+
+/// The recorder's half of a look-up: which files of `pid` may hold its
+/// interpreter (each `libpython3.x.so`, then the executable), opened as
+/// mapped. Nothing in them is read here; a file on FUSE (`backing`) is
+/// not opened at all.
+pub fn candidates(pid: u32, backing: &Backing) -> Result<Vec<Candidate>, PyError> {
     let proc_err = |what, source| PyError::Process { pid, what, source };
     if crate::record::samplers::procfs::runs_the_recorder(pid) {
         return Err(PyError::NotPython { pid });
@@ -93,11 +103,12 @@ pub fn locate(pid: u32, backing: &Backing) -> Result<Located, PyError> {
             files.push(m);
         }
     }
-    let mut lib_error = None;
+    let mut out = Vec::new();
     for first in &files {
-        let whole: Vec<&Mapping> = maps
+        let whole: Vec<Mapping> = maps
             .iter()
             .filter(|m| (m.dev, m.inode) == (first.dev, first.inode))
+            .cloned()
             .collect();
         if let Some(fs) = backing.dev(first.dev) {
             crate::record::samplers::procfs::guard::STATS.add(
@@ -112,9 +123,28 @@ pub fn locate(pid: u32, backing: &Backing) -> Result<Located, PyError> {
                 fs: fs.to_string(),
             });
         }
-        match in_file(pid, &whole) {
+        let file = match whole
+            .iter()
+            .filter(|m| m.offset == 0)
+            .min_by_key(|m| m.start)
+        {
+            Some(head) => open_mapped(pid, head),
+            None => Err("its first page is not mapped".into()),
+        };
+        out.push(Candidate { whole, file });
+    }
+    Ok(out)
+}
+
+/// The namer's half: finds `_PyRuntime` in the first candidate that has
+/// it, parsing each file's ELF (the job's file: not done as root).
+pub fn locate_in(pid: u32, candidates: Vec<Candidate>) -> Result<Located, PyError> {
+    let mut lib_error = None;
+    for c in candidates {
+        let lib = is_libpython(&c.whole[0].path);
+        match in_file(&c.whole, c.file) {
             Ok(found) => return Ok(found),
-            Err(e) if is_libpython(&first.path) => lib_error = Some(e),
+            Err(e) if lib => lib_error = Some(e),
             Err(PyError::NoRuntime { .. }) => {}
             Err(e) => return Err(e),
         }
@@ -123,7 +153,7 @@ pub fn locate(pid: u32, backing: &Backing) -> Result<Located, PyError> {
 }
 
 /// `_PyRuntime` in one mapped file, whose mappings are `whole`.
-fn in_file(pid: u32, whole: &[&Mapping]) -> Result<Located, PyError> {
+fn in_file(whole: &[Mapping], file: Result<File, String>) -> Result<Located, PyError> {
     let path = whole[0].path.clone();
     let elf_err = |reason: String| PyError::Elf {
         path: path.clone(),
@@ -134,7 +164,7 @@ fn in_file(pid: u32, whole: &[&Mapping]) -> Result<Located, PyError> {
         .filter(|m| m.offset == 0)
         .min_by_key(|m| m.start)
         .ok_or_else(|| elf_err("its first page is not mapped".into()))?;
-    let file = open_mapped(pid, head).map_err(&elf_err)?;
+    let file = file.map_err(&elf_err)?;
     let data = object::ReadCache::new(file);
     let obj = object::File::parse(&data).map_err(|e| elf_err(format!("not an ELF file: {e}")))?;
     let symbol = |name: &str| {

@@ -6,16 +6,13 @@
 //!
 //! The process can make such a read wait for good: a page of a file on a
 //! FUSE filesystem whose server never answers (and the read then waits
-//! past a kill). What backs each page is looked at first
-//! (`procfs::backing`), and a page on FUSE is not read; the callers read
-//! on a `procfs::guard` worker, whose deadline covers a mapping made
-//! since the look.
+//! past a kill). What backs each page is looked at first, by the recorder
+//! (`procfs::backing`), and a page on FUSE is not read; the recorder asks
+//! for reads from a `procfs::guard` worker, whose deadline covers a
+//! mapping made since the look, and the namer's own deadline ends a
+//! reader that hangs.
 
-use std::{
-    fs::File,
-    os::unix::fs::FileExt as _,
-    time::{Duration, Instant},
-};
+use std::{fs::File, os::unix::fs::FileExt as _};
 
 use super::PyError;
 use crate::record::samplers::procfs::{
@@ -23,61 +20,34 @@ use crate::record::samplers::procfs::{
     guard::{Count, STATS},
 };
 
-/// How long a look at what backs the memory is used before another,
-/// within one pass of reads (each pass looks afresh: `stale`).
-const LOOK_EVERY: Duration = Duration::from_secs(1);
+/// Opens `pid`'s memory: as root, in the recorder, which hands the
+/// descriptor to the namer.
+pub fn open(pid: u32) -> Result<File, PyError> {
+    File::open(format!("/proc/{pid}/mem")).map_err(|source| PyError::Process {
+        pid,
+        what: "open its memory",
+        source,
+    })
+}
 
 pub struct Mem {
     pid: u32,
     file: File,
     backing: Backing,
-    /// None: look again before the next read.
-    looked: Option<Instant>,
 }
 
 impl Mem {
-    pub fn open(pid: u32) -> Result<Mem, PyError> {
-        let backing = Backing::of(pid).map_err(|source| PyError::Process {
-            pid,
-            what: "read its maps",
-            source,
-        })?;
-        Mem::open_with(pid, backing)
+    /// On a descriptor the recorder opened (`/proc/PID/mem`, checked for
+    /// access when opened, bound to that address space), with what backs
+    /// the memory as the recorder looked at it. The namer reads with it,
+    /// and never looks itself: the recorder's next request brings a new
+    /// look (`set_backing`).
+    pub fn from_file(pid: u32, file: File, backing: Backing) -> Mem {
+        Mem { pid, file, backing }
     }
 
-    /// With what backs its memory, looked at just now.
-    pub fn open_with(pid: u32, backing: Backing) -> Result<Mem, PyError> {
-        let file = File::open(format!("/proc/{pid}/mem")).map_err(|source| PyError::Process {
-            pid,
-            what: "open its memory",
-            source,
-        })?;
-        Ok(Mem {
-            pid,
-            file,
-            backing,
-            looked: Some(Instant::now()),
-        })
-    }
-
-    /// Looks again at what backs the memory, if the last look is old: a
-    /// mapping made since is then not read either.
-    pub fn look(&mut self) {
-        if self.looked.is_some_and(|t| t.elapsed() < LOOK_EVERY) {
-            return;
-        }
-        if let Ok(b) = Backing::of(self.pid) {
-            self.backing = b;
-        }
-        self.looked = Some(Instant::now());
-    }
-
-    /// The next `look` looks again, however recent the last: a pass of
-    /// reads begins, and the process may have mapped a file over what was
-    /// read before (its interpreter located first, its state mapped from
-    /// FUSE after).
-    pub fn stale(&mut self) {
-        self.looked = None;
+    pub fn set_backing(&mut self, backing: Backing) {
+        self.backing = backing;
     }
 
     /// Fills `buf` from `addr`; `what` names the field, for the error.

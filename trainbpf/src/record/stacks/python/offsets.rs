@@ -37,7 +37,7 @@ pub enum Layout {
 
 /// Byte offsets of every field the walker reads, and the sizes it needs.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PyOffsets {
     /// `(major << 8) | minor`: 0x030b for 3.11.
     pub version: u64,
