@@ -39,6 +39,9 @@ impl Drop for Mapping {
 #[derive(Default)]
 pub struct Mapped {
     maps: Vec<Mapping>,
+    /// Mappings of files on FUSE, not opened: range, offset, path and
+    /// filesystem type, so that their frames say why they have no names.
+    skipped: Vec<(u64, u64, u64, String, String)>,
 }
 
 impl Mapped {
@@ -61,11 +64,6 @@ impl Mapped {
             if !perms.contains('x') || !path.starts_with('/') {
                 continue;
             }
-            if let (Some(b), Some(m)) = (backing, crate::record::samplers::procfs::maps_line(line))
-                && b.dev(m.dev).is_some()
-            {
-                continue;
-            }
             let Some((s, e)) = range.split_once('-') else {
                 continue;
             };
@@ -76,6 +74,17 @@ impl Mapped {
             ) else {
                 continue;
             };
+            if let (Some(b), Some(m)) = (backing, crate::record::samplers::procfs::maps_line(line))
+                && let Some(fs) = b.dev(m.dev)
+            {
+                if self.skipped.len() < MAX_PER_PROC
+                    && !self.skipped.iter().any(|k| (k.0, k.1) == (start, end))
+                {
+                    let fs = bounded(fs);
+                    self.skipped.push((start, end, offset, bounded(path), fs));
+                }
+                continue;
+            }
             if self.maps.iter().any(|m| m.start == start && m.end == end) {
                 continue;
             }
@@ -99,24 +108,34 @@ impl Mapped {
         &self,
         stacks: Vec<super::namer::StackMsg>,
     ) -> Result<Vec<super::namer::Named>, String> {
-        if self.maps.is_empty() {
+        if self.maps.is_empty() && self.skipped.is_empty() {
             return Err("none of the files it runs could be held".into());
         }
-        let maps: Vec<(super::namer::MapMsg, &File)> = self
-            .maps
-            .iter()
-            .map(|m| {
-                (
-                    super::namer::MapMsg {
-                        start: m.start,
-                        end: m.end,
-                        offset: m.offset,
-                        path: m.path.clone(),
-                    },
-                    &m.file,
-                )
-            })
-            .collect();
+        let held = self.maps.iter().map(|m| {
+            (
+                super::namer::MapMsg {
+                    start: m.start,
+                    end: m.end,
+                    offset: m.offset,
+                    path: m.path.clone(),
+                    skipped: None,
+                },
+                Some(&m.file),
+            )
+        });
+        let skipped = self.skipped.iter().map(|(start, end, offset, path, fs)| {
+            (
+                super::namer::MapMsg {
+                    start: *start,
+                    end: *end,
+                    offset: *offset,
+                    path: path.clone(),
+                    skipped: Some(fs.clone()),
+                },
+                None,
+            )
+        });
+        let maps: Vec<(super::namer::MapMsg, Option<&File>)> = held.chain(skipped).collect();
         super::namer::name(&maps, stacks)
     }
 }

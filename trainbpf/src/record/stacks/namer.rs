@@ -69,13 +69,18 @@ pub const MAX_FDS: usize = 128;
 /// Children started in one recording: past it, frames go unnamed.
 const MAX_STARTS: u32 = 16;
 
-/// A mapping of code; its descriptor travels beside the message, in order.
+/// A mapping of code; its descriptor travels beside the message, in order
+/// (none for a file skipped).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct MapMsg {
     pub start: u64,
     pub end: u64,
     pub offset: u64,
     pub path: String,
+    /// A file not opened, on a filesystem of this type whose server may
+    /// never answer (FUSE): no descriptor comes with it.
+    #[serde(default)]
+    pub skipped: Option<String>,
 }
 
 /// A stack to name: its addresses (innermost first) with how each was
@@ -353,14 +358,17 @@ pub fn start() {
 }
 
 /// Names `stacks` of a process whose code files are `maps` (with their
-/// open descriptors), in the child. An error names why none were.
-pub fn name(maps: &[(MapMsg, &File)], stacks: Vec<StackMsg>) -> Result<Vec<Named>, String> {
+/// open descriptors, none for a file skipped), in the child. An error names why none were.
+pub fn name(maps: &[(MapMsg, Option<&File>)], stacks: Vec<StackMsg>) -> Result<Vec<Named>, String> {
     let maps = &maps[..maps.len().min(MAX_FDS)];
     let req = Request {
         maps: maps.iter().map(|(m, _)| m.clone()).collect(),
         stacks,
     };
-    let fds: Vec<RawFd> = maps.iter().map(|(_, f)| f.as_fd().as_raw_fd()).collect();
+    let fds: Vec<RawFd> = maps
+        .iter()
+        .filter_map(|(_, f)| Some(f.as_ref()?.as_fd().as_raw_fd()))
+        .collect();
     let n = req.stacks.len();
     let mut c = CLIENT.lock().unwrap_or_else(|e| e.into_inner());
     let r = match c.ask(&Ask::Name(req), &fds)? {

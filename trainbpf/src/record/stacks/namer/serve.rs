@@ -193,19 +193,28 @@ impl State {
             }
             ids.push(id);
         }
-        let maps: Vec<(&MapMsg, &File)> = req
+        // Each opened file's descriptor, in order; a skipped one has none.
+        let mut ids = ids.iter();
+        let maps: Vec<(&MapMsg, Option<&File>)> = req
             .maps
             .iter()
-            .zip(&ids)
-            .filter_map(|(m, id)| Some((m, self.kept.get(id.as_ref()?)?)))
+            .filter_map(|m| {
+                if m.skipped.is_some() {
+                    return Some((m, None));
+                }
+                let id = ids.next()?.as_ref()?;
+                Some((m, Some(self.kept.get(id)?)))
+            })
             .collect();
         let process = req.stacks.iter().any(|s| s.copy.is_some()).then(|| {
-            Process::new(maps.iter().map(|(m, f)| unwind::Mapping {
-                start: m.start,
-                end: m.end,
-                offset: m.offset,
-                path: &m.path,
-                file: f,
+            Process::new(maps.iter().filter_map(|(m, f)| {
+                Some(unwind::Mapping {
+                    start: m.start,
+                    end: m.end,
+                    offset: m.offset,
+                    path: &m.path,
+                    file: (*f)?,
+                })
             }))
         });
         let stacks = req
@@ -224,7 +233,7 @@ impl State {
 
     /// One stack: unwound by the tables where it came with a copy, then
     /// each address named from the file it lies in.
-    fn one(&self, s: StackMsg, maps: &[(&MapMsg, &File)], p: Option<&Process>) -> Named {
+    fn one(&self, s: StackMsg, maps: &[(&MapMsg, Option<&File>)], p: Option<&Process>) -> Named {
         let mut ips = s.ips;
         let mut hows: Vec<&'static str> = s.hows.iter().map(|h| unwind::how_of(h)).collect();
         hows.resize(ips.len(), trainbpf_report::decode::stacks::FOUND_FP);
@@ -268,7 +277,12 @@ impl State {
 
     /// Names one frame from the file it lies in (a return address looked
     /// up at its call, one byte before it).
-    fn name(&self, f: &mut Frame, i: usize, maps: &[(&MapMsg, &File)]) -> Result<(), String> {
+    fn name(
+        &self,
+        f: &mut Frame,
+        i: usize,
+        maps: &[(&MapMsg, Option<&File>)],
+    ) -> Result<(), String> {
         let addr = if i == 0 {
             f.addr
         } else {
@@ -279,6 +293,14 @@ impl State {
                 "not in a file the process maps (anonymous or generated code, or unmapped since)"
                     .into(),
             );
+        };
+        let Some(file) = file else {
+            f.module = Some(bounded(&m.path));
+            return Err(format!(
+                "{} lies on a {} filesystem, whose server may never answer: not read",
+                m.path,
+                m.skipped.as_deref().unwrap_or("stalling")
+            ));
         };
         let src = Source::Elf(Elf::new(format!("/proc/self/fd/{}", file.as_raw_fd())));
         let off = addr - m.start + m.offset;
@@ -312,7 +334,8 @@ mod tests {
 
     /// The namer's own work, in this process: a function of this test
     /// binary named from its file, handed over as a descriptor of the
-    /// mapped inode; an address in no file says so.
+    /// mapped inode; an address in no file says so, and one in a file the
+    /// recorder skipped (on FUSE, no descriptor) names the file and why.
     #[test]
     fn names_a_frame_from_a_descriptor() {
         if !crate::util::privileged("opening /proc/self/map_files") {
@@ -341,14 +364,22 @@ mod tests {
                             end,
                             offset: off,
                             path,
+                            skipped: None,
                         },
                     )
                 })
             })
             .unwrap();
         let f = File::open(format!("/proc/self/map_files/{range}")).unwrap();
+        let fuse = MapMsg {
+            start: 0x1000,
+            end: 0x2000,
+            offset: 0,
+            path: "/mnt/fuse/libx.so".into(),
+            skipped: Some("fuse.sshfs".into()),
+        };
         let req = Request {
-            maps: vec![msg],
+            maps: vec![fuse, msg],
             stacks: vec![
                 StackMsg {
                     ips: vec![ip],
@@ -357,6 +388,11 @@ mod tests {
                 },
                 StackMsg {
                     ips: vec![8],
+                    hows: Vec::new(),
+                    copy: None,
+                },
+                StackMsg {
+                    ips: vec![0x1800],
                     hows: Vec::new(),
                     copy: None,
                 },
@@ -369,5 +405,12 @@ mod tests {
         assert_eq!(named.found.as_deref(), Some("ip"));
         let note = reply.stacks[1].note.as_deref().unwrap_or("");
         assert!(note.contains("not in a file the process maps"), "{note}");
+        let fused = &reply.stacks[2];
+        let note = fused.note.as_deref().unwrap_or("");
+        assert!(
+            note.contains("/mnt/fuse/libx.so lies on a fuse.sshfs filesystem"),
+            "{note}"
+        );
+        assert_eq!(fused.frames[0].module.as_deref(), Some("/mnt/fuse/libx.so"));
     }
 }
