@@ -2,7 +2,8 @@
 //!
 //! Records a job that keeps the event rate high (processes growing and
 //! shrinking their memory, forks, execs) for a warm-up plus the measured
-//! span, samples the recorder's VmRSS every two seconds, fits a
+//! span, samples the recorder's VmRSS (with its helper children's, the
+//! frames' namer and the CPython reader) every two seconds, fits a
 //! least-squares line to the samples after the warm-up, and fails unless the
 //! slope is about zero: at most 1 MiB per 10 minutes (over a span shorter
 //! than 10 minutes, at most 1 MiB over the span, so that a short CI run
@@ -139,7 +140,12 @@ pub fn soak(o: &Options) -> Result<()> {
         let t = started.elapsed().as_secs_f64();
         // Only while the job runs: the recorder's shutdown is not the soak.
         if t < job_s
-            && let Some(kb) = vmrss_kb(pid)
+            && let Some(kb) = vmrss_kb(pid).map(|own| {
+                own + crate::bench::proc::helpers(pid)
+                    .into_iter()
+                    .filter_map(vmrss_kb)
+                    .sum::<u64>()
+            })
         {
             samples.push((t, kb));
             let bytes = fs::metadata(&rec).map(|m| m.len()).unwrap_or(0);
@@ -176,7 +182,7 @@ pub fn soak(o: &Options) -> Result<()> {
     let (events, lost) = report_counts(&bin, &rec)?;
     let mib = |kb: f64| kb / 1024.0;
     let summary = format!(
-        "soak: {:.1} min measured after {warmup_s:.0} s of warm-up; {events} events recorded ({:.0}/s), {lost} lost, {:.0} MB of recording; recorder VmRSS {:.1} MiB at the start of the span, {:.1} MiB at its end (min {:.1}, max {:.1}); slope {:+.3} MiB per 10 min (limit {:.1})",
+        "soak: {:.1} min measured after {warmup_s:.0} s of warm-up; {events} events recorded ({:.0}/s), {lost} lost, {:.0} MB of recording; recorder VmRSS (its helpers' added) {:.1} MiB at the start of the span, {:.1} MiB at its end (min {:.1}, max {:.1}); slope {:+.3} MiB per 10 min (limit {:.1})",
         span_s / 60.0,
         events as f64 / job_s,
         rec_bytes as f64 / 1e6,

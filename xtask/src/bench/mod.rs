@@ -21,7 +21,7 @@
 //! process in a kernel map, plus `oom:mark_victim`), and
 //! `perf record -e exceptions:page_fault_user`.
 
-mod proc;
+pub(crate) mod proc;
 mod report;
 
 use std::{

@@ -274,7 +274,7 @@ fn read_proc(pid: u32) -> Option<ProcSample> {
 
 /// `pid`'s children (of any of its threads) that run its helper
 /// subcommands.
-fn helpers(pid: u32) -> Vec<u32> {
+pub(crate) fn helpers(pid: u32) -> Vec<u32> {
     let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
         return Vec::new();
     };
