@@ -120,22 +120,10 @@ fn add_stack(ctx: &RetProbeContext, op: u32, tgid: u32, size: u64) {
         _pad: 0,
         start_ns,
     };
-    let (stack_id, py_id, py_state) = crate::stacks::take(ctx, &key);
-    crate::stacks::add(
-        &GPU_STACK_AGG,
-        &StackKey {
-            tgid,
-            stack_id,
-            start_ns,
-            py_id,
-            py_state,
-            _pad: 0,
-            // At the return the instruction pointer is the caller's: no
-            // leaf to complete.
-            leaf_ret: 0,
-        },
-        size,
-    );
+    // At the return the instruction pointer is the caller's: no leaf to
+    // complete.
+    let key = crate::stacks::take(ctx, &key, 0);
+    crate::stacks::add(&GPU_STACK_AGG, &key, size);
 }
 
 /// Reads what the call wrote through an out-pointer (`CUdeviceptr *`,

@@ -112,16 +112,7 @@ pub(crate) fn sample(ctx: *mut c_void, st: *mut ProcState, tgid: u32) {
     unsafe { *high = net };
     let bytes = grown as u64 * conf!(page_size) as u64;
     let tp = BtfTracePointContext::new(ctx);
-    let (stack_id, py_id, py_state) = take(&tp, &key);
-    let key = StackKey {
-        tgid,
-        stack_id,
-        start_ns,
-        py_id,
-        py_state,
-        _pad: 0,
-        leaf_ret: leaf_ret(),
-    };
+    let key = take(&tp, &key, leaf_ret());
     if add(&STACK_AGG, &key, bytes) {
         copy(&key);
     }
@@ -237,13 +228,14 @@ fn user_u64(addr: u64) -> Result<u64, i64> {
     if r == 0 { Ok(v) } else { Err(r) }
 }
 
-/// The current thread's user stack (native, by frame pointers, into
-/// `STACKS`) and its Python frames where the collector located an
-/// interpreter for `key`: `(stack_id, py_id, py_state)`, what names a
-/// stack in the aggregation maps. Shared by the growth stacks and the
-/// CUDA allocation probes (`gpu.rs`).
+/// The key of the current thread's stack in the aggregation maps: its
+/// user stack (native, by frame pointers, into `STACKS`), its Python
+/// frames where the collector located an interpreter for `key`, and
+/// `leaf_ret` (0 where there is no leaf to complete). Shared by the
+/// growth stacks and the CUDA allocation probes (`gpu.rs`), so that both
+/// make their keys alike.
 #[inline(always)]
-pub(crate) fn take<C: StackIdContext>(ctx: &C, key: &ProcKey) -> (i32, u64, u32) {
+pub(crate) fn take<C: StackIdContext>(ctx: &C, key: &ProcKey, leaf_ret: u64) -> StackKey {
     let stack_id = match ctx.get_stackid(&STACKS, BPF_F_USER_STACK) {
         Ok(id) => id as i32,
         // Aggregated under the error (-EFAULT: the stack could not be
@@ -256,7 +248,15 @@ pub(crate) fn take<C: StackIdContext>(ctx: &C, key: &ProcKey) -> (i32, u64, u32)
     };
     // A located Python's frames, walked at the same point.
     let (py_id, py_state) = crate::python::walk(key);
-    (stack_id, py_id, py_state)
+    StackKey {
+        tgid: key.tgid,
+        stack_id,
+        start_ns: key.start_ns,
+        py_id,
+        py_state,
+        _pad: 0,
+        leaf_ret,
+    }
 }
 
 /// Adds `bytes` and one capture to `key`'s total in `map` (`STACK_AGG`,
