@@ -17,9 +17,8 @@
 
 use std::{
     fs::File,
-    io::{Read as _, Write as _},
     os::{
-        fd::{AsFd as _, AsRawFd as _, FromRawFd as _, OwnedFd, RawFd},
+        fd::{AsFd as _, AsRawFd as _, OwnedFd, RawFd},
         unix::{net::UnixStream, process::CommandExt as _},
     },
     process::{Child, Command, Stdio},
@@ -35,7 +34,9 @@ use crate::record::samplers::procfs::guard::{Count, STATS};
 pub mod python;
 mod sandbox;
 mod serve;
+mod wire;
 pub use serve::main as serve_main;
+use wire::{recv, send};
 
 /// The child's exit codes, and what the recorder says of each.
 mod exit {
@@ -138,63 +139,6 @@ enum Answer {
     Resolved(Box<python::Resolved>),
 }
 
-/// Writes one message: its length, then its bytes, the descriptors
-/// riding on the first byte.
-fn send(s: &UnixStream, bytes: &[u8], fds: &[RawFd]) -> std::io::Result<()> {
-    use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
-    let len = (bytes.len() as u64).to_le_bytes();
-    let iov = [std::io::IoSlice::new(&len)];
-    let cmsg = [ControlMessage::ScmRights(fds)];
-    let cmsgs: &[ControlMessage] = if fds.is_empty() { &[] } else { &cmsg };
-    let n = sendmsg::<()>(s.as_raw_fd(), &iov, cmsgs, MsgFlags::MSG_NOSIGNAL, None)?;
-    if n != len.len() {
-        (&*s).write_all(&len[n..])?;
-    }
-    (&*s).write_all(bytes)
-}
-
-/// Reads one message and the descriptors that came with it.
-fn recv(s: &UnixStream) -> std::io::Result<(Vec<u8>, Vec<OwnedFd>)> {
-    use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
-    let mut len = [0u8; 8];
-    let mut fds = Vec::new();
-    let mut got = 0;
-    {
-        let mut iov = [std::io::IoSliceMut::new(&mut len)];
-        let mut space = nix::cmsg_space!([RawFd; MAX_FDS]);
-        let msg = recvmsg::<()>(
-            s.as_raw_fd(),
-            &mut iov,
-            Some(&mut space),
-            MsgFlags::MSG_CMSG_CLOEXEC,
-        )?;
-        for c in msg.cmsgs()? {
-            if let ControlMessageOwned::ScmRights(raw) = c {
-                // SAFETY: descriptors the kernel just installed in this
-                // process for this message: owned here and nowhere else.
-                fds.extend(
-                    raw.into_iter()
-                        .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
-                );
-            }
-        }
-        got += msg.bytes;
-    }
-    if got == 0 {
-        return Err(std::io::ErrorKind::UnexpectedEof.into());
-    }
-    (&*s).read_exact(&mut len[got..])?;
-    let n = u64::from_le_bytes(len);
-    if n > MAX_MESSAGE {
-        return Err(std::io::Error::other(format!(
-            "a message of {n} bytes, over the bound"
-        )));
-    }
-    let mut bytes = vec![0u8; n as usize];
-    (&*s).read_exact(&mut bytes)?;
-    Ok((bytes, fds))
-}
-
 struct Client {
     child: Option<(Child, UnixStream)>,
     starts: u32,
@@ -228,10 +172,20 @@ fn child_ids() -> (u32, u32) {
 }
 
 impl Client {
+    /// The child's name, for what is said of it.
+    fn who(&self) -> &'static str {
+        if self.python {
+            "the CPython reader"
+        } else {
+            "the frames' namer"
+        }
+    }
+
     fn start(&mut self) -> Result<(), String> {
         if self.starts >= MAX_STARTS {
             return Err(format!(
-                "the frames' namer was started {MAX_STARTS} times already: not again"
+                "{} was started {MAX_STARTS} times already: not again",
+                self.who()
             ));
         }
         self.starts += 1;
@@ -270,7 +224,7 @@ impl Client {
         }
         let child = cmd
             .spawn()
-            .map_err(|e| format!("the frames' namer could not start: {e}"))?;
+            .map_err(|e| format!("{} could not start: {e}", self.who()))?;
         mine.set_read_timeout(Some(DEADLINE))
             .and_then(|()| mine.set_write_timeout(Some(DEADLINE)))
             .map_err(|e| e.to_string())?;
@@ -284,7 +238,36 @@ impl Client {
             return why.to_string();
         };
         let _ = child.kill();
-        let how = match child.wait() {
+        // A child blocked in the kernel (a read of a page on FUSE waits
+        // past a kill) may never exit: it is not waited for here, where
+        // the lock every request needs is held, but by a thread of its
+        // own, so that it leaves no zombie once it does.
+        let mut exited = None;
+        for _ in 0..20 {
+            match child.try_wait() {
+                Ok(Some(st)) => {
+                    exited = Some(Ok(st));
+                    break;
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+                Err(e) => {
+                    exited = Some(Err(e));
+                    break;
+                }
+            }
+        }
+        let pid = child.id();
+        let Some(exited) = exited else {
+            let _ = std::thread::Builder::new()
+                .name("namer-reap".into())
+                .spawn(move || child.wait());
+            return self.failed(
+                pid,
+                why,
+                "; it did not exit when killed (blocked in the kernel), and is left to exit",
+            );
+        };
+        let how = match exited {
             Ok(st) => match (
                 std::os::unix::process::ExitStatusExt::signal(&st),
                 st.code(),
@@ -298,14 +281,13 @@ impl Client {
             },
             Err(_) => String::new(),
         };
+        self.failed(pid, why, &how)
+    }
+
+    /// Counts and says a failure of the child `pid`.
+    fn failed(&self, pid: u32, why: &str, how: &str) -> String {
         STATS.add(Count::NamerFailed, 1);
-        let pid = child.id();
-        let who = if self.python {
-            "the CPython reader"
-        } else {
-            "the frames' namer"
-        };
-        let msg = format!("{who} (pid {pid}) failed: {why}{how}");
+        let msg = format!("{} (pid {pid}) failed: {why}{how}", self.who());
         STATS.note(|| msg.clone());
         msg
     }
@@ -325,14 +307,18 @@ impl Client {
             let Some((_, s)) = &self.child else {
                 return Err("no namer".into());
             };
+            let deadline = Some(std::time::Instant::now() + DEADLINE);
             if let Err(e) = send(s, &bytes, fds) {
-                let why = self.stop(&format!("it was gone before a request came ({e})"));
-                if first {
-                    continue;
+                let gone = matches!(e.raw_os_error(), Some(libc::EPIPE | libc::ECONNRESET));
+                if gone {
+                    let _ = self.stop(&format!("it was gone before a request came ({e})"));
+                    if first {
+                        continue;
+                    }
                 }
-                return Err(why);
+                return Err(self.stop(&e.to_string()));
             }
-            let r = recv(s)
+            let r = recv(s, deadline)
                 .map_err(|e| e.to_string())
                 .and_then(|(b, _)| serde_json::from_slice::<Answer>(&b).map_err(|e| e.to_string()));
             return r.map_err(|e| self.stop(&e));

@@ -395,21 +395,29 @@ impl Pythons {
             // same addresses in the parent, which still lives. (Its memory
             // may be gone before its state says it exited.)
             let mut named =
-                Remote::resolve_all(own.as_deref(), par.as_deref(), pairs, false).into_iter();
+                Remote::resolve_all(own.as_deref(), par.as_deref(), pairs, false)?.into_iter();
             let r = name_pairs(&desc, state, &st, &mut left, |_, _| {
                 named
                     .next()
                     .unwrap_or((Err(PyError::NotPython { pid: p.tgid }), None))
             });
-            (r, left)
+            Ok((r, left))
         });
         match r {
-            Ok(((frames, note), left)) => {
+            Ok(Ok(((frames, note), left))) => {
                 *self.named.entry(p).or_default() = MAX_FRAMES_PER_PASS - left;
                 (frames, note)
             }
+            Ok(Err(e)) => self.reader_failed(p, &e),
             Err(e) => (Vec::new(), Some(format!("Python frames not read: {e}"))),
         }
+    }
+
+    /// The reader failed on a request about `p` (counted and said where
+    /// it failed): `p` is not read again, and its frames say why.
+    fn reader_failed(&mut self, p: ProcKey, e: &PyError) -> (Vec<Frame>, Option<String>) {
+        self.procs.insert(p, failed(None, e, MAX_TRIES));
+        (Vec::new(), Some(format!("Python frames not read: {e}")))
     }
 
     /// The Python frames of a thread's stack at death, as the kernel read
@@ -439,14 +447,18 @@ impl Pythons {
         let pairs = pairs_to_name(&desc, &st, usize::MAX);
         let r = self.guarded(p, None, move |own, _| {
             let mut left = usize::MAX;
-            let mut named = Remote::resolve_all(own.as_deref(), None, pairs, true).into_iter();
-            name_pairs(&desc, state, &st, &mut left, |_, _| {
+            let mut named = Remote::resolve_all(own.as_deref(), None, pairs, true)?.into_iter();
+            Ok(name_pairs(&desc, state, &st, &mut left, |_, _| {
                 named
                     .next()
                     .unwrap_or((Err(PyError::NotPython { pid: p.tgid }), None))
-            })
+            }))
         });
-        r.unwrap_or_else(|e| (Vec::new(), Some(format!("Python frames not read: {e}"))))
+        match r {
+            Ok(Ok(named)) => named,
+            Ok(Err(e)) => self.reader_failed(p, &e),
+            Err(e) => (Vec::new(), Some(format!("Python frames not read: {e}"))),
+        }
     }
 
     /// Forgets an exited process, in the kernel's map too.

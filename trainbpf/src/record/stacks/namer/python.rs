@@ -28,9 +28,10 @@ use crate::record::{
     },
 };
 
-/// Interpreters held (one per process, with its cache of code objects):
+/// Interpreters held (one per process, with its cache of code objects and
+/// a descriptor of its memory, well under the usual 1024 descriptors):
 /// past it, all are dropped and rebuilt from the next requests.
-const MAX_INTERPRETERS: usize = 4096;
+const MAX_INTERPRETERS: usize = 512;
 
 /// An error as the namer says it, and what the recorder needs to know of
 /// it (whether to look again later).
@@ -144,7 +145,7 @@ impl PyState {
             let mem = fds.next().ok_or_else(|| PyError::Namer {
                 text: "no memory descriptor came with the request".into(),
                 not_python: false,
-                settled: true,
+                settled: false,
             })?;
             let candidates = m
                 .candidates
@@ -180,15 +181,12 @@ impl PyState {
         }
         let mut fds = fds.into_iter();
         let pid = m.own.as_ref().or(m.parent.as_ref()).map_or(0, |t| t.pid);
-        let own = m.own.map(|t| {
-            let fd = fds.next();
-            self.enter(t, fd)
-        });
-        let parent = m.parent.map(|t| {
-            let fd = fds.next();
-            self.enter(t, fd)
-        });
-        let (own, parent) = (own.flatten(), parent.flatten());
+        let own = m.own.map(|t| (t, fds.next()));
+        let parent = m.parent.map(|t| (t, fds.next()));
+        // The parent first: a forked child met here for the first time
+        // starts with its parent's code objects.
+        let parent = parent.and_then(|(t, fd)| self.enter(t, fd));
+        let own = own.and_then(|(t, fd)| self.enter(t, fd));
         let pairs = m
             .pairs
             .iter()
@@ -240,5 +238,87 @@ impl PyState {
         }
         self.interps.insert(t.id, i);
         Some(t.id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{
+        os::fd::AsFd as _,
+        process::{Command, Stdio},
+    };
+
+    use super::*;
+    use crate::record::stacks::python::{find, mem};
+
+    /// A look-up as the recorder sends it, on a real interpreter: the
+    /// descriptors in the message's order (the memory, then each opened
+    /// candidate), with a candidate that could not be opened in between,
+    /// which carries none. The reader finds the interpreter, and says why
+    /// where the memory's descriptor is missing.
+    #[test]
+    fn locates_a_live_interpreter_from_descriptors() {
+        if !crate::util::privileged("opening another process's memory") {
+            return;
+        }
+        let mut py = Command::new("/usr/bin/python3")
+            .args(["-c", "import time; time.sleep(30)"])
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        let pid = py.id();
+        // Its libpython or executable mapped: the interpreter is running.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let backing = Backing::of(pid).unwrap();
+        let mut candidates = find::candidates(pid, &backing).unwrap();
+        // A libpython tried first that could not be opened: the look-up
+        // goes on to the next file, whose descriptor must be the one read.
+        let mut lib = candidates[0].whole.clone();
+        for m in &mut lib {
+            m.path = "/opt/py/lib/libpython3.12.so.1.0".into();
+        }
+        candidates.insert(
+            0,
+            Candidate {
+                whole: lib,
+                file: Err("could not be opened".into()),
+            },
+        );
+        let mem = mem::open(pid).unwrap();
+        let msg = |with_memory: bool| {
+            let mut fds: Vec<OwnedFd> = Vec::new();
+            if with_memory {
+                fds.push(mem.as_fd().try_clone_to_owned().unwrap());
+            }
+            for c in &candidates {
+                if let Ok(f) = &c.file {
+                    fds.push(f.as_fd().try_clone_to_owned().unwrap());
+                }
+            }
+            let m = LocateMsg {
+                pid,
+                candidates: candidates
+                    .iter()
+                    .map(|c| CandidateMsg {
+                        whole: c.whole.clone(),
+                        open_error: c.file.as_ref().err().cloned(),
+                    })
+                    .collect(),
+                backing: backing.clone(),
+            };
+            (m, fds)
+        };
+        let (m, fds) = msg(true);
+        let found = PyState::default().locate(m, fds);
+        let (m, fds) = msg(false);
+        let missing = PyState::default().locate(m, fds);
+        let _ = py.kill();
+        let _ = py.wait();
+        let desc = found.desc.unwrap_or_else(|e| panic!("{}", e.text));
+        assert!(desc.version >= (3, 9), "{desc:?}");
+        assert_ne!(desc.runtime, 0);
+        // Without the memory, the first file takes its place: not an ELF
+        // the reader can read a version from, and it says so.
+        assert!(missing.desc.is_err());
     }
 }

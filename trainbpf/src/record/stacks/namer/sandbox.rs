@@ -4,8 +4,9 @@
 //! (blazesym opens `/proc/self/fd/N`, and a file's separate debug info by
 //! its build id), maps memory that is never executable, and talks on its
 //! socket. Anything else (a new process, a socket, a signal, ptrace, a
-//! write to a file, executable memory) fails with `EPERM`: a file that
-//! took over the parser still cannot reach past the child.
+//! write to a file, executable memory) fails with `ENOSYS`, which a
+//! library takes as "not here" and falls back from: a file that took over
+//! the parser still cannot reach past the child.
 
 use std::collections::BTreeMap;
 
@@ -37,12 +38,19 @@ const ALWAYS: &[libc::c_long] = &[
     libc::SYS_sendto,
     libc::SYS_sendmsg,
     libc::SYS_close,
-    libc::SYS_fcntl,
     libc::SYS_fstat,
     libc::SYS_newfstatat,
     libc::SYS_statx,
-    libc::SYS_readlink,
     libc::SYS_readlinkat,
+    // The older calls a C library before 2.33 makes for `stat`, `lstat`
+    // and `readlink` (x86_64 has them; newer architectures only the
+    // `*at` forms).
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_stat,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_lstat,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_readlink,
     libc::SYS_munmap,
     libc::SYS_mremap,
     libc::SYS_madvise,
@@ -71,21 +79,49 @@ fn clear(arg: u8, mask: u64) -> Result<SeccompRule, seccompiler::BackendError> {
     )?])
 }
 
+/// `arg == value`, on the argument's low 32 bits.
+fn equals(arg: u8, value: u64) -> Result<SeccompRule, seccompiler::BackendError> {
+    SeccompRule::new(vec![SeccompCondition::new(
+        arg,
+        SeccompCmpArgLen::Dword,
+        SeccompCmpOp::Eq,
+        value,
+    )?])
+}
+
 fn program() -> Result<BpfProgram, SandboxError> {
     let arch = std::env::consts::ARCH;
     let target = TargetArch::try_from(arch).map_err(|_| SandboxError::Arch(arch))?;
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
         ALWAYS.iter().map(|&nr| (nr, Vec::new())).collect();
-    // Read-only opens only: no write access, no creating, no truncating.
+    // Read-only opens only: no write access, no creating, no truncating
+    // (`open`, before the C library's 2.26, has its flags one earlier).
     let writes = (libc::O_ACCMODE | libc::O_CREAT | libc::O_TRUNC | libc::O_APPEND) as u64;
     rules.insert(libc::SYS_openat, vec![clear(2, writes)?]);
+    #[cfg(target_arch = "x86_64")]
+    rules.insert(libc::SYS_open, vec![clear(1, writes)?]);
+    // A descriptor's own flags and copies, never its owner (F_SETOWN and
+    // F_SETSIG would have the kernel signal another process).
+    let fcntl = [
+        libc::F_GETFD,
+        libc::F_SETFD,
+        libc::F_GETFL,
+        libc::F_DUPFD_CLOEXEC,
+    ];
+    rules.insert(
+        libc::SYS_fcntl,
+        fcntl
+            .iter()
+            .map(|&c| equals(1, c as u64))
+            .collect::<Result<_, _>>()?,
+    );
     // Memory that is never executable (the prot argument is the third).
     let exec = libc::PROT_EXEC as u64;
     rules.insert(libc::SYS_mmap, vec![clear(2, exec)?]);
     rules.insert(libc::SYS_mprotect, vec![clear(2, exec)?]);
     let filter = SeccompFilter::new(
         rules,
-        SeccompAction::Errno(libc::EPERM as u32),
+        SeccompAction::Errno(libc::ENOSYS as u32),
         SeccompAction::Allow,
         target,
     )?;
@@ -109,8 +145,8 @@ mod tests {
     use super::*;
 
     /// The filter, in a child process of the test: reads and read-only
-    /// opens pass; a write open, a new process and executable memory are
-    /// refused with EPERM.
+    /// opens pass; a write open, a new process, executable memory, a
+    /// socket and a descriptor's owner are refused.
     #[test]
     fn the_filter_allows_reading_and_refuses_the_rest() {
         // Built before the fork: the child of a threaded test binary must
@@ -129,7 +165,7 @@ mod tests {
                     if install(&prog).is_err() {
                         return 11;
                     }
-                    let eperm = || *libc::__errno_location() == libc::EPERM;
+                    let refused = || *libc::__errno_location() == libc::ENOSYS;
                     let path = c"/proc/self/status";
                     let fd = libc::openat(libc::AT_FDCWD, path.as_ptr(), libc::O_RDONLY);
                     if fd < 0 {
@@ -140,10 +176,14 @@ mod tests {
                         return 13;
                     }
                     let w = libc::openat(libc::AT_FDCWD, c"/tmp/x".as_ptr(), libc::O_WRONLY);
-                    if w >= 0 || !eperm() {
+                    if w >= 0 || !refused() {
                         return 14;
                     }
-                    if libc::syscall(libc::SYS_fork) >= 0 || !eperm() {
+                    let fork = libc::syscall(libc::SYS_clone, libc::SIGCHLD, 0, 0, 0, 0);
+                    if fork >= 0 || !refused() {
+                        if fork == 0 {
+                            libc::_exit(99);
+                        }
                         return 15;
                     }
                     let m = libc::mmap(
@@ -154,12 +194,18 @@ mod tests {
                         -1,
                         0,
                     );
-                    if m != libc::MAP_FAILED || !eperm() {
+                    if m != libc::MAP_FAILED || !refused() {
                         return 16;
                     }
                     let s = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
-                    if s >= 0 || !eperm() {
+                    if s >= 0 || !refused() {
                         return 17;
+                    }
+                    if libc::fcntl(fd, libc::F_SETOWN, 1) >= 0 || !refused() {
+                        return 18;
+                    }
+                    if libc::fcntl(fd, libc::F_GETFD) < 0 {
+                        return 19;
                     }
                 }
                 0

@@ -62,7 +62,7 @@ pub fn main(args: &[OsString]) -> i32 {
         return exit::SECCOMP;
     }
     loop {
-        let Ok((bytes, fds)) = recv(&sock) else {
+        let Ok((bytes, fds)) = recv(&sock, None) else {
             return 0;
         };
         let Ok(ask) = serde_json::from_slice::<Ask>(&bytes) else {

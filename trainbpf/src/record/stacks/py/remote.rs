@@ -56,6 +56,9 @@ pub struct Remote {
     from: Option<u64>,
 }
 
+/// Pairs named, in order, each with how, where that is worth a note.
+pub type Named = Vec<(Result<PyFrame, PyError>, Option<&'static str>)>;
+
 /// A process's memory, opened, with what backs it as looked at then.
 pub struct Memory {
     file: File,
@@ -70,11 +73,15 @@ fn backing_of(pid: u32) -> Result<Backing, PyError> {
     })
 }
 
-fn namer_error(what: &str, e: String) -> PyError {
+/// The reader failed on a request about this process (it crashed, hung
+/// or said nonsense, and was counted and said): the process is not asked
+/// about again, so that one job's process cannot use up the reader's
+/// starts for all the others.
+fn namer_error(e: String) -> PyError {
     PyError::Namer {
-        text: format!("{what}: {e}"),
+        text: format!("the Python reader failed: {e}"),
         not_python: false,
-        settled: false,
+        settled: true,
     }
 }
 
@@ -103,8 +110,7 @@ impl Remote {
                 .collect(),
             backing: backing.clone(),
         };
-        let located =
-            namer::locate(msg, &fds).map_err(|e| namer_error("the Python reader failed", e))?;
+        let located = namer::locate(msg, &fds).map_err(namer_error)?;
         STATS.absorb(located.relay);
         let desc = located.desc.map_err(PyError::from)?;
         Ok(Remote {
@@ -184,15 +190,16 @@ impl Remote {
     /// Names `pairs` (code object, instruction field), in order, in
     /// `own`'s process and where that fails in `parent`'s; `remembered`,
     /// from code objects named before where the memory is gone. Each
-    /// result comes with how it was named, where that is worth a note.
+    /// result comes with how it was named, where that is worth a note; an
+    /// error where the reader failed on the request.
     pub fn resolve_all(
         own: Option<&Remote>,
         parent: Option<&Remote>,
         pairs: Vec<(u64, u64)>,
         remembered: bool,
-    ) -> Vec<(Result<PyFrame, PyError>, Option<&'static str>)> {
+    ) -> Result<Named, PyError> {
         if pairs.is_empty() {
-            return Vec::new();
+            return Ok(Vec::new());
         }
         let fds: Vec<RawFd> = [own, parent]
             .into_iter()
@@ -207,37 +214,25 @@ impl Remote {
             remembered,
             forget,
         };
-        match namer::resolve(msg, &fds) {
-            Ok(r) => {
-                STATS.absorb(r.relay);
-                r.pairs
-                    .into_iter()
-                    .zip(pairs)
-                    .map(|(a, (code, instr))| {
-                        let how = a.via_parent.then_some(
-                            "Python frames named through the parent's memory (the process was gone)",
-                        );
-                        let f = a.frame.map_err(PyError::from).map(|f| PyFrame {
-                            code,
-                            instr,
-                            file: f.file,
-                            function: f.function,
-                            line: f.line,
-                        });
-                        (f, how)
-                    })
-                    .collect()
-            }
-            Err(e) => pairs
-                .iter()
-                .map(|_| {
-                    (
-                        Err(namer_error("the Python reader failed", e.clone())),
-                        None,
-                    )
-                })
-                .collect(),
-        }
+        let r = namer::resolve(msg, &fds).map_err(namer_error)?;
+        STATS.absorb(r.relay);
+        Ok(r.pairs
+            .into_iter()
+            .zip(pairs)
+            .map(|(a, (code, instr))| {
+                let how = a.via_parent.then_some(
+                    "Python frames named through the parent's memory (the process was gone)",
+                );
+                let f = a.frame.map_err(PyError::from).map(|f| PyFrame {
+                    code,
+                    instr,
+                    file: f.file,
+                    function: f.function,
+                    line: f.line,
+                });
+                (f, how)
+            })
+            .collect())
     }
 }
 

@@ -71,6 +71,11 @@ fn is_libpython(path: &str) -> bool {
         .is_some_and(|b| b.starts_with("libpython3") && b.contains(".so"))
 }
 
+/// Files tried for one process: a CPython maps one `libpython` and its
+/// executable; a job that maps dozens is not read past these (each is a
+/// descriptor handed to the namer in one message).
+const MAX_CANDIDATES: usize = 8;
+
 /// A file that may hold the interpreter: every mapping of it, and the
 /// file itself as mapped (or why it could not be opened).
 #[derive(Debug)]
@@ -99,7 +104,9 @@ pub fn candidates(pid: u32, backing: &Backing) -> Result<Vec<Candidate>, PyError
         .iter()
         .filter(|m| (m.dev, m.inode) == (exe.dev(), exe.ino()));
     for m in libs.chain(exes) {
-        if !files.iter().any(|f| (f.dev, f.inode) == (m.dev, m.inode)) {
+        if files.len() < MAX_CANDIDATES
+            && !files.iter().any(|f| (f.dev, f.inode) == (m.dev, m.inode))
+        {
             files.push(m);
         }
     }
