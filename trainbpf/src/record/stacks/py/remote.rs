@@ -113,6 +113,11 @@ impl Remote {
         let located = namer::locate(msg, &fds).map_err(namer_error)?;
         STATS.absorb(located.relay);
         let desc = located.desc.map_err(PyError::from)?;
+        // What comes back from the child is checked as anything from it:
+        // the file it names must be one it was asked about.
+        if !candidates.iter().any(|c| c.whole[0].path == desc.path) {
+            return Err(namer_error("it named a file it was not asked about".into()));
+        }
         Ok(Remote {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             pid,
