@@ -31,7 +31,7 @@ use trainbpf_report::decode::stacks::Frame;
 
 use crate::record::samplers::procfs::guard::{Count, STATS};
 
-pub mod python;
+pub mod cpython;
 mod sandbox;
 mod serve;
 mod wire;
@@ -124,19 +124,19 @@ struct Reply {
 }
 
 /// What the recorder asks: native frames named, or the CPython half
-/// (`python`).
+/// (`cpython`).
 #[derive(Debug, Serialize, Deserialize)]
 enum Ask {
     Name(Request),
-    Locate(Box<python::LocateMsg>),
-    Resolve(Box<python::ResolveMsg>),
+    Locate(Box<cpython::LocateMsg>),
+    Resolve(Box<cpython::ResolveMsg>),
 }
 
 #[derive(Debug, Serialize, Deserialize)]
 enum Answer {
     Named(Reply),
-    Located(Box<python::Located>),
-    Resolved(Box<python::Resolved>),
+    Located(Box<cpython::Located>),
+    Resolved(Box<cpython::Resolved>),
 }
 
 struct Client {
@@ -332,14 +332,20 @@ impl Client {
     }
 }
 
-/// Starts the namer now, rather than at the first stacks: it reads the C
-/// library's symbols and line tables as it starts (`serve::warm`), which
-/// takes a few hundred milliseconds the first time, and a job that dies
-/// within a second of its start cannot wait for that.
+/// Starts both children now, rather than at the first stacks. The namer
+/// reads the C library's symbols and line tables as it starts
+/// (`serve::warm`), which takes a few hundred milliseconds the first
+/// time, and a job that dies within a second of its start cannot wait for
+/// that. The CPython reader's start, tens of milliseconds, would lie
+/// between the recorder's look at what backs a process's memory and the
+/// reader's first read of it, the window in which a page mapped from FUSE
+/// since goes unseen.
 pub fn start() {
-    let mut c = CLIENT.lock().unwrap_or_else(|e| e.into_inner());
-    if c.child.is_none() {
-        let _ = c.start();
+    for client in [&CLIENT, &PY_CLIENT] {
+        let mut c = client.lock().unwrap_or_else(|e| e.into_inner());
+        if c.child.is_none() {
+            let _ = c.start();
+        }
     }
 }
 
@@ -371,7 +377,7 @@ pub fn name(maps: &[(MapMsg, Option<&File>)], stacks: Vec<StackMsg>) -> Result<V
 
 /// Asks the CPython reader to locate a process's interpreter (descriptors:
 /// its memory, then the candidate files opened).
-pub fn locate(m: python::LocateMsg, fds: &[RawFd]) -> Result<python::Located, String> {
+pub fn locate(m: cpython::LocateMsg, fds: &[RawFd]) -> Result<cpython::Located, String> {
     let mut c = PY_CLIENT.lock().unwrap_or_else(|e| e.into_inner());
     match c.ask(&Ask::Locate(Box::new(m)), fds)? {
         Answer::Located(l) => Ok(*l),
@@ -381,7 +387,7 @@ pub fn locate(m: python::LocateMsg, fds: &[RawFd]) -> Result<python::Located, St
 
 /// Asks the CPython reader to name frames (descriptors: the memory of
 /// the request's own process, then its parent's, where present).
-pub fn resolve(m: python::ResolveMsg, fds: &[RawFd]) -> Result<python::Resolved, String> {
+pub fn resolve(m: cpython::ResolveMsg, fds: &[RawFd]) -> Result<cpython::Resolved, String> {
     let n = m.pairs.len();
     let mut c = PY_CLIENT.lock().unwrap_or_else(|e| e.into_inner());
     match c.ask(&Ask::Resolve(Box::new(m)), fds)? {

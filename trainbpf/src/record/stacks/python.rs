@@ -1,7 +1,7 @@
 //! CPython stacks of a live process, read from outside it.
 //!
 //! This is the userspace half of the Python stack capture, and it runs in
-//! the namer's CPython reader, an unprivileged child (`namer/python.rs`):
+//! the namer's CPython reader, an unprivileged child (`namer/cpython.rs`):
 //! the recorder only opens, as root, what it reads (`find::candidates`,
 //! `mem::open`) and hands the descriptors over (`py/remote.rs`).
 //! [`Interpreter::locate_with`] locates the interpreter a process runs (a static

@@ -19,7 +19,7 @@ use blazesym::symbolize::{
 use trainbpf_report::decode::stacks::Frame;
 
 use super::{
-    Answer, Ask, MapMsg, Named, PYTHON_ARG, Reply, Request, StackMsg, exit, python::PyState, recv,
+    Answer, Ask, MapMsg, Named, PYTHON_ARG, Reply, Request, StackMsg, cpython::PyState, exit, recv,
     sandbox, send,
 };
 use crate::record::stacks::{

@@ -3,7 +3,7 @@
 //! opens them through `map_files`, opens the process's memory, and looks
 //! at what backs that memory (FUSE pages are never read). The files and
 //! the memory are parsed in the namer's CPython reader
-//! (`namer/python.rs`), an unprivileged child, which gets the
+//! (`namer/cpython.rs`), an unprivileged child, which gets the
 //! descriptors. Each request carries what the child needs to rebuild the
 //! interpreter, so a child started again after a failure goes on.
 
@@ -25,7 +25,7 @@ use crate::record::{
     stacks::{
         namer::{
             self,
-            python::{CandidateMsg, LocateMsg, ResolveMsg, Target},
+            cpython::{CandidateMsg, LocateMsg, ResolveMsg, Target},
         },
         python::{Desc, PyError, PyFrame, find, mem},
     },
@@ -90,9 +90,11 @@ impl Remote {
     /// their ELF read in the namer, which says where `_PyRuntime` is, the
     /// version and the offsets to read it with.
     pub fn find(pid: u32) -> Result<Remote, PyError> {
-        let backing = backing_of(pid)?;
-        let candidates = find::candidates(pid, &backing)?;
+        let candidates = find::candidates(pid, &backing_of(pid)?)?;
         let mem = mem::open(pid)?;
+        // Looked at again last, right before the reader reads: a page the
+        // process mapped from FUSE since the files were opened is seen.
+        let backing = backing_of(pid)?;
         let mut fds: Vec<RawFd> = vec![mem.as_raw_fd()];
         fds.extend(
             candidates
