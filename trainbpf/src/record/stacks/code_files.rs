@@ -88,7 +88,10 @@ impl Mapped {
             if self.maps.iter().any(|m| m.start == start && m.end == end) {
                 continue;
             }
-            let Ok(file) = File::open(format!("/proc/{tgid}/map_files/{range}")) else {
+            // map_files names a range without the maps file's padding
+            // ("41f000-6d2000" for "0041f000-006d2000", a non-PIE
+            // executable such as Debian's python3.11).
+            let Ok(file) = File::open(format!("/proc/{tgid}/map_files/{start:x}-{end:x}")) else {
                 continue;
             };
             HELD.fetch_add(1, Ordering::Relaxed);
