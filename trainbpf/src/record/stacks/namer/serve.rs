@@ -290,7 +290,7 @@ impl State {
         };
         let Some((m, file)) = maps.iter().find(|(m, _)| m.start <= addr && addr < m.end) else {
             return Err(
-                "not in a file the process maps (anonymous or generated code, or unmapped since)"
+                "not in a file the process maps (taken before an exec, anonymous or generated code, or unmapped since)"
                     .into(),
             );
         };
