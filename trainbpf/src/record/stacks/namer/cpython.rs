@@ -79,6 +79,24 @@ pub struct LocateMsg {
     pub backing: Backing,
 }
 
+impl LocateMsg {
+    /// The message for `candidates` as the recorder opened them: each
+    /// one's mappings, and why it was not opened where it was not.
+    pub fn new(pid: u32, candidates: &[Candidate], backing: Backing) -> LocateMsg {
+        LocateMsg {
+            pid,
+            candidates: candidates
+                .iter()
+                .map(|c| CandidateMsg {
+                    whole: c.whole.clone(),
+                    open_error: c.file.as_ref().err().cloned(),
+                })
+                .collect(),
+            backing,
+        }
+    }
+}
+
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Located {
     pub desc: Result<Desc, WireError>,
@@ -295,18 +313,7 @@ mod tests {
                     fds.push(f.as_fd().try_clone_to_owned().unwrap());
                 }
             }
-            let m = LocateMsg {
-                pid,
-                candidates: candidates
-                    .iter()
-                    .map(|c| CandidateMsg {
-                        whole: c.whole.clone(),
-                        open_error: c.file.as_ref().err().cloned(),
-                    })
-                    .collect(),
-                backing: backing.clone(),
-            };
-            (m, fds)
+            (LocateMsg::new(pid, &candidates, backing.clone()), fds)
         };
         let (m, fds) = msg(true);
         let found = PyState::default().locate(m, fds);

@@ -25,7 +25,7 @@ use crate::record::{
     stacks::{
         namer::{
             self,
-            cpython::{CandidateMsg, LocateMsg, ResolveMsg, Target},
+            cpython::{LocateMsg, ResolveMsg, Target},
         },
         python::{Desc, PyError, PyFrame, find, mem},
     },
@@ -101,17 +101,7 @@ impl Remote {
                 .iter()
                 .filter_map(|c| c.file.as_ref().ok().map(|f| f.as_raw_fd())),
         );
-        let msg = LocateMsg {
-            pid,
-            candidates: candidates
-                .iter()
-                .map(|c| CandidateMsg {
-                    whole: c.whole.clone(),
-                    open_error: c.file.as_ref().err().cloned(),
-                })
-                .collect(),
-            backing: backing.clone(),
-        };
+        let msg = LocateMsg::new(pid, &candidates, backing.clone());
         let located = namer::locate(msg, &fds).map_err(namer_error)?;
         STATS.absorb(located.relay);
         let desc = located.desc.map_err(PyError::from)?;
