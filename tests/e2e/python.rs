@@ -3,6 +3,7 @@
 mod attach;
 mod cext;
 mod cow;
+mod exec;
 mod growth;
 mod stacks;
 mod thread;

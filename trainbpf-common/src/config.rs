@@ -141,6 +141,12 @@ pub struct Config {
     /// `/proc/PID/stat` shows as a process's start, so that a held
     /// process is continued only if its pid still names it.
     pub task_start_boottime: i64,
+    /// `mm_struct.exe_file`, `mm_struct.start_code`: the file a process
+    /// exec'd and where its code was loaded, so that an interpreter
+    /// located before in that file is described at the exec itself
+    /// (`python::at_exec`).
+    pub mm_exe_file: i64,
+    pub mm_start_code: i64,
 }
 
 impl Config {
@@ -226,5 +232,7 @@ impl Config {
         sb_dev: -1,
         file_f_mode: -1,
         task_start_boottime: -1,
+        mm_exe_file: -1,
+        mm_start_code: -1,
     };
 }

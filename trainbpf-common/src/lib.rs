@@ -47,6 +47,10 @@ pub const FLAG_TTY: u16 = 1 << 3;
 /// `ForkEvent`/`ExitEvent` header flag: the process is a kernel thread
 /// (`PF_KTHREAD`), which only `--all` records; the report leaves it out.
 pub const FLAG_KTHREAD: u16 = 1 << 4;
+/// An exec record whose process the kernel stopped (the job's root,
+/// `EXEC_HOLD`): the collector looks for its interpreter, then continues
+/// it.
+pub const FLAG_EXEC_HELD: u16 = 1 << 5;
 
 /// Which ring buffer a kind travels in. Kills, deaths, signals and the
 /// kernel's OOM log lines are few and are the evidence: they go to their own
@@ -129,6 +133,10 @@ mod pod {
     unsafe impl aya::Pod for ProcId {}
     // SAFETY: as above.
     unsafe impl aya::Pod for PyProc {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for ExeOf {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for ExecHold {}
     // SAFETY: as above.
     unsafe impl aya::Pod for PyStack {}
     // SAFETY: as above.

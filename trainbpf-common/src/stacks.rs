@@ -60,6 +60,12 @@ pub const PY_MANY_THREADS: u32 = 8;
 /// `PY_STACKS` was full: the frames were read but not kept.
 pub const PY_STORE_FULL: u32 = 9;
 
+/// Or-ed into `StackKey::py_state` (and a stack at death's state) when
+/// the walk used a description the kernel made at the process's exec
+/// (`PyProc::at_exec`): the frames are the new program's, which the
+/// collector may not have met yet, so it names them after it has.
+pub const PY_AT_EXEC: u32 = 0x100;
+
 /// Python frames kept per growth stack, innermost first.
 pub const PY_MAX_FRAMES: usize = 32;
 
@@ -93,6 +99,52 @@ pub struct PyProc {
     pub frame_owner: u64,
     /// 1: `frame_instr` is an `int` (`f_lasti`, up to 3.10); 0: a pointer.
     pub instr_is_int: u64,
+    /// 1: made by the kernel at the process's exec from `PY_EXES` (walks
+    /// with it say `PY_AT_EXEC`); 0: put by the collector.
+    pub at_exec: u64,
+    /// Non-zero: the interpreter is a `libpython` the dynamic loader maps
+    /// after the exec, not found yet. This is its `.dynamic`'s link-time
+    /// address: the loader's list entry whose `l_ld - l_addr` it is, is
+    /// the library; `runtime` is then `l_addr + lib_runtime`, and this is
+    /// set to 0.
+    pub lib_dynamic: u64,
+    /// `_PyRuntime`'s link-time address in the library.
+    pub lib_runtime: u64,
+    /// Where the executable's `DT_DEBUG` value (the loader's `r_debug`)
+    /// lies: in the process once the kernel made the entry at the exec;
+    /// relative to `start_code` in `PY_EXES`.
+    pub debug_slot: u64,
+}
+
+/// The job's root in `EXEC_HOLD`: how the kernel may stop it for the
+/// collector to locate its interpreter before its Python runs.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExecHold {
+    /// Holds left at execs of files no interpreter was filed under.
+    pub left: u32,
+    /// Holds left at walks that find no description, since the last exec:
+    /// set by the collector where it found no interpreter yet at the exec
+    /// (a `libpython` the loader had not mapped), cleared at each exec.
+    pub armed: u32,
+    /// When the kernel held it at a walk (0: not held there); the
+    /// collector, which polls for it, clears it and continues the root.
+    pub held_ns: u64,
+    /// Set while the hold's own SIGSTOP is sent: `signal_generate` does
+    /// not record it as a signal to the job.
+    pub sending: u32,
+    pub _pad: u32,
+}
+
+/// What the kernel saw of a job process's exec (`EXE_OF`): the file
+/// exec'd, as the kernel names it, and where its code was loaded. The
+/// collector, having located an interpreter in that very file, keeps it
+/// in `PY_EXES` under `exe` with `_PyRuntime` relative to `start_code`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExeOf {
+    pub exe: crate::FileKey,
+    pub start_code: u64,
 }
 
 /// A growth stack's Python frames as the kernel read them: `(code object,

@@ -11,7 +11,7 @@ use trainbpf_common::*;
 
 use crate::{
     count_lost, header, in_job, lazy, lazy_precious, leader_start_ns,
-    maps::{COUNTERS, EVENTS, HELD, JOB, PRECIOUS, ProcKey},
+    maps::{COUNTERS, EVENTS, EXEC_HOLD, HELD, JOB, PRECIOUS, ProcKey},
     memory, pages, procs, rd, rd_comm,
 };
 
@@ -120,17 +120,26 @@ fn try_sched_exec(ctx: &BtfTracePointContext) -> Result<u32, u32> {
     if !in_job(tgid) {
         return Ok(0);
     }
+    let key = ProcKey {
+        tgid,
+        _pad: 0,
+        start_ns: leader_start_ns(task),
+    };
+    let entry = EVENTS.reserve::<ExecEvent>(0);
+    let mut held = false;
     if conf!(stack_every_pages) > 0 {
         // The new program is no longer the interpreter described (one
         // inherited at a fork, or located before): until the collector
-        // looks again, its stacks are walked as no Python's.
-        crate::python::forget(&ProcKey {
-            tgid,
-            _pad: 0,
-            start_ns: leader_start_ns(task),
-        });
+        // looks again, its stacks are walked as no Python's, unless the
+        // file is one it located an interpreter in before. A hold needs
+        // the record that tells the collector to end it.
+        let had = crate::python::forget(&key);
+        held = matches!(
+            crate::python::at_exec(task, &key, !had && entry.is_some()),
+            crate::python::AtExec::Held
+        );
     }
-    let Some(mut entry) = EVENTS.reserve::<ExecEvent>(0) else {
+    let Some(mut entry) = entry else {
         count_lost(KIND_EXEC, "sched_exec");
         return Ok(0);
     };
@@ -148,8 +157,16 @@ fn try_sched_exec(ctx: &BtfTracePointContext) -> Result<u32, u32> {
         if n + 1 >= FILENAME_LEN {
             (*ev).hdr.flags |= FLAG_TRUNCATED;
         }
+        if held {
+            (*ev).hdr.flags |= FLAG_EXEC_HELD;
+        }
     }
-    entry.submit(lazy());
+    // A held process waits on this record: it wakes the collector now.
+    entry.submit(if held {
+        crate::BPF_RB_FORCE_WAKEUP
+    } else {
+        lazy()
+    });
     Ok(0)
 }
 
@@ -196,6 +213,10 @@ fn try_sched_exit(ctx: &BtfTracePointContext) -> Result<u32, u32> {
         return Ok(0);
     }
     let _ = JOB.remove(&tgid);
+    if conf!(stack_every_pages) > 0 {
+        // The root's holds end with it (`python::hold_unlocated`).
+        let _ = EXEC_HOLD.remove(&tgid);
+    }
     // A process held at a late driver mapping and killed before its
     // release: its hold ends with it, before its pid can name another
     // process that a SIGCONT would then reach. A hold the watchdog already

@@ -9,7 +9,7 @@
 
 use aya_ebpf::{
     macros::map,
-    maps::{Array, HashMap, PerCpuArray, RingBuf, StackTrace},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf, StackTrace},
 };
 use trainbpf_common::*;
 
@@ -241,6 +241,32 @@ pub(crate) static PY_PROCS: HashMap<ProcKey, PyProc> = HashMap::with_max_entries
 /// known stack has that id. Full: counted under `PY_STORE_FULL`.
 #[map]
 pub(crate) static PY_STACKS: HashMap<u64, PyStack> = HashMap::with_max_entries(4096, 0);
+
+/// Interpreters the collector located in a process's own executable, by
+/// that file (the kernel's dev_t and inode), `runtime` relative to the
+/// process's `start_code`: a later exec of the same file is described at
+/// the exec itself (`python::at_exec`), before its first stack.
+#[map]
+pub(crate) static PY_EXES: HashMap<FileKey, PyProc> = HashMap::with_max_entries(64, 0);
+
+/// Each job process's exec as the kernel saw it (its file, its code's
+/// load address): what the collector files a located interpreter under in
+/// `PY_EXES`. An LRU: a process whose entry was pushed out is only not
+/// filed.
+#[map]
+pub(crate) static EXE_OF: LruHashMap<ProcKey, ExeOf> = LruHashMap::with_max_entries(1024, 0);
+
+/// The job's root process (the recorder started it), with how many times
+/// it may still be held: an exec of a file no interpreter is filed under
+/// in `PY_EXES` stops the process with SIGSTOP before its first
+/// instruction, and the collector continues it once it has looked for an
+/// interpreter (`python::at_exec`); where that found none yet (a
+/// `libpython` not mapped), the next walk that finds no description holds
+/// it again (`python::hold_unlocated`). So the job's first Python process
+/// has every stack walked. Removed at the root's exit, before its pid can
+/// name another process.
+#[map]
+pub(crate) static EXEC_HOLD: HashMap<u32, ExecHold> = HashMap::with_max_entries(4, 0);
 
 /// Where a walk gathers its frames (too big for the program's stack).
 #[map]

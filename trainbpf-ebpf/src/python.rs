@@ -14,13 +14,18 @@
 
 use core::ffi::c_void;
 
+use aya_ebpf::helpers::bpf_send_signal_thread;
 use aya_ebpf::helpers::{bpf_get_current_pid_tgid, generated};
 use trainbpf_common::{
-    PY_DEEP, PY_EMPTY, PY_FAULT_FRAMES, PY_FAULT_THREADS, PY_MANY_THREADS, PY_MAX_FRAMES,
-    PY_MAX_THREADS, PY_NO_THREAD, PY_NONE, PY_NOT_INIT, PY_OK, PY_STORE_FULL, PyProc, PyStack,
+    ExeOf, ExecHold, FileKey, PY_AT_EXEC, PY_DEEP, PY_EMPTY, PY_FAULT_FRAMES, PY_FAULT_THREADS,
+    PY_MANY_THREADS, PY_MAX_FRAMES, PY_MAX_THREADS, PY_NO_THREAD, PY_NONE, PY_NOT_INIT, PY_OK,
+    PY_STORE_FULL, PyProc, PyStack,
 };
 
-use crate::maps::{PY_PROCS, PY_SCRATCH, PY_STACKS, ProcKey};
+use crate::{
+    maps::{EXE_OF, EXEC_HOLD, PY_EXES, PY_PROCS, PY_SCRATCH, PY_STACKS, ProcKey},
+    rd,
+};
 
 /// A field the version lacks.
 const NONE: u64 = u64::MAX;
@@ -128,10 +133,28 @@ pub(crate) fn read(key: &ProcKey, out: *mut PyStack) -> (u64, u32) {
         _pad: 0,
         start_ns: 0,
     };
-    // SAFETY: read only; the collector replaces the value whole.
-    let Some(p) = (unsafe { PY_PROCS.get(key) }).or_else(|| unsafe { PY_PROCS.get(&wild) }) else {
+    let Some(p) = PY_PROCS
+        .get_ptr_mut(key)
+        .or_else(|| PY_PROCS.get_ptr_mut(&wild))
+    else {
         return (0, PY_NONE);
     };
+    // SAFETY: a live map value; the collector replaces it whole, and
+    // `find_lib` writes only what every walker would write.
+    let p = unsafe { &mut *p };
+    if p.lib_dynamic != 0 && !find_lib(p) {
+        // The loader has not mapped it yet: no Python code runs before.
+        return (0, PY_NOT_INIT | PY_AT_EXEC);
+    }
+    let (id, state) = read_with(p, out);
+    // The collector names a walk made with the kernel's own description
+    // only once it has met the exec that made it.
+    let tag = if p.at_exec != 0 { PY_AT_EXEC } else { 0 };
+    (id, state | tag)
+}
+
+#[inline(always)]
+fn read_with(p: &PyProc, out: *mut PyStack) -> (u64, u32) {
     let tstate = match thread_state(p) {
         Ok(t) => t,
         Err(state) => return (0, state),
@@ -204,7 +227,191 @@ pub(crate) fn inherit(parent: &ProcKey, child: &ProcKey) {
 }
 
 /// A process exec'd: its description no longer fits its program.
+/// Whether it had one.
 #[inline(always)]
-pub(crate) fn forget(key: &ProcKey) {
-    let _ = PY_PROCS.remove(key);
+pub(crate) fn forget(key: &ProcKey) -> bool {
+    PY_PROCS.remove(key).is_ok()
+}
+
+const SIGSTOP: u32 = 19;
+
+/// What `at_exec` did.
+pub(crate) enum AtExec {
+    /// Nothing: no interpreter filed under the file, and no hold.
+    Nothing,
+    /// Described from `PY_EXES`: its first stack is walked.
+    Described,
+    /// Stopped (SIGSTOP to itself, taken before its first instruction):
+    /// the collector looks for its interpreter, then continues it.
+    Held,
+}
+
+/// A job process exec'd (`task`, current, keyed `key`): notes the file
+/// and load address in `EXE_OF`, and describes its interpreter at once
+/// when the collector filed one under that file (`PY_EXES`), `_PyRuntime`
+/// moved by where this exec loaded the code. Else, for the job's root
+/// (`EXEC_HOLD`), where `may_hold` (nothing was described before the
+/// exec, and its record is reserved), holds it.
+#[inline(always)]
+pub(crate) fn at_exec(task: u64, key: &ProcKey, may_hold: bool) -> AtExec {
+    let Some((exe, start_code)) = exe_of(task) else {
+        return AtExec::Nothing;
+    };
+    let _ = EXE_OF.insert(key, &ExeOf { exe, start_code }, 0);
+    // SAFETY: the value is copied out at once.
+    if let Some(t) = unsafe { PY_EXES.get(&exe) } {
+        let mut p: PyProc = *t;
+        if p.lib_dynamic == 0 {
+            p.runtime = p.runtime.wrapping_add(start_code);
+        } else {
+            // The library is found at the first walk after the loader
+            // mapped it (`find_lib`).
+            p.debug_slot = p.debug_slot.wrapping_add(start_code);
+        }
+        p.at_exec = 1;
+        return match PY_PROCS.insert(key, &p, 0) {
+            Ok(()) => AtExec::Described,
+            Err(_) => AtExec::Nothing,
+        };
+    }
+    // A program that was a located Python exec'ing another is not held:
+    // its stacks before the exec must be named with the interpreter the
+    // collector has, before it looks for the new one.
+    if !may_hold {
+        return AtExec::Nothing;
+    }
+    let Some(h) = EXEC_HOLD.get_ptr_mut(&key.tgid) else {
+        return AtExec::Nothing;
+    };
+    // SAFETY: a live map value; an exec is its process's only thread.
+    unsafe {
+        if (*h).left == 0 {
+            return AtExec::Nothing;
+        }
+        (*h).left -= 1;
+        (*h).armed = 0;
+    }
+    if stop(h) {
+        AtExec::Held
+    } else {
+        AtExec::Nothing
+    }
+}
+
+/// Stops the current process (SIGSTOP to the current thread, taken on
+/// its way back to user mode), the stop marked as the hold's own.
+#[inline(always)]
+fn stop(h: *mut ExecHold) -> bool {
+    // SAFETY: a live map value; `signal_generate` runs inside the send,
+    // on this CPU, and reads the mark.
+    unsafe {
+        (*h).sending = 1;
+        let r = bpf_send_signal_thread(SIGSTOP);
+        (*h).sending = 0;
+        r == 0
+    }
+}
+
+/// Whether a SIGSTOP to `tgid` being generated is the hold's own
+/// (`signals.rs`: not the job's story, not recorded).
+#[inline(always)]
+pub(crate) fn own_stop(tgid: u32) -> bool {
+    // SAFETY: read only.
+    unsafe { EXEC_HOLD.get(&tgid) }.is_some_and(|h| h.sending != 0)
+}
+
+/// How long a stack of the held root waits for the collector (the
+/// trampoline's parent-death signal continues it if the recorder dies).
+const HOLD_WAIT_NS: u64 = 2_000_000_000;
+
+/// A growth stack of `key` is due. Where the collector armed the root's
+/// hold (its exec held, no interpreter mapped yet) and the kernel has no
+/// description of it, stops it for the collector, which polls
+/// `EXEC_HOLD`, to look again; true while that stack should wait: its
+/// growth goes to the next one, taken once the root runs again (a stack
+/// taken now would have no Python frames). Threads racing here may each
+/// send a stop: one continue ends them all.
+#[inline(always)]
+pub(crate) fn hold_unlocated(key: &ProcKey) -> bool {
+    let Some(h) = EXEC_HOLD.get_ptr_mut(&key.tgid) else {
+        return false;
+    };
+    // SAFETY: helper without preconditions.
+    let now = unsafe { aya_ebpf::helpers::bpf_ktime_get_ns() };
+    // SAFETY: a live map value.
+    unsafe {
+        if (*h).held_ns != 0 {
+            return now.wrapping_sub((*h).held_ns) < HOLD_WAIT_NS;
+        }
+        if (*h).armed == 0 {
+            return false;
+        }
+        // SAFETY: read only.
+        if PY_PROCS.get(key).is_some() {
+            return false;
+        }
+        (*h).armed -= 1;
+        if !stop(h) {
+            return false;
+        }
+        (*h).held_ns = now.max(1);
+    }
+    true
+}
+
+/// Objects of the loader's list looked at for the library.
+const LINK_MAPS: usize = 64;
+/// `struct r_debug`'s `r_map`; `struct link_map`'s `l_addr`, `l_ld`,
+/// `l_next` (the public head of glibc's and musl's alike).
+const R_MAP: u64 = 8;
+const L_ADDR: u64 = 0;
+const L_LD: u64 = 16;
+const L_NEXT: u64 = 24;
+
+/// Finds a described `libpython` (`PyProc::lib_dynamic`) in the current
+/// process through the dynamic loader's list, and completes the
+/// description with its `_PyRuntime`. Every walker that finds it writes
+/// the same two fields, `runtime` first.
+#[inline(always)]
+fn find_lib(p: &mut PyProc) -> bool {
+    let mut bad = 0;
+    let r_debug = user(p.debug_slot, 0, &mut bad);
+    if bad != 0 || r_debug == 0 {
+        return false;
+    }
+    let mut lm = user(r_debug, R_MAP, &mut bad);
+    for _ in 0..LINK_MAPS {
+        if lm == 0 || bad != 0 {
+            return false;
+        }
+        let l_addr = user(lm, L_ADDR, &mut bad);
+        let l_ld = user(lm, L_LD, &mut bad);
+        if bad == 0 && l_ld.wrapping_sub(l_addr) == p.lib_dynamic {
+            p.runtime = l_addr.wrapping_add(p.lib_runtime);
+            p.lib_dynamic = 0;
+            return true;
+        }
+        lm = user(lm, L_NEXT, &mut bad);
+    }
+    false
+}
+
+/// The current process's executable (the kernel's dev_t and inode) and
+/// its code's load address.
+#[inline(always)]
+fn exe_of(task: u64) -> Option<(FileKey, u64)> {
+    let mm: u64 = rd(task, conf!(task_mm)).ok()?;
+    let file: u64 = rd(mm, conf!(mm_exe_file)).ok()?;
+    let start_code: u64 = rd(mm, conf!(mm_start_code)).ok()?;
+    let inode: u64 = rd(file, conf!(file_inode)).ok()?;
+    let ino: u64 = rd(inode, conf!(inode_ino)).ok()?;
+    let sb: u64 = rd(inode, conf!(inode_sb)).ok()?;
+    let dev: u32 = rd(sb, conf!(sb_dev)).ok()?;
+    Some((
+        FileKey {
+            dev: dev as u64,
+            ino,
+        },
+        start_code,
+    ))
 }

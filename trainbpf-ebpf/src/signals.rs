@@ -39,7 +39,8 @@ fn try_signal_generate(ctx: &BtfTracePointContext) -> Result<u32, u32> {
         let task: u64 = ctx.arg(2);
         // The hold's own stop is not the job's story: not recorded.
         if let Ok(tgid) = rd::<u32>(task, conf!(task_tgid))
-            && crate::gpu_late::on_signal(sig, tgid)
+            && ((sig == 19 && crate::python::own_stop(tgid))
+                || crate::gpu_late::on_signal(sig, tgid))
         {
             return Ok(0);
         }

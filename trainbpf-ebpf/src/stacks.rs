@@ -105,7 +105,7 @@ pub(crate) fn sample(ctx: *mut c_void, st: *mut ProcState, tgid: u32) {
     };
     // SAFETY: a live map value.
     let grown = net - unsafe { *high };
-    if grown < every {
+    if grown < every || crate::python::hold_unlocated(&key) {
         return;
     }
     // SAFETY: as above.

@@ -296,6 +296,7 @@ impl Builder {
                 comm,
                 filename,
                 truncated,
+                ..
             } => self.on_exec(ts, proc, comm, filename, truncated),
             Event::Exit {
                 proc,

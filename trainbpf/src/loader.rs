@@ -426,6 +426,11 @@ pub fn load(t: &Tunables, page_size: u64) -> Result<Loaded, LoadError> {
             py_procs: HashMap::try_from(take(&mut ebpf, "PY_PROCS")?).map_err(obj)?,
             py_stacks: HashMap::try_from(take(&mut ebpf, "PY_STACKS")?).map_err(obj)?,
             copies: RingBuf::try_from(take(&mut ebpf, "STACK_COPIES")?).map_err(obj)?,
+            py_exes: Some((
+                HashMap::try_from(take(&mut ebpf, "PY_EXES")?).map_err(obj)?,
+                HashMap::try_from(take(&mut ebpf, "EXE_OF")?).map_err(obj)?,
+            )),
+            exec_hold: Some(HashMap::try_from(take(&mut ebpf, "EXEC_HOLD")?).map_err(obj)?),
         })
     } else {
         None
@@ -496,6 +501,10 @@ fn load_object(
     loader.map_max_entries("STACK_HIGH", high);
     loader.map_max_entries("PY_PROCS", py_procs);
     loader.map_max_entries("PY_STACKS", py_stacks);
+    if !stacks {
+        loader.map_max_entries("PY_EXES", 1);
+        loader.map_max_entries("EXE_OF", 1);
+    }
     loader.map_max_entries(
         "STACK_COPIES",
         if stacks {

@@ -339,6 +339,11 @@ pub enum Event {
         comm: String,
         filename: String,
         truncated: bool,
+        /// The kernel stopped the process at this exec (the job's root,
+        /// before its first instruction) for the recorder to look for its
+        /// interpreter; the recorder continued it.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        held: bool,
     },
     Exit {
         proc: ProcKey,

@@ -34,6 +34,7 @@ pub(super) fn exec(kind: u16, bytes: &[u8]) -> Result<(u64, Event), DecodeError>
         comm: cstr(&e.comm),
         filename: cstr(&e.filename),
         truncated: e.hdr.flags & common::FLAG_TRUNCATED != 0,
+        held: e.hdr.flags & common::FLAG_EXEC_HELD != 0,
     };
     Ok((e.hdr.ts_ns, ev))
 }

@@ -516,6 +516,7 @@ mod tests {
                     comm: "python3".into(),
                     filename: "/usr/bin/python3".into(),
                     truncated: false,
+                    held: false,
                 },
             ),
             t(2, Event::Identity(r)),

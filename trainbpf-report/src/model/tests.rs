@@ -69,6 +69,7 @@ fn exec(secs: f64, k: ProcKey, comm: &str) -> Timed {
             comm: comm.into(),
             filename: format!("/usr/bin/{comm}"),
             truncated: false,
+            held: false,
         },
     )
 }

@@ -342,6 +342,9 @@ impl KernelBtf {
             -1 => self.offset("task_struct", &["real_start_time"]),
             o => o,
         };
+        // Optional: without them no interpreter is described at its exec.
+        c.mm_exe_file = self.offset("mm_struct", &["exe_file"]);
+        c.mm_start_code = self.offset("mm_struct", &["start_code"]);
         Ok(())
     }
 

@@ -1,7 +1,7 @@
 //! The maps `record --stacks` reads, sized here before the object loads.
 
 use aya::maps::{HashMap as BpfHashMap, MapData, RingBuf, StackTraceMap};
-use trainbpf_common::{ProcId, PyProc, PyStack, StackKey, StackVal};
+use trainbpf_common::{ExeOf, ExecHold, FileKey, ProcId, PyProc, PyStack, StackKey, StackVal};
 
 /// Entries of the kernel's maps: stacks (each 127 frames, about 1 KiB),
 /// (process, stack) totals, and processes' highs.
@@ -18,6 +18,12 @@ pub const PY_STACK_ENTRIES: u32 = 4096;
 /// The ring of new stacks' user-stack copies (16 KiB each): about 60 new
 /// stacks between two drains of the stacks' thread.
 pub const COPY_RING_BYTES: u32 = 1 << 20;
+/// `PY_EXES` and `EXE_OF`.
+pub type ExeMaps = (
+    BpfHashMap<MapData, FileKey, PyProc>,
+    BpfHashMap<MapData, ProcId, ExeOf>,
+);
+
 /// The maps `record --stacks` reads.
 pub struct StackMaps {
     pub stacks: StackTraceMap<MapData>,
@@ -29,4 +35,10 @@ pub struct StackMaps {
     pub py_stacks: BpfHashMap<MapData, u64, PyStack>,
     /// New stacks' registers and user-stack copies (`StackCopy`).
     pub copies: RingBuf<MapData>,
+    /// Interpreters filed by executable, and each process's exec
+    /// (`py::Exes`): taken by the stacks' collector.
+    pub py_exes: Option<ExeMaps>,
+    /// The job's root, whose first execs the kernel holds until its
+    /// interpreter is looked for (`Stacks::hold_root`).
+    pub exec_hold: Option<BpfHashMap<MapData, u32, ExecHold>>,
 }

@@ -175,6 +175,9 @@ fn start_job(
         Target::Run(argv) => {
             let pending = job::spawn(argv, job_adj)?;
             seed(job, pending.pid)?;
+            if let Some(st) = &mut c.stacks {
+                st.hold_root(pending.pid);
+            }
             (pending.pid, argv.clone(), Some(pending))
         }
         Target::Pid(p) => {

@@ -47,7 +47,7 @@ use self::{
 };
 
 mod elf;
-mod held;
+pub(crate) mod held;
 mod late;
 mod mapped;
 mod maps;

@@ -7,7 +7,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use trainbpf_common::{ProcId, StackKey, StackVal};
+use trainbpf_common::{PY_AT_EXEC, ProcId, StackKey, StackVal};
 
 use trainbpf_report::decode::{
     ProcKey,
@@ -20,6 +20,7 @@ mod delta;
 mod namer;
 mod py;
 pub mod python;
+mod root;
 mod symbolize;
 mod thread;
 mod unwind;
@@ -27,6 +28,7 @@ pub use crate::loader::stack_maps::StackMaps;
 pub use delta::Deltas;
 pub use namer::{SUBCOMMAND as NAMER_SUBCOMMAND, serve_main as namer_main, start as start_namer};
 pub use py::Pythons;
+pub use root::Root;
 pub use symbolize::bounded;
 pub use thread::{Msg, Stacks};
 
@@ -48,7 +50,7 @@ const MAX_COPIES: usize = 256;
 type StackName = (i32, u64, u32, u64);
 
 fn name_of(k: &StackKey) -> StackName {
-    (k.stack_id, k.py_id, k.py_state, k.leaf_ret)
+    (k.stack_id, k.py_id, k.py_state & !PY_AT_EXEC, k.leaf_ret)
 }
 
 pub struct StackCollector {
@@ -76,6 +78,8 @@ pub struct StackCollector {
     mapped: code_files::ByProc,
     /// New growth stacks' registers and stack copies, until named.
     copies: HashMap<(ProcKey, StackName), namer::CopyMsg>,
+    /// The job's root, where the recorder started it and may hold it.
+    root: Option<Root>,
     /// Stacks at death waiting to be named, and where they go named.
     deaths: Option<(
         std::sync::mpsc::Receiver<Box<trainbpf_common::DeathStack>>,
@@ -96,7 +100,8 @@ pub fn stack_error(id: i32) -> String {
 }
 
 impl StackCollector {
-    pub fn new(maps: StackMaps, readers: Readers) -> StackCollector {
+    pub fn new(mut maps: StackMaps, readers: Readers) -> StackCollector {
+        let exes = maps.py_exes.take().map(|(e, of)| py::Exes::new(e, of));
         StackCollector {
             maps,
             deltas: Deltas::default(),
@@ -104,6 +109,7 @@ impl StackCollector {
             pythons: Pythons::new(
                 crate::loader::stack_maps::PY_PROC_ENTRIES as usize,
                 readers.clone(),
+                exes,
             ),
             readers,
             named: HashSet::new(),
@@ -113,6 +119,7 @@ impl StackCollector {
             known: HashMap::new(),
             mapped: code_files::ByProc::new(),
             copies: HashMap::new(),
+            root: None,
             deaths: None,
         }
     }
@@ -128,7 +135,7 @@ impl StackCollector {
     /// one located. Forgotten after the next drain (which names what it
     /// took before), and located anew at once, so that its first stacks
     /// already carry Python frames (a miss is tried again from its stacks).
-    pub fn on_exec(&mut self, proc: ProcKey, ts: u64) {
+    pub fn on_exec(&mut self, proc: ProcKey, ts: u64, held: bool) {
         // The old program's files and names would misname the new one's
         // stack at death.
         self.known.remove(&proc);
@@ -139,6 +146,9 @@ impl StackCollector {
         // within a drain's interval of its exec still has its stacks
         // named from them.
         self.hold_files(proc);
+        if held {
+            self.release_root(proc, ts);
+        }
     }
 
     /// An attached job's processes, alive before the recording: each one's
@@ -189,6 +199,9 @@ impl StackCollector {
         let mut out = Vec::with_capacity(moved.len());
         // New stacks, per process, resolved in one pass over its maps.
         let mut todo: HashMap<u32, Vec<usize>> = HashMap::new();
+        // Those walked with the kernel's description made at an exec: named
+        // once the exec is read and the new program located, below.
+        let mut after_exec: HashMap<u32, Vec<usize>> = HashMap::new();
         // A process's interpreter is located when its first stacks come
         // (tried again after a miss): before its stacks are named.
         let mut procs: Vec<ProcKey> = moved
@@ -214,11 +227,12 @@ impl StackCollector {
                 tgid: k.tgid,
                 start_ns: k.start_ns,
             };
+            let at_exec = k.py_state & PY_AT_EXEC != 0 && !self.exited.contains(&proc);
             let mut d = StackDelta {
                 proc,
                 stack_id: k.stack_id,
                 py_id: k.py_id,
-                py_state: k.py_state,
+                py_state: k.py_state & !PY_AT_EXEC,
                 leaf_ret: k.leaf_ret,
                 bytes: v.bytes,
                 count: v.count,
@@ -230,7 +244,8 @@ impl StackCollector {
                 d.error = Some(stack_error(k.stack_id));
             }
             if self.named.len() < MAX_NAMED && !self.named.contains(&(proc, name_of(&k), gpu)) {
-                todo.entry(k.tgid).or_default().push(out.len());
+                let to = if at_exec { &mut after_exec } else { &mut todo };
+                to.entry(k.tgid).or_default().push(out.len());
             }
             out.push(d);
         }
@@ -252,6 +267,10 @@ impl StackCollector {
         self.pythons.retry(&mut self.maps.py_procs);
         for p in std::mem::take(&mut self.locate) {
             self.pythons.ensure(p, &mut self.maps.py_procs);
+        }
+        for (tgid, idx) in after_exec {
+            self.name_deaths();
+            self.name(tgid, &idx, &mut out);
         }
         (
             (!out.is_empty()).then_some(StackSample { stacks: out }),

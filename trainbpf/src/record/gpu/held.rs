@@ -17,7 +17,7 @@ use std::{
 use trainbpf_common::Held;
 
 /// One process, by a pidfd.
-pub(super) struct Pidfd(OwnedFd);
+pub struct Pidfd(OwnedFd);
 
 impl Pidfd {
     /// The process `pid` names now.

@@ -90,6 +90,12 @@ pub fn exec_trampoline(args: &[OsString]) -> i32 {
     {
         return fail(format!("cannot run the job as uid {uid}: {e}"), 1);
     }
+    // The kernel may stop the job at this exec until the recorder has
+    // looked for its interpreter (`Stacks::hold_root`): should the recorder
+    // die meanwhile, its death continues the job. Set after the uid
+    // change, which clears it; to a running job a SIGCONT is nothing.
+    // SAFETY: plain prctl on this process.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGCONT as libc::c_ulong) };
     let err = cmd.exec();
     let name = trainbpf_report::term::escape(&cmd_argv[0].to_string_lossy()).into_owned();
     match err.kind() {

@@ -18,7 +18,7 @@ use std::{
 };
 
 use aya::maps::{HashMap as BpfHashMap, MapData};
-use trainbpf_common::{PY_NONE, ProcId, PyProc, PyStack};
+use trainbpf_common::{PY_AT_EXEC, PY_NONE, ProcId, PyProc, PyStack};
 use trainbpf_report::decode::{ProcKey, stacks::Frame};
 
 use super::symbolize::bounded;
@@ -27,9 +27,11 @@ use crate::{
     record::stacks::python::PyError,
 };
 
+mod exes;
 mod frames;
 mod inherit;
 mod remote;
+pub use exes::Exes;
 pub use frames::{fold, state_text};
 use frames::{name_pairs, pairs_to_name};
 use remote::Remote;
@@ -76,6 +78,9 @@ pub struct Pythons {
     /// kernel's records): an exec read after it discards only what came
     /// before it.
     since: HashMap<ProcKey, u64>,
+    /// Interpreters filed by their executable, for the kernel to describe
+    /// at the next exec of it.
+    exes: Option<Exes>,
 }
 
 /// Interpreters handed back after their read's deadline: each with its
@@ -131,7 +136,7 @@ fn proc_id(p: ProcKey) -> ProcId {
 }
 
 impl Pythons {
-    pub fn new(max: usize, readers: Readers) -> Pythons {
+    pub fn new(max: usize, readers: Readers, exes: Option<Exes>) -> Pythons {
         Pythons {
             procs: HashMap::new(),
             parents: HashMap::new(),
@@ -141,6 +146,7 @@ impl Pythons {
             lost: HashSet::new(),
             late: mpsc::channel(),
             since: HashMap::new(),
+            exes,
         }
     }
 
@@ -205,9 +211,15 @@ impl Pythons {
             _ => 1,
         };
         let tgid = p.tgid;
+        let exec = self.exes.as_ref().and_then(|e| e.exe_of(proc_id(p)));
         let state = match self.readers.run(FILES_DEADLINE, move || Remote::find(tgid)) {
             Ok(Ok(i)) => match map.insert(proc_id(p), i.describe(), 0) {
-                Ok(()) => State::Found(Box::new(i)),
+                Ok(()) => {
+                    if let Some(e) = &mut self.exes {
+                        e.file(proc_id(p), exec, i.desc());
+                    }
+                    State::Found(Box::new(i))
+                }
                 Err(e) => State::Failed {
                     error: format!("the kernel's Python process map: {e}"),
                     not_python: false,
@@ -223,6 +235,22 @@ impl Pythons {
         };
         self.procs.insert(p, state);
         self.since.insert(p, crate::util::clock::mono_ns());
+    }
+
+    /// Locates `p` now, whenever it was last tried: for a process the
+    /// kernel holds for it. Whether it was found, or may be on a later
+    /// try (`None`: neither).
+    pub fn locate_now(
+        &mut self,
+        p: ProcKey,
+        map: &mut BpfHashMap<MapData, ProcId, PyProc>,
+    ) -> Option<bool> {
+        self.ensure_after(p, map, Duration::ZERO);
+        match self.procs.get(&p) {
+            Some(State::Found(_)) => Some(true),
+            Some(State::Failed { tries, .. }) if *tries < MAX_TRIES => Some(false),
+            _ => None,
+        }
     }
 
     /// Tries again the processes not located yet that have tries left:
@@ -340,6 +368,7 @@ impl Pythons {
         state: u32,
         stacks: &BpfHashMap<MapData, u64, PyStack>,
     ) -> (Vec<Frame>, Option<String>) {
+        let state = state & !PY_AT_EXEC;
         self.adopt_late();
         let parent = self.parents.get(&p).copied();
         let parent_found =
@@ -429,6 +458,7 @@ impl Pythons {
         state: u32,
         st: &PyStack,
     ) -> (Vec<Frame>, Option<String>) {
+        let state = state & !PY_AT_EXEC;
         self.adopt_late();
         let desc = match self.procs.get(&p) {
             Some(State::Found(i)) if state != PY_NONE => i.describe(),
@@ -503,7 +533,16 @@ impl Pythons {
             self.lost.remove(&p);
             self.since.remove(&p);
             self.procs.remove(&p);
-            let _ = map.remove(&proc_id(p));
+            // The kernel forgot the old program's entry at the exec; one
+            // there now is the old program's only if put by a look-up that
+            // raced the exec. The kernel's own, made at the exec for the
+            // new program, stays.
+            if map
+                .get(&proc_id(p), 0)
+                .is_ok_and(|d: PyProc| d.at_exec == 0)
+            {
+                let _ = map.remove(&proc_id(p));
+            }
         }
     }
 }

@@ -143,6 +143,9 @@ pub struct Desc {
     pub bias: u64,
     pub runtime: u64,
     pub offsets: PyOffsets,
+    /// A libpython's way back from its executable (`find::LibLink`).
+    #[serde(default)]
+    pub link: Option<find::LibLink>,
 }
 
 /// One Python frame, resolved.
@@ -182,6 +185,7 @@ pub struct Interpreter {
     bias: u64,
     runtime: u64,
     offsets: PyOffsets,
+    link: Option<find::LibLink>,
     mem: mem::Mem,
     /// Code objects by address, checked on each use (`walk::code`), and
     /// the bounds on what is read of them (`cache.rs`).
@@ -245,6 +249,7 @@ impl Interpreter {
             bias: found.bias,
             runtime: found.runtime,
             offsets,
+            link: found.link,
             mem,
             codes: Default::default(),
             code_type: None,
@@ -260,6 +265,7 @@ impl Interpreter {
             bias: desc.bias,
             runtime: desc.runtime,
             offsets: desc.offsets,
+            link: desc.link,
             mem: mem::Mem::from_file(pid, mem, backing),
             codes: Default::default(),
             code_type: None,
@@ -273,6 +279,7 @@ impl Interpreter {
             bias: self.bias,
             runtime: self.runtime,
             offsets: self.offsets,
+            link: self.link,
         }
     }
 

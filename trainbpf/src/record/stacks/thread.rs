@@ -29,8 +29,11 @@ pub enum Msg {
         child: ProcKey,
         parent: ProcKey,
     },
-    /// A process exec'd, at this time (the kernel record's).
-    Exec(ProcKey, u64),
+    /// A process exec'd, at this time (the kernel record's); held by the
+    /// kernel until its interpreter is looked for (`hold_root`).
+    Exec(ProcKey, u64, bool),
+    /// The job's root, whose holds the thread ends (`hold_root`).
+    Root(super::Root),
     Exit(ProcKey),
     /// A kill: drain now, while the processes' maps are there to resolve
     /// their stacks by.
@@ -62,6 +65,8 @@ pub struct Stacks {
     /// the messages are few per kernel record, and the thread never waits
     /// longer than a read's deadline.
     tx: Option<Sender<Msg>>,
+    /// `EXEC_HOLD`, until the root is named to it (`hold_root`).
+    exec_hold: Option<aya::maps::HashMap<aya::maps::MapData, u32, trainbpf_common::ExecHold>>,
     /// Stacks at death, on a channel of their own: the process is on its
     /// way out, and the thread names them between two processes of a
     /// drain, not after it.
@@ -74,7 +79,8 @@ impl Stacks {
     /// worker serves them all, and that worker's symbolizer keeps what it
     /// read of each process (its maps and files), which names a stack at
     /// death once the process is gone.
-    pub fn start(maps: StackMaps) -> Stacks {
+    pub fn start(mut maps: StackMaps) -> Stacks {
+        let exec_hold = maps.exec_hold.take();
         let readers = Readers::new();
         let (tx, msgs) = mpsc::channel::<Msg>();
         let (deaths, urgent) = mpsc::channel::<Box<DeathStack>>();
@@ -94,6 +100,7 @@ impl Stacks {
             });
         Stacks {
             tx: spawned.ok().map(|_| tx),
+            exec_hold,
             deaths,
             rx,
         }
@@ -114,6 +121,34 @@ impl Stacks {
         let (tx, rx) = std::sync::mpsc::channel();
         self.send(Msg::Attach(tgids, tx));
         let _ = rx.recv_timeout(within);
+    }
+
+    /// The job the recorder starts, `pid`, before it runs: the kernel
+    /// stops it at its first execs (a wrapper's, then the interpreter's)
+    /// whose file holds no interpreter the thread located before, and the
+    /// thread continues it once it has looked for one, so that the job's
+    /// first Python process has its frames from its first stack. Nothing
+    /// is held unless the thread runs and the job's pidfd is open; one
+    /// held while the recorder dies is continued by the parent-death
+    /// signal the trampoline sets (SIGCONT).
+    pub fn hold_root(&mut self, pid: u32) {
+        const HOLDS: u32 = 3;
+        if self.tx.is_none() {
+            return;
+        }
+        let Some(mut hold) = self.exec_hold.take() else {
+            return;
+        };
+        let Ok(fd) = crate::record::gpu::held::Pidfd::open(pid) else {
+            return;
+        };
+        let h = trainbpf_common::ExecHold {
+            left: HOLDS,
+            ..Default::default()
+        };
+        if hold.insert(pid, h, 0).is_ok() {
+            self.send(Msg::Root(super::Root::new(pid, fd, hold)));
+        }
     }
 
     /// Never waits.
@@ -177,15 +212,17 @@ fn run(mut c: StackCollector, msgs: &Receiver<Msg>, out: &Sender<Out>) {
     loop {
         let Ok(first) = msgs.recv() else { return };
         c.name_deaths();
+        c.poll_hold();
         let mut tick = false;
         // Everything queued, in order, before the drain.
         for m in std::iter::once(first).chain(std::iter::from_fn(|| msgs.try_recv().ok())) {
             match m {
                 Msg::Fork { child, parent } => c.on_fork(child, parent),
-                Msg::Exec(p, ts) => {
-                    c.on_exec(p, ts);
+                Msg::Exec(p, ts, held) => {
+                    c.on_exec(p, ts, held);
                     due = true;
                 }
+                Msg::Root(r) => c.set_root(r),
                 Msg::Exit(p) => {
                     c.on_exit(p);
                     due = true;
@@ -242,7 +279,7 @@ impl crate::record::observe::Observe for Stacks {
             // A stack taken before an exec resolves only against the old
             // program: the thread drains at once, to narrow the window in
             // which one is read against the new one.
-            Event::Exec { proc, .. } => self.send(Msg::Exec(*proc, t.ts_ns)),
+            Event::Exec { proc, held, .. } => self.send(Msg::Exec(*proc, t.ts_ns, *held)),
             Event::Exit { proc, .. } => self.send(Msg::Exit(*proc)),
             Event::Oom(_) => self.send(Msg::Due),
             _ => {}

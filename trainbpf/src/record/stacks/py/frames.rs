@@ -41,6 +41,10 @@ pub fn describe_offsets(o: &PyOffsets, runtime: u64) -> PyProc {
             o.frame_code
         },
         instr_is_int: u64::from(matches!(o.layout(), Layout::Py39 | Layout::Py310)),
+        at_exec: 0,
+        lib_dynamic: 0,
+        lib_runtime: 0,
+        debug_slot: 0,
     }
 }
 

@@ -169,6 +169,11 @@ impl Remote {
         &self.desc.path
     }
 
+    /// What the reader located.
+    pub fn desc(&self) -> &Desc {
+        &self.desc
+    }
+
     /// What the kernel's walker needs.
     pub fn describe(&self) -> PyProc {
         describe_offsets(&self.desc.offsets, self.desc.runtime)

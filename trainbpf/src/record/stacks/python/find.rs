@@ -9,7 +9,7 @@ use std::{
     os::unix::fs::MetadataExt as _,
 };
 
-use object::{Object as _, ObjectSegment as _, ObjectSymbol as _};
+use object::{Object as _, ObjectSection as _, ObjectSegment as _, ObjectSymbol as _};
 
 use super::PyError;
 use crate::record::samplers::procfs::backing::Backing;
@@ -53,6 +53,27 @@ pub struct Located {
     pub runtime: u64,
     /// `Py_Version` (3.11 on), in the process.
     pub py_version: Option<u64>,
+    /// Where the interpreter is a `libpython`: how the kernel finds it in
+    /// a later exec of the same executable, through the dynamic loader's
+    /// list (`py/exes.rs`).
+    pub link: Option<LibLink>,
+}
+
+/// How to find a `libpython` in a process from its executable alone:
+/// the loader's `r_debug`, whose address it writes into the executable's
+/// `DT_DEBUG` entry, lists each loaded object's load bias (`l_addr`) and
+/// dynamic section (`l_ld`); the one whose `l_ld - l_addr` is the
+/// library's link-time dynamic section is the library.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LibLink {
+    /// The library's `.dynamic`, link-time address.
+    pub dynamic: u64,
+    /// The executable's `DT_DEBUG` value, relative to where its code is
+    /// loaded (the kernel's `mm->start_code`: the lowest executable
+    /// segment's address plus the bias).
+    pub debug_slot: u64,
+    /// `_PyRuntime`, link-time address in the library.
+    pub runtime: u64,
 }
 
 /// `3.x` from a file name: `libpython3.10.so.1.0`, `python3.9`,
@@ -65,7 +86,7 @@ pub fn version_from_name(path: &str) -> Option<(u8, u8)> {
     Some((major.parse().ok()?, minor.parse().ok()?))
 }
 
-fn is_libpython(path: &str) -> bool {
+pub(crate) fn is_libpython(path: &str) -> bool {
     path.rsplit('/')
         .next()
         .is_some_and(|b| b.starts_with("libpython3") && b.contains(".so"))
@@ -147,10 +168,27 @@ pub fn candidates(pid: u32, backing: &Backing) -> Result<Vec<Candidate>, PyError
 /// it, parsing each file's ELF (the job's file: not done as root).
 pub fn locate_in(pid: u32, candidates: Vec<Candidate>) -> Result<Located, PyError> {
     let mut lib_error = None;
-    for c in candidates {
-        let lib = is_libpython(&c.whole[0].path);
-        match in_file(&c.whole, c.file) {
-            Ok(found) => return Ok(found),
+    let mut candidates = candidates;
+    for i in 0..candidates.len() {
+        let file = std::mem::replace(&mut candidates[i].file, Err(String::new()));
+        let lib = is_libpython(&candidates[i].whole[0].path);
+        match in_file(&candidates[i].whole, file) {
+            Ok(mut found) => {
+                // A libpython's link needs the executable's dynamic
+                // section: the executable is a later candidate.
+                let exe = candidates
+                    .iter_mut()
+                    .find(|c| !is_libpython(&c.whole[0].path))
+                    .and_then(|c| std::mem::replace(&mut c.file, Err(String::new())).ok());
+                found.link = match (lib, found.link, exe) {
+                    (true, Some(l), Some(exe)) => debug_slot(exe).ok().map(|slot| LibLink {
+                        debug_slot: slot,
+                        ..l
+                    }),
+                    _ => None,
+                };
+                return Ok(found);
+            }
             Err(e) if lib => lib_error = Some(e),
             Err(PyError::NoRuntime { .. }) => {}
             Err(e) => return Err(e),
@@ -191,12 +229,54 @@ fn in_file(whole: &[Mapping], file: Result<File, String>) -> Result<Located, PyE
         .find(|s| s.file_range().0 == 0)
         .ok_or_else(|| elf_err("no loadable segment at file offset 0".into()))?;
     let bias = head.start.wrapping_sub(first_load.address() & !0xfff);
+    // Kept whole by `locate_in` only for a libpython (its `debug_slot`
+    // from the executable).
+    let link = obj.section_by_name(".dynamic").map(|d| LibLink {
+        dynamic: d.address(),
+        debug_slot: 0,
+        runtime,
+    });
     Ok(Located {
         runtime: bias.wrapping_add(runtime),
         py_version: symbol("Py_Version").map(|a| bias.wrapping_add(a)),
         bias,
         path,
+        link,
     })
+}
+
+/// `DT_DEBUG`.
+const DT_DEBUG: i64 = 21;
+/// `PF_X`.
+const PF_X: u32 = 1;
+
+/// Where an executable's `DT_DEBUG` value lies, relative to the lowest
+/// address of its executable segments (what the kernel calls the
+/// process's `start_code`, less the bias).
+fn debug_slot(file: File) -> Result<u64, String> {
+    use object::SegmentFlags;
+    let data = object::ReadCache::new(file);
+    let obj = object::File::parse(&data).map_err(|e| e.to_string())?;
+    if obj.endianness() != object::Endianness::Little || !obj.is_64() {
+        return Err("not a 64-bit little-endian ELF".into());
+    }
+    let code = obj
+        .segments()
+        .filter(|s| matches!(s.flags(), SegmentFlags::Elf { p_flags } if p_flags & PF_X != 0))
+        .map(|s| s.address())
+        .min()
+        .ok_or("no executable segment")?;
+    let dynamic = obj.section_by_name(".dynamic").ok_or("no .dynamic")?;
+    let bytes = dynamic.data().map_err(|e| e.to_string())?;
+    // Each entry: d_tag (i64), d_un (u64); bounded by the section.
+    let at = bytes
+        .chunks_exact(16)
+        .take(4096)
+        .position(|e| i64::from_le_bytes(e[..8].try_into().unwrap_or_default()) == DT_DEBUG)
+        .ok_or("no DT_DEBUG entry")?;
+    let slot = dynamic.address() + at as u64 * 16 + 8;
+    slot.checked_sub(code)
+        .ok_or_else(|| "DT_DEBUG below the code".into())
 }
 
 /// The file mapped at `m`, checked to be the regular file the maps line
