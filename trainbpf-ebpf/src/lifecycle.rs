@@ -125,24 +125,15 @@ fn try_sched_exec(ctx: &BtfTracePointContext) -> Result<u32, u32> {
         _pad: 0,
         start_ns: leader_start_ns(task),
     };
-    let entry = EVENTS.reserve::<ExecEvent>(0);
-    let mut held = false;
-    if conf!(stack_every_pages) > 0 {
-        // The new program is no longer the interpreter described (one
-        // inherited at a fork, or located before): until the collector
-        // looks again, its stacks are walked as no Python's, unless the
-        // file is one it located an interpreter in before. A hold needs
-        // the record that tells the collector to end it.
-        let had = crate::python::forget(&key);
-        held = matches!(
-            crate::python::at_exec(task, &key, !had && entry.is_some()),
-            crate::python::AtExec::Held
-        );
-    }
-    let Some(mut entry) = entry else {
+    // The reservation is tested at once: the verifier of kernels before
+    // 6.x loses a reservation carried in an `Option` across calls.
+    let Some(mut entry) = EVENTS.reserve::<ExecEvent>(0) else {
+        described_at_exec(task, &key, false);
         count_lost(KIND_EXEC, "sched_exec");
         return Ok(0);
     };
+    // A hold needs the record that tells the collector to end it.
+    let held = described_at_exec(task, &key, true);
     let ev = entry.as_mut_ptr();
     let filename: u64 = rd(bprm, conf!(bprm_filename)).unwrap_or(0);
     // SAFETY: reserved slot; the string read is bounded by the buffer.
@@ -168,6 +159,23 @@ fn try_sched_exec(ctx: &BtfTracePointContext) -> Result<u32, u32> {
         lazy()
     });
     Ok(0)
+}
+
+/// The new program is no longer the interpreter described (one inherited
+/// at a fork, or located before): until the collector looks again, its
+/// stacks are walked as no Python's, unless the file is one it located an
+/// interpreter in before (`python::at_exec`). Whether the process is held
+/// for the collector (only where `may_hold`).
+#[inline(always)]
+fn described_at_exec(task: u64, key: &ProcKey, may_hold: bool) -> bool {
+    if conf!(stack_every_pages) <= 0 {
+        return false;
+    }
+    let had = crate::python::forget(key);
+    matches!(
+        crate::python::at_exec(task, key, may_hold && !had),
+        crate::python::AtExec::Held
+    )
 }
 
 /// `sched_process_exit(struct task_struct *p, ...)`: fires once per thread;

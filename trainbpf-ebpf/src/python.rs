@@ -218,12 +218,12 @@ fn read_with(p: &PyProc, out: *mut PyStack) -> (u64, u32) {
 /// collector's own look-up.
 #[inline(always)]
 pub(crate) fn inherit(parent: &ProcKey, child: &ProcKey) {
-    // SAFETY: the value is copied out at once.
+    // SAFETY: the helper copies the value (a copy here would be a call
+    // to `memcpy`, as in `at_exec`).
     let Some(p) = (unsafe { PY_PROCS.get(parent) }) else {
         return;
     };
-    let p: PyProc = *p;
-    let _ = PY_PROCS.insert(child, &p, 0);
+    let _ = PY_PROCS.insert(child, p, 0);
 }
 
 /// A process exec'd: its description no longer fits its program.
@@ -260,19 +260,27 @@ pub(crate) fn at_exec(task: u64, key: &ProcKey, may_hold: bool) -> AtExec {
     let _ = EXE_OF.insert(key, &ExeOf { exe, start_code }, 0);
     // SAFETY: the value is copied out at once.
     if let Some(t) = unsafe { PY_EXES.get(&exe) } {
-        let mut p: PyProc = *t;
-        if p.lib_dynamic == 0 {
-            p.runtime = p.runtime.wrapping_add(start_code);
-        } else {
-            // The library is found at the first walk after the loader
-            // mapped it (`find_lib`).
-            p.debug_slot = p.debug_slot.wrapping_add(start_code);
+        // Copied by the helper and moved in place: a copy of the struct
+        // here would be a call to `memcpy`, which kernels before 6.x
+        // refuse in a tracing program.
+        if PY_PROCS.insert(key, t, 0).is_err() {
+            return AtExec::Nothing;
         }
-        p.at_exec = 1;
-        return match PY_PROCS.insert(key, &p, 0) {
-            Ok(()) => AtExec::Described,
-            Err(_) => AtExec::Nothing,
+        let Some(p) = PY_PROCS.get_ptr_mut(key) else {
+            return AtExec::Nothing;
         };
+        // SAFETY: a live map value; an exec is its process's only thread.
+        unsafe {
+            if (*p).lib_dynamic == 0 {
+                (*p).runtime = (*p).runtime.wrapping_add(start_code);
+            } else {
+                // The library is found at the first walk after the loader
+                // mapped it (`find_lib`).
+                (*p).debug_slot = (*p).debug_slot.wrapping_add(start_code);
+            }
+            (*p).at_exec = 1;
+        }
+        return AtExec::Described;
     }
     // A program that was a located Python exec'ing another is not held:
     // its stacks before the exec must be named with the interpreter the

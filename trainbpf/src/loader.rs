@@ -180,14 +180,32 @@ pub struct Loaded {
 /// The eBPF object, built by build.rs with aya-build.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/trainbpf"));
 
-/// Shortens aya's errors: a verifier log can run to pages, and the first
-/// line says what a user needs.
+/// `TRAINBPF_VERIFIER_LOG=1`: the verifier's whole log, each instruction
+/// it walked, for a program a kernel refuses (docs/development.md).
+fn full_verifier_log() -> bool {
+    std::env::var_os("TRAINBPF_VERIFIER_LOG").is_some()
+}
+
+/// Shortens aya's errors: a verifier log can run to pages. Its first line
+/// may be a remark the verifier makes of any program (an argument's BTF
+/// type), and its last says what it refused: both are kept.
 fn why(e: &ProgramError) -> String {
     let s = e.to_string();
-    let first = s.lines().next().unwrap_or("").to_string();
+    if full_verifier_log() {
+        return s;
+    }
+    let mut lines = s.lines().filter(|l| !l.trim().is_empty());
+    let first = lines.next().unwrap_or("").to_string();
+    let last = lines.next_back().map(str::trim);
     // aya appends "Verifier output:" and the log; an empty log says nothing.
     let first = match first.split_once(". Verifier output:") {
         Some((head, rest)) if rest.trim().is_empty() => head.to_string(),
+        _ => first,
+    };
+    let first = match last {
+        Some(l) if !l.starts_with("processed ") && !l.starts_with("verification time") => {
+            format!("{first} ... {l}")
+        }
         _ => first,
     };
     let source = std::error::Error::source(e)
@@ -460,6 +478,9 @@ fn load_object(
     stacks: bool,
 ) -> Result<(Ebpf, Btf), aya::EbpfError> {
     let mut loader = EbpfLoader::new();
+    if full_verifier_log() {
+        loader.verifier_log_level(aya::VerifierLogLevel::VERBOSE | aya::VerifierLogLevel::STATS);
+    }
     loader.btf(None);
     let btf = Btf::from_sys_fs()?;
     loader.btf(Some(&btf));
