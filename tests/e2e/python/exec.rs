@@ -40,7 +40,7 @@ for _ in range(3):
 fn execd_pythons_have_their_frames_from_their_first_stack() {
     require_root();
     let _g = serial();
-    check(python());
+    check("exec-py", python());
 }
 
 /// pyenv's 3.11, a `libpython3.11.so`: found at the first walk after the
@@ -55,11 +55,11 @@ fn execd_pythons_on_a_libpython_have_their_frames_from_their_first_stack() {
         std::path::Path::new(py).exists(),
         "{py}: the test set-up installs it"
     );
-    check(py);
+    check("exec-libpy", py);
 }
 
-fn check(py: &str) {
-    let dir = TempDir::new("exec-py");
+fn check(name: &str, py: &str) {
+    let dir = TempDir::new(name);
     let rec = dir.path("e.rec");
     let out = record(&rec, &["-q"], &[py, "-c", PARENT]);
     assert!(out.status.success(), "{}", out.status);
@@ -78,6 +78,12 @@ fn check(py: &str) {
         4,
         "the job and its three children grew: {procs:?}"
     );
+    // Each process's stacks, for a failure's diagnosis.
+    for p in &pythons {
+        for s in p["stacks"].as_array().unwrap().iter().take(6) {
+            eprintln!("pid {}: {} kB, error {}", p["pid"], s["kb"], s["error"]);
+        }
+    }
     let mut children = 0;
     for p in pythons {
         let stacks = p["stacks"].as_array().unwrap();

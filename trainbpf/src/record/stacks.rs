@@ -53,6 +53,10 @@ fn name_of(k: &StackKey) -> StackName {
     (k.stack_id, k.py_id, k.py_state & !PY_AT_EXEC, k.leaf_ret)
 }
 
+fn delta_name(d: &StackDelta) -> StackName {
+    (d.stack_id, d.py_id, d.py_state & !PY_AT_EXEC, d.leaf_ret)
+}
+
 pub struct StackCollector {
     maps: StackMaps,
     deltas: Deltas,
@@ -232,7 +236,9 @@ impl StackCollector {
                 proc,
                 stack_id: k.stack_id,
                 py_id: k.py_id,
-                py_state: k.py_state & !PY_AT_EXEC,
+                // The kernel's mark stays until the stack is named
+                // (`Pythons::frames` reads it), and goes before the record.
+                py_state: k.py_state,
                 leaf_ret: k.leaf_ret,
                 bytes: v.bytes,
                 count: v.count,
@@ -271,6 +277,9 @@ impl StackCollector {
         for (tgid, idx) in after_exec {
             self.name_deaths();
             self.name(tgid, &idx, &mut out);
+        }
+        for d in &mut out {
+            d.py_state &= !PY_AT_EXEC;
         }
         (
             (!out.is_empty()).then_some(StackSample { stacks: out }),
@@ -351,8 +360,7 @@ impl StackCollector {
                     copies.push(if d.gpu {
                         None
                     } else {
-                        self.copies
-                            .remove(&(d.proc, (d.stack_id, d.py_id, d.py_state, d.leaf_ret)))
+                        self.copies.remove(&(d.proc, delta_name(d)))
                     });
                     ok.push(i);
                 }
@@ -442,8 +450,7 @@ impl StackCollector {
             // Even for a process gone: what it said of its interpreter.
             self.python(&mut out[i], py, note);
             let d = &out[i];
-            self.named
-                .insert((d.proc, (d.stack_id, d.py_id, d.py_state, d.leaf_ret), d.gpu));
+            self.named.insert((d.proc, delta_name(d), d.gpu));
         }
     }
 

@@ -253,6 +253,17 @@ impl Pythons {
         }
     }
 
+    /// Files `p`'s interpreter for the next exec of its file, where it is
+    /// located and its process stopped since its last exec (the kernel's
+    /// hold): a look-up that raced that exec may have found the new
+    /// program without seeing the exec, and filed nothing.
+    pub fn file_held(&mut self, p: ProcKey) {
+        if let (Some(State::Found(i)), Some(e)) = (self.procs.get(&p), &mut self.exes) {
+            let seen = e.exe_of(proc_id(p));
+            e.file(proc_id(p), seen, i.desc());
+        }
+    }
+
     /// Tries again the processes not located yet that have tries left:
     /// each drain, so that one caught before its `libpython` was mapped
     /// is located before its first stacks, not after.
@@ -368,9 +379,12 @@ impl Pythons {
         state: u32,
         stacks: &BpfHashMap<MapData, u64, PyStack>,
     ) -> (Vec<Frame>, Option<String>) {
+        // Walked with the kernel's description made at an exec: the new
+        // program's code objects, which its parent's memory does not hold.
+        let execd = state & PY_AT_EXEC != 0;
         let state = state & !PY_AT_EXEC;
         self.adopt_late();
-        let parent = self.parents.get(&p).copied();
+        let parent = self.parents.get(&p).copied().filter(|_| !execd);
         let parent_found =
             parent.is_some_and(|pp| matches!(self.procs.get(&pp), Some(State::Found(_))));
         let desc = match self.procs.get(&p) {

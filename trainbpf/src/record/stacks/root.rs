@@ -71,18 +71,22 @@ impl StackCollector {
     }
 
     /// Looks for the root's interpreter and continues it. Where none is
-    /// mapped yet at an exec, the kernel may hold it at up to
-    /// `WALK_HOLDS` of its next walks that find no description.
+    /// mapped yet at an exec of an executable named as CPython's are, the
+    /// kernel may hold it at up to `WALK_HOLDS` of its next walks that
+    /// find no description.
     fn locate_root(&mut self, proc: ProcKey, at_exec: bool) {
         const WALK_HOLDS: u32 = 2;
         let found = self.pythons.locate_now(proc, &mut self.maps.py_procs);
+        // Stopped since the exec it was held at: the interpreter located
+        // is that program's, whichever look-up found it.
+        self.pythons.file_held(proc);
         let Some(r) = &mut self.root else {
             return;
         };
         if let Ok(mut h) = r.hold.get(&r.pid, 0) {
             h.held_ns = 0;
             h.armed = match found {
-                Some(false) if at_exec => WALK_HOLDS,
+                Some(false) if at_exec && named_python(r.pid) => WALK_HOLDS,
                 Some(false) => h.armed,
                 _ => 0,
             };
@@ -95,4 +99,16 @@ impl StackCollector {
             });
         }
     }
+}
+
+/// Whether `pid`'s executable is named as CPython's are (`python3.11`,
+/// `python3`, `python`): the one kind whose `libpython` is worth stopping
+/// it again for, at its first stacks. Any other program (a C job, a shell)
+/// runs on at once: a stop there costs up to a tick of the stacks' thread
+/// and finds nothing.
+fn named_python(pid: u32) -> bool {
+    std::fs::read_link(format!("/proc/{pid}/exe"))
+        .ok()
+        .and_then(|p| Some(p.file_name()?.to_string_lossy().starts_with("python")))
+        .unwrap_or(false)
 }
