@@ -358,7 +358,8 @@ pub(crate) fn hold_unlocated(key: &ProcKey) -> bool {
         if PY_PROCS.get(key).is_some() {
             return false;
         }
-        (*h).armed -= 1;
+        // Saturating: two threads may both have seen it armed.
+        (*h).armed = (*h).armed.saturating_sub(1);
         if !stop(h) {
             return false;
         }

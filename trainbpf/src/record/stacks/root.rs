@@ -87,7 +87,7 @@ impl StackCollector {
             h.held_ns = 0;
             h.armed = match found {
                 Some(false) if at_exec && named_python(r.pid) => WALK_HOLDS,
-                Some(false) => h.armed,
+                Some(false) => h.armed.min(WALK_HOLDS),
                 _ => 0,
             };
             let _ = r.hold.insert(r.pid, h, 0);
