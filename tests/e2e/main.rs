@@ -33,3 +33,4 @@ mod security;
 mod stack_at_death;
 mod stacks;
 mod volume;
+mod wheel;

@@ -12,10 +12,18 @@ mod report_args;
 pub use record_args::RecordArgs;
 pub use report_args::{Only, ReportArgs};
 
+/// `--version`: the release, and the commit it was built from.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("TRAINBPF_COMMIT"),
+    ")"
+);
+
 #[derive(Parser, Debug)]
 #[command(
     name = "trainbpf",
-    version,
+    version = VERSION,
     about = "Explains why a training job was OOM-killed: who grew memory before the kill, and why that victim"
 )]
 pub struct Cli {

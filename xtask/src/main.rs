@@ -14,6 +14,7 @@ mod soak;
 mod tasks;
 mod util;
 mod vm;
+mod wheel;
 
 use std::{ffi::OsString, process::ExitCode};
 
@@ -56,6 +57,9 @@ enum Task {
     /// Fail on a dependency the workspace declares and no code uses
     /// (cargo-shear, installed once); `test` runs it with the lints.
     Deps,
+    /// Build the pip wheel (static binary, eBPF object inside) with a pinned
+    /// maturin into target/wheels, and print its path.
+    Wheel,
     /// Root: build, record the bundled example being OOM-killed in a
     /// 300 MiB memory limit, then print the report.
     Demo,
@@ -235,6 +239,11 @@ fn run(task: Task) -> anyhow::Result<()> {
             cargo_test_args,
         } => tasks::test(!no_lint, &cargo_test_args),
         Task::Demo => tasks::demo(),
+        Task::Wheel => {
+            // Alone on stdout, as `build` prints the binary.
+            println!("{}", wheel::build()?.display());
+            Ok(())
+        }
         Task::Deps => deps::check(),
         Task::Manifests => manifests::validate(),
         Task::Bench {

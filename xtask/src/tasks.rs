@@ -30,7 +30,8 @@ pub fn build_release() -> Result<PathBuf> {
 /// All that `test` builds and checks without root: formatting, the binary,
 /// clippy and the test binaries. A user runs it before sudo re-runs the
 /// task, so that the build output stays theirs.
-pub fn test_build(lint: bool, cargo_args: &[OsString]) -> Result<PathBuf> {
+/// Returns the binary and the wheel.
+pub fn test_build(lint: bool, cargo_args: &[OsString]) -> Result<(PathBuf, PathBuf)> {
     // Formatting and unused dependencies first: they take a second each
     // (once cargo-shear is installed) and need no build.
     if lint {
@@ -52,7 +53,9 @@ pub fn test_build(lint: bool, cargo_args: &[OsString]) -> Result<PathBuf> {
     run(cargo()
         .args(["test", "--workspace", "--no-run"])
         .args(cargo_args))?;
-    Ok(bin)
+    // The wheel test installs it into a fresh venv and records with it.
+    let wheel = crate::wheel::build()?;
+    Ok((bin, wheel))
 }
 
 /// Clippy on trainbpf-ebpf, checked as aya-build (trainbpf/build.rs) builds
@@ -85,7 +88,7 @@ fn clippy_ebpf() -> Result<()> {
 
 pub fn test(lint: bool, cargo_test_args: &[OsString]) -> Result<()> {
     require_root("test", "the privileged tests need root")?;
-    let bin = test_build(lint, cargo_args_before_dashdash(cargo_test_args))?;
+    let (bin, wheel) = test_build(lint, cargo_args_before_dashdash(cargo_test_args))?;
     // The HTML report's test renders the page in a real browser.
     crate::report_bench::ensure_chromium()?;
     // `report --pprof`'s test reads the profile with `go tool pprof`.
@@ -100,6 +103,7 @@ pub fn test(lint: bool, cargo_test_args: &[OsString]) -> Result<()> {
         // The end-to-end tests drive the binary built above, and fail rather
         // than skip when they cannot do their privileged parts.
         .env("TRAINBPF_BIN", &bin)
+        .env("TRAINBPF_WHEEL", &wheel)
         .env("TRAINBPF_PRIVILEGED_REQUIRED", "1")
         // The suite is written for plain root, as CI runs it: under sudo,
         // `record` would run every job as the user sudo came from. The

@@ -38,7 +38,7 @@ mod check;
 use archive::Archive;
 use check::{PASSES, REPORT_BEGIN, REPORT_END, check, pass_output};
 
-const MUSL: &str = "x86_64-unknown-linux-musl";
+pub(crate) const MUSL: &str = "x86_64-unknown-linux-musl";
 /// The Debian suite whose `linux-image-amd64` is each kernel line.
 const SUITES: &[(&str, &str)] = &[
     ("5.10", "bullseye"),
@@ -226,7 +226,7 @@ fn ensure_qemu() -> Result<()> {
 }
 
 /// The guest has no libc: trainbpf is linked statically against musl.
-fn ensure_musl_target() -> Result<()> {
+pub(crate) fn ensure_musl_target() -> Result<()> {
     let installed = probe(Command::new("rustup").args(["target", "list", "--installed"]))
         .is_some_and(|out| out.lines().any(|l| l.trim() == MUSL));
     if !installed {
