@@ -188,9 +188,9 @@ fn every_output_names_the_jsons_victim_and_top_grower() {
     );
     assert!(dom.contains(&format!("data-top-grower=\"{top}\"")));
     assert!(dom.contains(&format!(
-        "<b class=\"victim\">{victim}</b> (pid {victim_pid})"
+        "<b class=\"victim\">{victim} (pid {victim_pid})</b>"
     )));
-    assert!(dom.contains(&format!("<b class=\"grower\">{top}</b> (pid {top_pid})")));
+    assert!(dom.contains(&format!("<b class=\"grower\">{top} (pid {top_pid})</b>")));
 
     // Perfetto: the kill's instant event.
     let trace: Value = serde_json::from_slice(&std::fs::read(&perfetto).unwrap()).unwrap();

@@ -249,7 +249,12 @@ fn try_sched_exit(ctx: &BtfTracePointContext) -> Result<u32, u32> {
         );
         (*ev).exit_code = rd(task, conf!(task_exit_code)).unwrap_or(0);
         (*ev).group_exit_code = rd(signal, conf!(signal_group_exit_code)).unwrap_or(0);
-        (*ev).comm = rd_comm(task);
+        // The process's name, not the last thread's: a trainer whose
+        // gloo thread (`pt_gloo_runloop`) outlives its main thread by a
+        // moment would otherwise be named after that thread. The leader's
+        // task lives until the whole group is reaped.
+        let leader: u64 = rd(task, conf!(task_group_leader)).unwrap_or(task);
+        (*ev).comm = rd_comm(leader);
     }
     entry.submit(lazy_precious());
     Ok(0)

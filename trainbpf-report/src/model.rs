@@ -483,6 +483,7 @@ impl Builder {
         for i in 0..report.kills.len() {
             report.kills[i].realtime_ns = report.realtime_ns(report.kills[i].ts_ns);
         }
+        report.name_lines();
         report.diagnoses = diagnosis::diagnose(&report);
         report
     }

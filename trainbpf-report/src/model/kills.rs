@@ -140,6 +140,7 @@ impl Victim {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TreeNode {
     pub(crate) pid: u32,
+    pub(crate) start_ns: u64,
     pub(crate) comm: String,
 }
 
@@ -148,6 +149,8 @@ pub struct TreeNode {
 pub struct Trigger {
     pub(crate) pid: u32,
     pub(crate) tgid: u32,
+    /// Its process's start (the newest with that tgid at the kill).
+    pub(crate) start_ns: u64,
     pub(crate) comm: String,
 }
 
@@ -260,6 +263,7 @@ impl Builder {
                 trigger: Trigger {
                     pid: rec.trigger.pid,
                     tgid: rec.trigger.tgid,
+                    start_ns: self.current.get(&rec.trigger.tgid).copied().unwrap_or(0),
                     comm: rec.trigger.comm,
                 },
                 sources: vec![source],
@@ -369,6 +373,7 @@ impl Builder {
         let root = self.job.as_ref().map(Job::key);
         let mut chain = vec![TreeNode {
             pid: v.pid,
+            start_ns: v.start_ns,
             comm: v.comm.clone(),
         }];
         let mut seen = HashSet::from([key]);
@@ -384,6 +389,7 @@ impl Builder {
             }
             chain.push(TreeNode {
                 pid: parent.tgid,
+                start_ns: parent.start_ns,
                 comm: self.comm_of(parent),
             });
             cur = parent;

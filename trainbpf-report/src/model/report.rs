@@ -107,6 +107,53 @@ impl Report {
         })
     }
 
+    /// A process in prose, the same in every part of the report and in
+    /// every format: `rank 1 (pid 700)` for a rank's own process (what a
+    /// distributed job's logs call it), `pt_data_worker of rank 1 (pid
+    /// 701)` for one it started, else `python3 (pid 700)`. Unescaped: the
+    /// renderers escape.
+    pub(crate) fn who(&self, pid: u32, start_ns: u64, comm: &str) -> String {
+        match self.identity(pid, start_ns) {
+            Some(id) if id.rank.is_some() => {
+                let rank = id.rank.unwrap_or_default();
+                if id.inherited {
+                    format!("{comm} of rank {rank} (pid {pid})")
+                } else {
+                    format!("rank {rank} (pid {pid})")
+                }
+            }
+            _ => format!("{comm} (pid {pid})"),
+        }
+    }
+
+    /// A process in a name column beside its pid (a table, a chart's
+    /// label, a trace's track): `rank 1` for a rank's own process, else its
+    /// comm. Unescaped.
+    pub(crate) fn name(&self, pid: u32, start_ns: u64, comm: &str) -> String {
+        match self.identity(pid, start_ns) {
+            Some(id) if !id.inherited && id.rank.is_some() => {
+                format!("rank {}", id.rank.unwrap_or_default())
+            }
+            _ => comm.to_string(),
+        }
+    }
+
+    /// Gives the charts' lines their names once the identities are known
+    /// (they come from the processes' environments, read after the lines
+    /// began).
+    pub(crate) fn name_lines(&mut self) {
+        let mut procs = std::mem::take(&mut self.series.procs);
+        for l in &mut procs {
+            l.name = self.name(l.pid, l.start_ns, &l.comm);
+        }
+        self.series.procs = procs;
+        let mut windows = std::mem::take(&mut self.series.windows);
+        for l in windows.iter_mut().flat_map(|w| w.lines.iter_mut()) {
+            l.name = self.name(l.pid, l.start_ns, &l.comm);
+        }
+        self.series.windows = windows;
+    }
+
     /// Wall-clock ns since the epoch for a monotonic timestamp; `None` when
     /// the header has no clock pair.
     pub(crate) fn realtime_ns(&self, mono_ns: u64) -> Option<u64> {

@@ -186,6 +186,7 @@ mod tests {
             trigger: Trigger {
                 pid: 18,
                 tgid: 18,
+                start_ns: 0,
                 comm: "trigger".into(),
             },
             growers: vec![Grower {

@@ -132,7 +132,7 @@ pub(crate) fn kill_chart(out: &mut String, w: &KillWindow, width: usize, color: 
         }
         let row = format!(
             "    {}  {}  {}{}",
-            label(&l.comm, Some(l.pid)),
+            label(&l.name, Some(l.pid)),
             sparkline(v, hi),
             human_kb(last),
             if tags.is_empty() {
@@ -269,7 +269,7 @@ fn process_rows(
     for (l, v) in &rows {
         let mut row = format!(
             "    {}  {}  peak {} at +{}",
-            label(&l.comm, Some(l.pid)),
+            label(&l.name, Some(l.pid)),
             sparkline(v, hi),
             human_kb(l.peak_kb),
             human_duration(l.peak_ns.saturating_sub(from))

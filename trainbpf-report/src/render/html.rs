@@ -162,21 +162,19 @@ fn verdicts(o: &mut String, r: &Report) {
     for (i, k) in r.kills.iter().enumerate() {
         let top = match k.growers.first() {
             Some(g) => format!(
-                "; top grower <b class=\"grower\">{}</b> (pid {}) grew {}",
-                esc(&g.comm),
-                g.pid,
+                "; top grower <b class=\"grower\">{}</b> grew {}",
+                esc(&r.who(g.pid, g.start_ns, &g.comm)),
                 esc(&human_kb(g.grew_kb))
             ),
             None => "; no process grew in the window".into(),
         };
         let _ = writeln!(
             o,
-            "<p class=\"verdict\"><a href=\"#kill-{n}\">OOM kill {n}</a> at +{}: victim <b class=\"victim\">{}</b> (pid {}){top}.</p>",
+            "<p class=\"verdict\"><a href=\"#kill-{n}\">OOM kill {n}</a> at +{}: victim <b class=\"victim\">{}</b>{top}.</p>",
             esc(&human_secs(
                 k.ts_ns.saturating_sub(r.first_ns.unwrap_or(k.ts_ns))
             )),
-            esc(&k.victim.comm),
-            k.victim.pid,
+            esc(&r.who(k.victim.pid, k.victim.start_ns, &k.victim.comm)),
             n = i + 1,
         );
     }

@@ -218,10 +218,12 @@ pub(crate) mod fixture {
                 tree: vec![
                     TreeNode {
                         pid: 700,
+                        start_ns: 0,
                         comm: "python3".into(),
                     },
                     TreeNode {
                         pid: 812,
+                        start_ns: 0,
                         comm: "pt_data_worker".into(),
                     },
                 ],
@@ -235,6 +237,7 @@ pub(crate) mod fixture {
             trigger: Trigger {
                 pid: 812,
                 tgid: 812,
+                start_ns: 0,
                 comm: "pt_data_worker".into(),
             },
             sources: vec![

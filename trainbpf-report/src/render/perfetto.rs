@@ -78,18 +78,18 @@ pub fn render(r: &Report) -> Value {
         s.procs
             .iter()
             .find(|p| p.pid == pid && p.start_ns == start)
-            .map(|p| p.comm.clone())
+            .map(|p| p.name.clone())
             .or_else(|| {
                 r.processes
                     .iter()
                     .find(|p| p.pid == pid && p.start_ns == start)
-                    .map(|p| p.comm.clone())
+                    .map(|p| r.name(pid, start, &p.comm))
             })
     };
 
     for (i, p) in procs.iter().enumerate() {
         let id = trace_pid[&(p.pid, p.start_ns)];
-        let mut name = format!("{} (pid {})", p.comm, p.pid);
+        let mut name = format!("{} (pid {})", p.name, p.pid);
         if let Some(parent) = p.parent {
             match name_of(parent.tgid, parent.start_ns) {
                 Some(c) => name.push_str(&format!(" ← {c} (pid {})", parent.tgid)),
@@ -244,18 +244,18 @@ fn kill_events(ev: &mut Vec<Value>, r: &Report) {
     for (i, k) in r.kills.iter().enumerate() {
         let top = k.growers.first();
         ev.push(json!({
-            "name": format!("OOM kill {}: {} (pid {})", i + 1, k.victim.comm, k.victim.pid),
+            "name": format!("OOM kill {}: {}", i + 1, r.who(k.victim.pid, k.victim.start_ns, &k.victim.comm)),
             "ph": "i",
             "s": "g",
             "ts": us(k.ts_ns),
             "pid": SYSTEM_PID,
             "tid": 0,
             "args": {
-                "victim": format!("{} (pid {})", k.victim.comm, k.victim.pid),
+                "victim": r.who(k.victim.pid, k.victim.start_ns, &k.victim.comm),
                 "victim_comm": k.victim.comm,
                 "victim_pid": k.victim.pid,
-                "trigger": format!("{} (pid {})", k.trigger.comm, k.trigger.tgid),
-                "top_grower": top.map(|g| format!("{} (pid {})", g.comm, g.pid)),
+                "trigger": r.who(k.trigger.tgid, k.trigger.start_ns, &k.trigger.comm),
+                "top_grower": top.map(|g| r.who(g.pid, g.start_ns, &g.comm)),
                 "top_grower_comm": top.map(|g| g.comm.as_str()),
                 "top_grower_pid": top.map(|g| g.pid),
                 "top_grower_grew_mib": top.map(|g| mib(g.grew_kb)),

@@ -75,7 +75,7 @@ fn diagnose(report: &Report, w: &Workers<'_>) -> Option<Diagnosis> {
     let mut evidence = vec![
         format!(
             "{n} workers forked from {} without exec: {}",
-            who(w.parent),
+            who(report, w.parent),
             pid_list(&w.pids(), 8)
         ),
         format!(

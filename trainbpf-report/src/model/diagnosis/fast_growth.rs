@@ -215,6 +215,7 @@ mod tests {
                 pid: 100,
                 start_ns: 100,
                 comm: "python".into(),
+                name: "python".into(),
                 in_job: true,
                 is_victim: true,
                 is_top_grower: true,

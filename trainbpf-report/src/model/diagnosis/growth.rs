@@ -30,15 +30,10 @@ pub(super) fn kill_limit(r: &Report, k: &Kill) -> Option<(u64, &'static str)> {
 }
 
 /// `python3 (pid 700)`, or `rank 1 (pid 700)` for a rank's own process
-/// (what a distributed job's logs call it): unescaped, as every diagnosis
-/// line is (the renderers escape).
+/// ([`Report::who`]): unescaped, as every diagnosis line is (the renderers
+/// escape).
 pub(super) fn who(r: &Report, comm: &str, pid: u32, start_ns: u64) -> String {
-    match r.identity(pid, start_ns) {
-        Some(id) if !id.inherited && id.rank.is_some() => {
-            format!("rank {} (pid {pid})", id.rank.unwrap_or_default())
-        }
-        _ => format!("{comm} (pid {pid})"),
-    }
+    r.who(pid, start_ns, comm)
 }
 
 /// The heaviest growth stack among `stacks`, those that differ only below

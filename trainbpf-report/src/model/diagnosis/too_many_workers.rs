@@ -23,14 +23,14 @@ const ALIKE_PCT: u64 = 50;
 pub(super) fn check(report: &Report, out: &mut Vec<Diagnosis>) {
     for idx in 0..report.kills.len() {
         if let Some(w) = workers::at_kill(report, idx)
-            && let Some(d) = diagnose(&w)
+            && let Some(d) = diagnose(report, &w)
         {
             out.push(d);
         }
     }
 }
 
-fn diagnose(w: &Workers<'_>) -> Option<Diagnosis> {
+fn diagnose(report: &Report, w: &Workers<'_>) -> Option<Diagnosis> {
     let n = w.workers.len() as u64;
     let per_worker = w.workers.first()?.added_kb;
     let alike = w
@@ -63,7 +63,7 @@ fn diagnose(w: &Workers<'_>) -> Option<Diagnosis> {
     let evidence = vec![
         format!(
             "{n} workers forked from {} without exec: {}",
-            who(w.parent),
+            who(report, w.parent),
             pid_list(&w.pids(), 8)
         ),
         format!(

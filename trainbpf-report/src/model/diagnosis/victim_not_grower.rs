@@ -55,7 +55,7 @@ fn process(report: &Report, pid: u32) -> Option<&Process> {
 
 fn name(report: &Report, pid: u32) -> String {
     match process(report, pid) {
-        Some(p) => format!("{} (pid {pid})", p.comm),
+        Some(p) => report.who(pid, p.start_ns, &p.comm),
         None => format!("pid {pid}"),
     }
 }
@@ -103,8 +103,8 @@ fn diagnose(
     victim_growth: u64,
 ) -> Diagnosis {
     let v = &kill.victim;
-    let victim = format!("{} (pid {})", v.comm, v.pid);
-    let grower = format!("{} (pid {})", top.comm, top.pid);
+    let victim = report.who(v.pid, v.start_ns, &v.comm);
+    let grower = report.who(top.pid, top.start_ns, &top.comm);
     let grew = growth(top);
     let points = |pid: u32, start_ns: u64| {
         kill.ranking.as_ref().and_then(|r| {

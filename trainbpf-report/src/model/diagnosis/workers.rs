@@ -186,9 +186,9 @@ pub(super) fn at_kill(report: &Report, idx: usize) -> Option<Workers<'_>> {
     })
 }
 
-/// `pid (comm)`.
-pub(super) fn who(p: &Process) -> String {
-    format!("{} (pid {})", p.comm, p.pid)
+/// `python3 (pid 700)`, `rank 0 (pid 700)` ([`Report::who`]).
+pub(super) fn who(r: &Report, p: &Process) -> String {
+    r.who(p.pid, p.start_ns, &p.comm)
 }
 
 /// `a, b, c` for up to `n` pids, then `and N more`.

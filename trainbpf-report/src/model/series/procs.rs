@@ -16,6 +16,8 @@ pub(crate) struct ProcLine {
     pub(crate) pid: u32,
     pub(crate) start_ns: u64,
     pub(crate) comm: String,
+    /// What the chart calls it (`Report::name`): its comm, or its rank.
+    pub(crate) name: String,
     pub(crate) in_job: bool,
     pub(crate) parent: Option<ProcKey>,
     /// Its fork, when recorded.
@@ -38,6 +40,7 @@ impl ProcLine {
         ProcLine {
             pid: key.tgid,
             start_ns: key.start_ns,
+            name: comm.clone(),
             comm,
             in_job,
             parent: None,

@@ -34,6 +34,8 @@ pub(crate) struct WindowLine {
     pub(crate) pid: u32,
     pub(crate) start_ns: u64,
     pub(crate) comm: String,
+    /// What the chart calls it (`Report::name`): its comm, or its rank.
+    pub(crate) name: String,
     pub(crate) in_job: bool,
     pub(crate) is_victim: bool,
     /// First among the kill's growers.
@@ -93,6 +95,7 @@ pub(super) fn window(
                 pid: key.tgid,
                 start_ns: key.start_ns,
                 comm: comm.to_string(),
+                name: comm.to_string(),
                 in_job,
                 is_victim,
                 is_top_grower: Some(key) == top,

@@ -356,10 +356,13 @@ pub(super) fn kill_flame(o: &mut String, r: &Report, k: &Kill, i: usize) {
     for g in &k.growers {
         let stacks = r.grower_stacks(k, g);
         if !stacks.is_empty() {
-            t.add_process(&format!("{} (pid {})", g.comm, g.pid), &stacks);
+            t.add_process(&r.who(g.pid, g.start_ns, &g.comm), &stacks);
             for s in lead::by_lead(&stacks).iter().take(OWN_LINES) {
                 if let Some(at) = s.lead.map(|l| lead::cite(&s.frames[l])) {
-                    lines.push((s.bytes, format!("{at}, in {} (pid {})", g.comm, g.pid)));
+                    lines.push((
+                        s.bytes,
+                        format!("{at}, in {}", r.who(g.pid, g.start_ns, &g.comm)),
+                    ));
                 }
             }
         }
@@ -413,7 +416,7 @@ pub(super) fn run_flame(o: &mut String, r: &Report) {
             .find(|q| q.pid == key.tgid && q.start_ns == key.start_ns)
             .map_or("?", |q| q.comm.as_str());
         let stacks = r.process_stacks(key.tgid, key.start_ns);
-        t.add_process(&format!("{comm} (pid {})", key.tgid), &stacks);
+        t.add_process(&r.who(key.tgid, key.start_ns, comm), &stacks);
     }
     let _ = writeln!(
         o,

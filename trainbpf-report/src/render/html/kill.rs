@@ -52,9 +52,14 @@ pub(super) fn kill_section(
     field(
         "victim",
         format!(
-            "<b class=\"victim\">{}</b> (pid {}), anon {}, file {}, shmem {}, swap {}, oom_score_adj {}",
-            esc(&v.comm),
-            v.pid,
+            "<b class=\"victim\">{}</b>{}, anon {}, file {}, shmem {}, swap {}, oom_score_adj {}",
+            esc(&r.who(v.pid, v.start_ns, &v.comm)),
+            // A rank's process name, which its label replaced.
+            if r.name(v.pid, v.start_ns, &v.comm) == v.comm {
+                String::new()
+            } else {
+                format!(", {}", esc(&v.comm))
+            },
             esc(&human_kb(v.rss.anon_kb)),
             esc(&human_kb(v.rss.file_kb)),
             esc(&human_kb(v.rss.shmem_kb)),
@@ -66,9 +71,8 @@ pub(super) fn kill_section(
         field(
             "top grower",
             format!(
-                "<b class=\"grower\">{}</b> (pid {}), +{} in {}{}",
-                esc(&g.comm),
-                g.pid,
+                "<b class=\"grower\">{}</b>, +{} in {}{}",
+                esc(&r.who(g.pid, g.start_ns, &g.comm)),
                 esc(&human_kb(g.grew_kb)),
                 esc(&human_secs(g.window_ns)),
                 g.rate_kb_per_s
@@ -80,9 +84,8 @@ pub(super) fn kill_section(
     field(
         "trigger",
         format!(
-            "{} (pid {}) was allocating",
-            esc(&k.trigger.comm),
-            k.trigger.tgid
+            "{} was allocating",
+            esc(&r.who(k.trigger.tgid, k.trigger.start_ns, &k.trigger.comm))
         ),
     );
     if !v.tree.is_empty() {
@@ -91,7 +94,7 @@ pub(super) fn kill_section(
             esc(&v
                 .tree
                 .iter()
-                .map(|t| format!("{}({})", t.comm, t.pid))
+                .map(|t| r.who(t.pid, t.start_ns, &t.comm))
                 .collect::<Vec<_>>()
                 .join(" → ")),
         );
@@ -109,7 +112,7 @@ pub(super) fn kill_section(
     o.push_str("</dl>\n");
 
     if let Some(w) = r.series.window(k) {
-        window_charts(o, k, w, i, colours);
+        window_charts(o, r, k, w, i, colours);
     }
 
     if !k.growers.is_empty() {
@@ -124,7 +127,7 @@ pub(super) fn kill_section(
                 "<tr{}><td>{}</td><td class=\"l\">{}{}</td><td>+{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td></tr>",
                 if g.is_victim { " class=\"victim\"" } else { "" },
                 g.pid,
-                esc(&g.comm),
+                esc(&r.name(g.pid, g.start_ns, &g.comm)),
                 if g.is_victim { " (victim)" } else { "" },
                 esc(&human_kb(g.grew_kb)),
                 esc(&human_secs(g.window_ns)),
@@ -149,6 +152,7 @@ pub(super) fn kill_section(
 /// The window before a kill, up close: processes, then cgroup and machine.
 fn window_charts(
     o: &mut String,
+    r: &Report,
     k: &Kill,
     w: &KillWindow,
     i: usize,
@@ -183,7 +187,7 @@ fn window_charts(
         } else {
             colours.of(l.pid, l.start_ns)
         };
-        let mut name = format!("{} (pid {})", l.comm, l.pid);
+        let mut name = format!("{} (pid {})", l.name, l.pid);
         if l.is_victim {
             name.push_str(", victim");
         }
@@ -211,10 +215,9 @@ fn window_charts(
         o,
         w.kill_ns,
         &format!(
-            "OOM kill {}: {} (pid {})",
+            "OOM kill {}: {}",
             i + 1,
-            k.victim.comm,
-            k.victim.pid
+            r.who(k.victim.pid, k.victim.start_ns, &k.victim.comm)
         ),
         None,
         0,

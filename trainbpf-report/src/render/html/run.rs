@@ -32,7 +32,7 @@ fn line_points(r: &Report, l: &crate::model::Line, pick: Pick) -> Vec<(u64, u64)
 fn proc_name(p: &ProcLine) -> String {
     format!(
         "{} (pid {}){}",
-        p.comm,
+        p.name,
         p.pid,
         if p.in_job { "" } else { ", outside the job" }
     )
@@ -114,10 +114,9 @@ pub(super) fn run_section(o: &mut String, r: &Report, colours: &super::colours::
             o,
             k.ts_ns,
             &format!(
-                "OOM kill {}: {} (pid {})",
+                "OOM kill {}: {}",
                 i + 1,
-                k.victim.comm,
-                k.victim.pid
+                r.who(k.victim.pid, k.victim.start_ns, &k.victim.comm)
             ),
             Some(&format!("#kill-{}", i + 1)),
             i,
@@ -177,7 +176,7 @@ pub(super) fn processes_section(o: &mut String, r: &Report) {
                 ""
             },
             p.pid,
-            esc(&p.comm),
+            esc(&p.name),
             if p.oom_killed { " (OOM-killed)" } else { "" },
             esc(&human_kb(p.peak_kb)),
             esc(&rel(p.peak_ns)),

@@ -51,7 +51,7 @@ pub(super) fn kill_section(
     }
     out.push('\n');
     if let Some(rk) = &k.ranking {
-        ranking_section(out, k, rk, p);
+        ranking_section(out, r, k, rk, p);
     }
     if let Some(pr) = &k.pressure {
         pressure_section(out, pr);
@@ -88,7 +88,10 @@ fn fields(out: &mut String, r: &Report, k: &Kill, p: &Paint) {
     } else {
         v.tree
             .iter()
-            .map(|t| format!("{}({})", esc(&t.comm), t.pid))
+            .map(|t| match rank_label(r, t.pid, t.start_ns, &t.comm) {
+                Some(rank) => rank,
+                None => format!("{}({})", esc(&t.comm), t.pid),
+            })
             .collect::<Vec<_>>()
             .join(" → ")
     };
@@ -141,7 +144,11 @@ fn fields(out: &mut String, r: &Report, k: &Kill, p: &Paint) {
     field(
         out,
         "trigger",
-        format!("pid {} ({}{thread}) was allocating", t.tgid, esc(&t.comm)),
+        match rank_label(r, t.tgid, t.start_ns, &t.comm) {
+            // "rank 1 (pid 14450, thread 14453) was allocating"
+            Some(rank) => format!("{}{thread}) was allocating", rank.trim_end_matches(')')),
+            None => format!("pid {} ({}{thread}) was allocating", t.tgid, esc(&t.comm)),
+        },
     );
     let seen = k
         .sources
@@ -222,7 +229,7 @@ fn growers_part(out: &mut String, r: &Report, k: &Kill, p: &Paint) {
 
 /// The OOM killer's ranking, reconstructed, with the kernel's own figure
 /// beside it where a probe saw it.
-fn ranking_section(out: &mut String, k: &Kill, rk: &crate::model::Ranking, p: &Paint) {
+fn ranking_section(out: &mut String, r: &Report, k: &Kill, rk: &crate::model::Ranking, p: &Paint) {
     let mut head = format!(
         "  Why this victim (badness reconstructed from tracked memory; totalpages {} from {}",
         rk.totalpages,
@@ -249,7 +256,7 @@ fn ranking_section(out: &mut String, k: &Kill, rk: &crate::model::Ranking, p: &P
         let mut row = format!(
             "  {:>7}  {:<16}  {:>10}  {:>11}  {:>9}  {:>9}  {:>5}  {}",
             c.pid,
-            esc(&c.comm),
+            name_cell(r, c.pid, c.start_ns, &c.comm),
             c.points,
             human_kb(c.rss_kb),
             human_kb(c.swap_kb),

@@ -62,10 +62,11 @@ pub fn warning_text(w: &crate::model::LeakWarning, now_ns: u64) -> String {
     s
 }
 
-/// `python3 (pid 700)`, `DataLoader workers (12 processes, pt_data_worker)`.
-fn name(t: &Trend) -> String {
+/// `python3 (pid 700)`, `rank 1 (pid 700)`, `DataLoader workers (12
+/// processes, pt_data_worker)`.
+fn name(r: &Report, t: &Trend) -> String {
     match t.pid {
-        Some(pid) => format!("{} (pid {pid})", esc(&t.comm)),
+        Some(pid) => esc(&r.who(pid, t.start_ns, &t.comm)).into_owned(),
         None => format!(
             "{} ({} processes, {})",
             esc(t.group.as_deref().unwrap_or("?")),
@@ -109,7 +110,7 @@ fn limit_phrase(p: &Projection) -> String {
 fn leak_line(r: &Report, t: &Trend) -> String {
     let mut s = format!(
         "{}: honest memory {} since +{:.1} s (fit {:.2}), {} over {}",
-        name(t),
+        name(r, t),
         signed_rate(t.slope_kb_per_s),
         r.since_start_s(t.since_ns),
         t.fit,
@@ -240,7 +241,7 @@ pub(crate) fn report(r: &Report, o: &TextOptions) -> String {
     );
     for t in &l.trends {
         let who = match t.pid {
-            Some(_) => esc(&t.comm).into_owned(),
+            Some(pid) => esc(&r.name(pid, t.start_ns, &t.comm)).into_owned(),
             None => format!("{} ×{}", esc(t.group.as_deref().unwrap_or("?")), t.members),
         };
         let _ = writeln!(
@@ -283,7 +284,7 @@ pub(crate) fn verdict(out: &mut String, r: &Report) {
         .take(3)
         .map(|t| {
             let who = match t.pid {
-                Some(pid) => format!("{}({pid})", esc(&t.comm)),
+                Some(pid) => esc(&r.who(pid, t.start_ns, &t.comm)).into_owned(),
                 None => format!("{} ×{}", esc(t.group.as_deref().unwrap_or("?")), t.members),
             };
             format!("{who} {}", signed_rate(t.slope_kb_per_s))
@@ -371,7 +372,7 @@ mod tests {
         );
         let v = verdict(&leaking());
         assert!(
-            v.contains("trainbpf: leak suspected: python3(700) +8 MiB/s; the job cgroup's limit (300 MiB, 200 MiB used lately) reached in ~12 s"),
+            v.contains("trainbpf: leak suspected: python3 (pid 700) +8 MiB/s; the job cgroup's limit (300 MiB, 200 MiB used lately) reached in ~12 s"),
             "{v}"
         );
         // No leak: neither says a word about it.

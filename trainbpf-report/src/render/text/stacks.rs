@@ -148,7 +148,7 @@ pub(super) fn gpu_lines(out: &mut String, r: &Report, max: usize) {
          the run, frees not subtracted; innermost frame first):"
     );
     for x in procs {
-        let _ = writeln!(out, "    {} ({}):", esc(&x.comm), x.pid);
+        let _ = writeln!(out, "    {}:", esc(&r.who(x.pid, x.start_ns, &x.comm)));
         sized_stack_lines(out, &x.stacks, max, "      ", human_bytes);
     }
     out.push('\n');
@@ -231,7 +231,7 @@ fn growth_lines(out: &mut String, r: &Report, k: &Kill) {
             );
             any = true;
         }
-        let _ = writeln!(out, "    {} ({}):", esc(&g.comm), g.pid);
+        let _ = writeln!(out, "    {}:", esc(&r.who(g.pid, g.start_ns, &g.comm)));
         led_lines(out, &lead::by_lead(&stacks), KILL_STACKS, "      ");
     }
     if any {
@@ -259,9 +259,8 @@ pub(crate) fn report(r: &Report, o: &TextOptions) -> String {
         let total: u64 = stacks.iter().map(|s| s.bytes).sum();
         let _ = writeln!(
             out,
-            "\n{} ({}): {} of new highs in {} stack{}",
-            esc(comm),
-            key.tgid,
+            "\n{}: {} of new highs in {} stack{}",
+            esc(&r.who(key.tgid, key.start_ns, comm)),
             human_kb(total / 1024),
             stacks.len(),
             if stacks.len() == 1 { "" } else { "s" }
@@ -278,9 +277,8 @@ pub(crate) fn report(r: &Report, o: &TextOptions) -> String {
             let total: u64 = x.stacks.iter().map(|s| s.bytes).sum();
             let _ = writeln!(
                 out,
-                "\n{} ({}): {} allocated through the CUDA driver",
-                esc(&x.comm),
-                x.pid,
+                "\n{}: {} allocated through the CUDA driver",
+                esc(&r.who(x.pid, x.start_ns, &x.comm)),
                 human_bytes(total)
             );
             sized_stack_lines(&mut out, &x.stacks, usize::MAX, "  ", human_bytes);
