@@ -185,6 +185,23 @@ fn a_two_rank_job_names_the_rank_that_was_killed() {
         assert!(charted, "a chart line is labelled rank {rank}: {text}");
     }
     assert!(!text.contains("pt_gloo_runloop"), "a thread's name: {text}");
+    // Rank 0, stopped by the launcher after rank 1's kill, and the
+    // launcher's own failed exit are that kill's consequences.
+    for pid in [rank0, u(&launcher["pid"])] {
+        let d = death_of(&r, pid);
+        assert_eq!(
+            d["after_kill"]["victim_pid"].as_u64(),
+            Some(victim),
+            "pid {pid} died after the kill: {d}"
+        );
+        assert_eq!(d["after_kill"]["victim"], name.as_str(), "{d}");
+    }
+    assert!(
+        flat.contains(&format!(
+            "after OOM kill 1 of {name}: its consequence, not a cause"
+        )),
+        "the deaths say so: {text}"
+    );
     let html = dir.path("ranks.html");
     let trace = dir.path("ranks.json");
     let out = std::process::Command::new(bin())

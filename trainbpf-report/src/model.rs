@@ -74,7 +74,7 @@ pub(crate) use short_lived::ShortLived;
 pub(crate) mod stacks;
 mod timeline;
 pub(crate) use badness::{Candidate as RankedCandidate, Ranking, TotalSource};
-pub use deaths::Cause;
+pub use deaths::{Cause, consequence};
 pub(crate) use deaths::{Death, Sender};
 pub(crate) use ebpf_log::{EbpfLogReport, MAX_MESSAGES as EBPF_LOG_KEPT};
 pub use leaks::LeakOptions;
@@ -484,6 +484,7 @@ impl Builder {
             report.kills[i].realtime_ns = report.realtime_ns(report.kills[i].ts_ns);
         }
         report.name_lines();
+        report.mark_consequences();
         report.diagnoses = diagnosis::diagnose(&report);
         report
     }

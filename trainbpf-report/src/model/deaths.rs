@@ -61,6 +61,44 @@ pub(crate) struct Death {
     /// For OOM kills: the memory cgroup and its limit.
     pub(crate) memcg: Option<String>,
     pub(crate) memcg_limit_kb: Option<u64>,
+    /// The job's first OOM kill, when this death came after it and is its
+    /// consequence rather than a cause ([`consequence`]).
+    pub(crate) after: Option<After>,
+}
+
+/// The OOM kill a death followed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct After {
+    /// 1-based, as the report numbers its kills.
+    pub(crate) kill: usize,
+    /// Its victim, as the report names it (`Report::who`).
+    pub(crate) victim: String,
+    pub(crate) victim_pid: u32,
+    /// From the kill to this death.
+    pub(crate) after_ns: u64,
+}
+
+/// Whether a job process's death after the job's first OOM kill is that
+/// kill's consequence, not a cause of its own: when one rank is killed,
+/// torchrun's agent stops the others (SIGTERM, then SIGKILL), their
+/// collectives fail or time out (an exception, an abort), and the agent
+/// itself exits non-zero. The process was alive at the kill and died after
+/// it, by a signal, a crash or a non-zero exit. A clean exit is no failure,
+/// and a later OOM kill is a kill of its own. One rule for the report and
+/// the recorder's live view.
+pub fn consequence(
+    cause: Cause,
+    code: Option<i32>,
+    born_ns: Option<u64>,
+    died_ns: u64,
+    kill_ns: u64,
+) -> bool {
+    let failed = match cause {
+        Cause::Signal | Cause::Crash => true,
+        Cause::Exit => code.unwrap_or(0) != 0,
+        Cause::OomGlobal | Cause::OomMemcg => false,
+    };
+    failed && died_ns > kill_ns && born_ns.is_none_or(|b| b < kill_ns)
 }
 
 /// Signals that end a process by the process's own fault.
@@ -226,6 +264,7 @@ pub(super) fn classify(p: &Process, kills: &[Kill], signals: &Signals) -> Option
         sender: None,
         memcg: None,
         memcg_limit_kb: None,
+        after: None,
     };
     let sig = match status {
         ExitStatus::Code(c) => {
@@ -274,6 +313,22 @@ pub(super) fn classify(p: &Process, kills: &[Kill], signals: &Signals) -> Option
 mod tests {
     use super::*;
     use crate::decode::Task;
+
+    #[test]
+    fn what_follows_the_first_kill_is_its_consequence() {
+        let (born, kill) = (Some(10), 100);
+        // Stopped by the agent, crashed, or failed in a collective.
+        assert!(consequence(Cause::Signal, None, born, 150, kill));
+        assert!(consequence(Cause::Crash, None, born, 150, kill));
+        assert!(consequence(Cause::Exit, Some(1), born, 150, kill));
+        assert!(consequence(Cause::Exit, Some(1), None, 150, kill));
+        // Not: a clean exit, a kill of its own, anything before the kill,
+        // a process started after it (a restarted worker).
+        assert!(!consequence(Cause::Exit, Some(0), born, 150, kill));
+        assert!(!consequence(Cause::OomMemcg, None, born, 150, kill));
+        assert!(!consequence(Cause::Signal, None, born, 90, kill));
+        assert!(!consequence(Cause::Signal, None, Some(120), 150, kill));
+    }
 
     fn signal(target: u32, sig: u32, code: i32, sender: (u32, &str)) -> SignalRecord {
         SignalRecord {

@@ -218,6 +218,9 @@ pub fn merge(parts: Vec<(String, Report)>) -> Merged {
     timeline.sort_by_key(|h| (h.at_ns, h.recording, matches!(h.what, What::Death(_))));
 
     let first = timeline.iter().position(|h| h.failure);
+    if let Some(f) = first {
+        mark_consequences(&mut reports, &timeline, f);
+    }
     let mut then = Vec::new();
     if let Some(f) = first {
         let mut seen = vec![(timeline[f].recording, timeline[f].pid)];
@@ -235,6 +238,52 @@ pub fn merge(parts: Vec<(String, Report)>) -> Merged {
         first,
         then,
         unanchored,
+    }
+}
+
+/// When the job's first failure is an OOM kill, marks the deaths on other
+/// hosts that followed it as its consequences, by the same rule as within
+/// one recording ([`super::deaths::consequence`]), on the wall clock: the
+/// ranks a node's agent stopped after another node's rank was killed.
+fn mark_consequences(reports: &mut [Report], timeline: &[Happening], first: usize) {
+    let f = &timeline[first];
+    let What::Kill(ki) = f.what else {
+        return;
+    };
+    let Some(k) = reports.get(f.recording).and_then(|r| r.kills.get(ki)) else {
+        return;
+    };
+    let host = &reports[f.recording].header.hostname;
+    let victim = format!(
+        "{} on {host}",
+        reports[f.recording].who(k.victim.pid, k.victim.start_ns, &k.victim.comm)
+    );
+    let (victim_pid, kill_at) = (k.victim.pid, f.at_ns);
+    for h in &timeline[first + 1..] {
+        let What::Death(di) = h.what else { continue };
+        if h.recording == f.recording {
+            continue; // marked by its own report
+        }
+        let r = &mut reports[h.recording];
+        let born = r.deaths.get(di).and_then(|d| {
+            r.processes
+                .iter()
+                .find(|p| p.pid == d.pid && p.start_ns == d.start_ns)
+                .and_then(|p| p.born_ns)
+                .map(|b| r.realtime_ns(b).unwrap_or(b))
+        });
+        let Some(d) = r.deaths.get_mut(di) else {
+            continue;
+        };
+        if d.after.is_none() && super::deaths::consequence(d.cause, d.code, born, h.at_ns, kill_at)
+        {
+            d.after = Some(super::deaths::After {
+                kill: ki + 1,
+                victim: victim.clone(),
+                victim_pid,
+                after_ns: h.at_ns - kill_at,
+            });
+        }
     }
 }
 
@@ -274,6 +323,7 @@ mod tests {
             sender: None,
             memcg: None,
             memcg_limit_kb: None,
+            after: None,
         }
     }
 
@@ -357,6 +407,24 @@ mod tests {
         // Shown: the kill stands for its victim's death; no clean exit.
         let shown: Vec<(usize, u32)> = m.shown().map(|h| (h.recording, h.pid)).collect();
         assert_eq!(shown, vec![(1, 33), (0, 11), (1, 34)]);
+    }
+
+    #[test]
+    fn deaths_on_other_hosts_after_the_first_kill_are_its_consequences() {
+        let m = two_nodes();
+        let on_node1 = |pid: u32| {
+            m.reports[0]
+                .deaths
+                .iter()
+                .find(|d| d.pid == pid)
+                .unwrap()
+                .after
+                .clone()
+        };
+        let a = on_node1(11).expect("node1's rank exited 1 two seconds after the kill");
+        assert_eq!((a.kill, a.victim_pid, a.after_ns), (1, 33, 2 * SEC));
+        assert!(a.victim.ends_with("(pid 33) on node2"), "{}", a.victim);
+        assert_eq!(on_node1(10), None, "a clean exit, before the kill");
     }
 
     #[test]

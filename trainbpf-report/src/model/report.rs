@@ -138,6 +138,36 @@ impl Report {
         }
     }
 
+    /// Marks each death that followed the job's first OOM kill as its
+    /// consequence ([`deaths::consequence`]).
+    pub(crate) fn mark_consequences(&mut self) {
+        let Some((i, k)) = self.kills.iter().enumerate().find(|(_, k)| k.victim.in_job) else {
+            return;
+        };
+        let after = |d: &deaths::Death| deaths::After {
+            kill: i + 1,
+            victim: self.who(k.victim.pid, k.victim.start_ns, &k.victim.comm),
+            victim_pid: k.victim.pid,
+            after_ns: d.ts_ns.saturating_sub(k.ts_ns),
+        };
+        let born = |d: &deaths::Death| {
+            self.processes
+                .iter()
+                .find(|p| p.pid == d.pid && p.start_ns == d.start_ns)
+                .and_then(|p| p.born_ns)
+        };
+        let marks: Vec<Option<deaths::After>> = self
+            .deaths
+            .iter()
+            .map(|d| {
+                deaths::consequence(d.cause, d.code, born(d), d.ts_ns, k.ts_ns).then(|| after(d))
+            })
+            .collect();
+        for (d, m) in self.deaths.iter_mut().zip(marks) {
+            d.after = m;
+        }
+    }
+
     /// Gives the charts' lines their names once the identities are known
     /// (they come from the processes' environments, read after the lines
     /// began).

@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use crate::model::{Merged, merge::Happening, merge::Recording};
+use crate::model::{Death, Merged, merge::Happening, merge::Recording};
 use crate::render::{death_phrase, rfc3339_ms};
 use crate::units::{human_kb, human_secs, small_duration};
 
@@ -72,11 +72,21 @@ pub(crate) fn first_line(m: &Merged) -> Option<String> {
         .take(THEN_SHOWN)
         .map(|&i| {
             let h = &m.timeline[i];
+            // The line's own first is the kill it followed: said once.
+            let (what, consequence) = match m.death(h) {
+                Some(d) if d.after.is_some() => {
+                    let bare = Death {
+                        after: None,
+                        ..d.clone()
+                    };
+                    (was(death_phrase(&bare)), ", its consequence")
+                }
+                _ => (what(m, h), ""),
+            };
             format!(
-                "{} on {} {} ({} later)",
+                "{} on {} {what} ({} later{consequence})",
                 who(m, h),
                 m.host(h.recording),
-                what(m, h),
                 human_secs(h.at_ns.saturating_sub(f.at_ns))
             )
         })
@@ -132,14 +142,16 @@ pub(crate) fn what(m: &Merged, h: &Happening) -> String {
     match (m.kill(h), m.death(h)) {
         (Some(k), _) if !k.victim.in_job => "was OOM-killed (outside the job)".into(),
         (Some(_), _) => "was OOM-killed".into(),
-        (_, Some(d)) => {
-            let phrase = death_phrase(d);
-            if phrase.starts_with("killed") {
-                format!("was {phrase}")
-            } else {
-                phrase
-            }
-        }
+        (_, Some(d)) => was(death_phrase(d)),
         _ => String::new(),
+    }
+}
+
+/// "was killed by …", "exited with code 1".
+fn was(phrase: String) -> String {
+    if phrase.starts_with("killed") {
+        format!("was {phrase}")
+    } else {
+        phrase
     }
 }

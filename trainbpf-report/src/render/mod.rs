@@ -91,7 +91,7 @@ pub(crate) fn death_phrase(d: &Death) -> String {
         }
         None => " (sender not seen)".to_string(),
     };
-    match d.cause {
+    let mut s = match d.cause {
         Cause::Exit => format!("exited with code {}", d.code.unwrap_or(0)),
         Cause::OomMemcg => {
             let mut s = "killed by the kernel's OOM killer: its memory cgroup".to_string();
@@ -110,7 +110,16 @@ pub(crate) fn death_phrase(d: &Death) -> String {
         }
         Cause::Signal => format!("killed by {}{}", sig(d.signal.unwrap_or(0)), from()),
         Cause::Crash => format!("crashed with {}{}", sig(d.signal.unwrap_or(0)), from()),
+    };
+    if let Some(a) = &d.after {
+        s.push_str(&format!(
+            ", {} after OOM kill {} of {}: its consequence, not a cause",
+            crate::units::human_secs(a.after_ns),
+            a.kill,
+            esc(&a.victim)
+        ));
     }
+    s
 }
 
 /// " from terminal /dev/pts/3 (session 1234, foreground group 1240)".

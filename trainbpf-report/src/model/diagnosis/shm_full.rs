@@ -305,6 +305,7 @@ mod tests {
             sender: None,
             memcg: None,
             memcg_limit_kb: None,
+            after: None,
         }];
         let samples = vec![
             sample(5 * S, 2, ShmTrigger::Timer),

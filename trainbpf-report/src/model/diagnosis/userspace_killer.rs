@@ -328,6 +328,7 @@ mod tests {
             }),
             memcg: None,
             memcg_limit_kb: None,
+            after: None,
         }
     }
 

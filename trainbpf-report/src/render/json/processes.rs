@@ -148,6 +148,12 @@ impl Process {
 /// A job process that ended while recording.
 #[derive(Debug, Serialize, JsonSchema)]
 pub(crate) struct Death {
+    /// The job's first OOM kill, when this death came after it and is its
+    /// consequence, not a cause: the process lived at the kill and then
+    /// was stopped by a signal, crashed or exited non-zero (torchrun's
+    /// agent stopping the other ranks, a collective failing). Null
+    /// otherwise.
+    pub(crate) after_kill: Option<AfterKill>,
     pub(crate) cause: Cause,
     /// The exit code for `exit`; otherwise the signal's `si_code` when the
     /// signal was seen.
@@ -178,9 +184,28 @@ pub(crate) struct Death {
     pub(crate) time_s: f64,
 }
 
+/// The OOM kill a death followed.
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct AfterKill {
+    /// The kill's index in `kills`, plus one (as the text report numbers
+    /// them).
+    pub(crate) kill: usize,
+    pub(crate) victim_pid: u32,
+    /// Its victim as the report names it: `rank 1 (pid 812)`.
+    pub(crate) victim: String,
+    /// From the kill to this death.
+    pub(crate) seconds_after: f64,
+}
+
 impl Death {
     pub(crate) fn new(r: &Report, d: &model::Death) -> Death {
         Death {
+            after_kill: d.after.as_ref().map(|a| AfterKill {
+                kill: a.kill,
+                victim_pid: a.victim_pid,
+                victim: a.victim.clone(),
+                seconds_after: a.after_ns as f64 / 1e9,
+            }),
             cause: d.cause.into(),
             code: d.code,
             comm: d.comm.clone(),

@@ -171,6 +171,7 @@ mod tests {
             sender: None,
             memcg: None,
             memcg_limit_kb: None,
+            after: None,
         });
         merge(vec![
             ("/run/node1.rec".into(), a),
@@ -204,8 +205,10 @@ mod tests {
             first.starts_with("first: pid 812 (pt_data_worker) on node1 was OOM-killed at "),
             "{first}"
         );
+        // Wrapped at the width: read as one line.
+        let flat = t.split_whitespace().collect::<Vec<_>>().join(" ");
         assert!(
-            first.contains("then pid 4242 (rank1) on node2 was killed by SIGTERM (15) (sender not seen) (20.0 s later)"),
+            flat.contains("then pid 4242 (rank1) on node2 was killed by SIGTERM (15) (sender not seen) (20.0 s later, its consequence)"),
             "{first}"
         );
     }

@@ -68,6 +68,7 @@ pub struct Metrics {
     registry: Registry,
     pub kills: Family<KillLabels, Counter>,
     pub deaths: Family<DeathLabels, Counter>,
+    pub deaths_after_kill: Counter,
     pub lost: Counter,
     pub job_added: Gauge,
     pub job_resident: Gauge,
@@ -89,6 +90,7 @@ impl Metrics {
             registry: Registry::default(),
             kills: Family::default(),
             deaths: Family::default(),
+            deaths_after_kill: Counter::default(),
             lost: Counter::default(),
             job_added: Gauge::default(),
             job_resident: Gauge::default(),
@@ -110,6 +112,11 @@ impl Metrics {
             "trainbpf_deaths",
             "Deaths of the job's processes by cause: oom_memcg, oom_global, signal, crash, exit",
             m.deaths.clone(),
+        );
+        r.register(
+            "trainbpf_deaths_after_oom_kill",
+            "Deaths of the job's processes that followed its first OOM kill as its consequences (ranks the launcher stopped, failed collectives, the launcher's own failed exit), among trainbpf_deaths_total",
+            m.deaths_after_kill.clone(),
         );
         // Every cause from the start, at zero: rate() and increase() need
         // the series before its first death.
@@ -356,6 +363,9 @@ impl Outputs {
                         cause: d.cause.as_str().into(),
                     })
                     .inc();
+                if d.after_kill.is_some() {
+                    self.metrics.deaths_after_kill.inc();
+                }
             }
         }
         if let Some(log) = &mut self.log {

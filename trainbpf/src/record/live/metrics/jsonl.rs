@@ -52,6 +52,12 @@ struct Line<'a> {
     sender_pid: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     sender_comm: Option<&'a str>,
+    /// A death that followed the job's first OOM kill, as its consequence:
+    /// that kill's victim, and its rank.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    after_oom_kill_pid: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    after_oom_kill_rank: Option<u32>,
 }
 
 impl EventsLog {
@@ -102,6 +108,8 @@ impl EventsLog {
                 exit_code: None,
                 sender_pid: Some(k.trigger_pid),
                 sender_comm: Some(&k.trigger_comm),
+                after_oom_kill_pid: None,
+                after_oom_kill_rank: None,
             },
             Finished::Death(d) => {
                 if d.signal.is_none() && d.code == Some(0) {
@@ -124,6 +132,8 @@ impl EventsLog {
                     exit_code: d.code,
                     sender_pid: d.sender_pid,
                     sender_comm: d.sender_comm.as_deref(),
+                    after_oom_kill_pid: d.after_kill.map(|a| a.0),
+                    after_oom_kill_rank: d.after_kill.and_then(|a| a.1),
                 }
             }
         };

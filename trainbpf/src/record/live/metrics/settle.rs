@@ -16,7 +16,7 @@ use trainbpf_report::{
         self, Event, ExitStatus, MemSample, ProcKey, UserBody,
         samples::{CgroupPressure, ProcInfo},
     },
-    model::{Cause, Constraint, cgroup_path, gpu::Ledger},
+    model::{Cause, Constraint, cgroup_path, consequence, gpu::Ledger},
 };
 
 /// How long a kill waits for the kernel's log line that names its
@@ -68,6 +68,10 @@ pub struct DeathEvent {
     /// an OOM kill, the task that set it off.
     pub sender_pid: Option<u32>,
     pub sender_comm: Option<String>,
+    /// The job's first OOM kill's victim (pid, rank), when this death
+    /// followed it as its consequence ([`consequence`]): a rank the agent
+    /// stopped, a failed collective, the agent's own failed exit.
+    pub after_kill: Option<(u32, Option<u32>)>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -114,6 +118,8 @@ pub struct Live {
     lost: u64,
     /// The GPU ledger, fed the CUDA calls and exits only.
     gpu: Option<Ledger>,
+    /// The job's first OOM kill: (ts, victim pid, its rank).
+    first_kill: Option<(u64, u32, Option<u32>)>,
     out: Vec<Finished>,
 }
 
@@ -137,6 +143,7 @@ impl Live {
             cgroup: None,
             lost: 0,
             gpu: None,
+            first_kill: None,
             out: Vec::new(),
         }
     }
@@ -270,6 +277,8 @@ impl Live {
             }
             return;
         }
+        let rank = self.ranks.get(&pid).copied();
+        self.first_kill.get_or_insert((ts, pid, rank));
         if self.pending.len() == MAX_PENDING {
             return;
         }
@@ -320,6 +329,7 @@ impl Live {
             rank,
             sender_pid: None,
             sender_comm: None,
+            after_kill: None,
         };
         match trainbpf_report::model::wait_status(exit_code) {
             ExitStatus::Code(c) => d.code = Some(c),
@@ -343,6 +353,13 @@ impl Live {
                     self.oom_death(&mut d);
                 }
             }
+        }
+        // The report's rule (`model::deaths`), with the process's start as
+        // its birth; an OOM victim waiting above is a kill of its own.
+        if let Some((at, victim, rank)) = self.first_kill
+            && consequence(d.cause, d.code, Some(proc.start_ns), ts, at)
+        {
+            d.after_kill = Some((victim, rank));
         }
         self.out.push(Finished::Death(d));
     }

@@ -288,3 +288,28 @@ fn a_victims_identity_record_gives_its_rank_and_container() {
     assert_eq!(k[0].rank, Some(1));
     assert_eq!(k[0].container.as_deref(), Some("3f2a1b4c5d6e"));
 }
+
+/// Rank 1 is OOM-killed; the agent then stops rank 0 (SIGTERM) and exits
+/// 1: both deaths name the kill they followed. A clean exit and the
+/// victim's own death do not.
+#[test]
+fn deaths_after_the_first_kill_are_its_consequences() {
+    let mut l = Live::new();
+    l.on_user(&UserBody::ProcInfo(ProcInfo {
+        tgid: 701,
+        rank: Some(1),
+        ..Default::default()
+    }));
+    l.observe(&oom(10 * S, OomRecordKind::Kill, 701, "python3", Some(2)));
+    l.observe(&exit(10 * S + 5_000_000, 701, "python3", 9));
+    l.observe(&exit(11 * S, 700, "python3", 15));
+    l.observe(&exit(11 * S + 1, 702, "sh", 0));
+    l.observe(&exit(12 * S, 699, "torchrun", 1 << 8));
+    let out = l.settle(13 * S);
+    let d = deaths(&out);
+    let after = |pid: u32| d.iter().find(|x| x.pid == pid).unwrap().after_kill;
+    assert_eq!(after(701), None, "the victim's own death: {out:?}");
+    assert_eq!(after(700), Some((701, Some(1))), "rank 0, stopped");
+    assert_eq!(after(699), Some((701, Some(1))), "the agent, failed");
+    assert_eq!(after(702), None, "a clean exit");
+}

@@ -49,6 +49,7 @@ fn the_exposition_text() {
         rank: None,
         sender_pid: None,
         sender_comm: None,
+        after_kill: None,
     }));
     o.live
         .on_user(&UserBody::Lost(trainbpf_report::decode::Lost {
@@ -151,6 +152,7 @@ fn an_events_line_per_kill_and_unclean_death() {
             rank: None,
             sender_pid: None,
             sender_comm: None,
+            after_kill: (code == Some(1)).then_some((7, Some(1))),
         })
     };
     assert_eq!(
@@ -165,6 +167,14 @@ fn an_events_line_per_kill_and_unclean_death() {
         (Some("death"), Some(1))
     );
     assert!(v.get("signal").is_none(), "absent, not null: {v}");
+    assert_eq!(
+        (
+            v["after_oom_kill_pid"].as_u64(),
+            v["after_oom_kill_rank"].as_u64()
+        ),
+        (Some(7), Some(1)),
+        "the kill it followed: {v}"
+    );
 }
 
 fn tempfile_like() -> std::fs::File {
