@@ -246,9 +246,9 @@ fn most_of_the_limit_in_a_second_is_fast_growth() {
     // It took off after its 3 s idle: the rise is said in seconds, and
     // its size is most of the limit.
     let secs: f64 = title
-        .split(" in ")
+        .split(" in the last ")
         .nth(1)
-        .and_then(|s| s.split(" s,").next())
+        .and_then(|s| s.split(" s:").next())
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("a span in seconds: {title}"));
     assert!(secs <= 2.5, "{title}");
@@ -265,7 +265,7 @@ fn most_of_the_limit_in_a_second_is_fast_growth() {
     let first = kill_opening(&text, u(&kills(&r)[i]["victim"]["pid"]));
     eprintln!("text: {first}");
     assert!(
-        first.starts_with(&format!("  Most likely: python3 (pid {root}) grew ")),
+        first.starts_with(&format!("  Most likely: python3 (pid {root}) added ")),
         "{text}"
     );
     let e = trainbpf(&[

@@ -107,7 +107,7 @@ pub(crate) fn kill_chart(out: &mut String, w: &KillWindow, width: usize, color: 
         p.wrap(
             "1",
             &format!(
-                "Memory in the {} before the kill (one column ≈ {}, bars up to {}):",
+                "Resident memory (RSS) in the {} before the kill (one column ≈ {}, bars up to {}):",
                 human_duration(span),
                 if step_s >= 1.0 {
                     format!("{step_s:.0} s")
@@ -245,7 +245,7 @@ fn process_rows(
     let span = to - from;
     let _ = writeln!(
         out,
-        "  Memory per process over the run (one column ≈ {}; ^ marks a kill):",
+        "  Resident memory (RSS) per process over the run (one column ≈ {}; ^ marks a kill):",
         human_duration(span / n as u64)
     );
     let rows: Vec<(&ProcLine, Vec<Option<u64>>)> = lines

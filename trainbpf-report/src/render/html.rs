@@ -20,7 +20,7 @@ use std::fmt::Write as _;
 
 use crate::model::Report;
 use crate::render::rfc3339_ms;
-use crate::units::{human_duration, human_kb, human_secs};
+use crate::units::{human_duration, human_secs};
 
 /// Escaping, colours and the SVG charts' frame.
 /// One colour per process across the page's charts.
@@ -162,9 +162,9 @@ fn verdicts(o: &mut String, r: &Report) {
     for (i, k) in r.kills.iter().enumerate() {
         let top = match k.growers.first() {
             Some(g) => format!(
-                "; top grower <b class=\"grower\">{}</b> grew {}",
+                "; top grower <b class=\"grower\">{}</b> {}",
                 esc(&r.who(g.pid, g.start_ns, &g.comm)),
-                esc(&human_kb(g.grew_kb))
+                esc(&crate::render::grower_figure(g))
             ),
             None => "; no process grew in the window".into(),
         };

@@ -62,6 +62,17 @@ pub(crate) fn signal_name(sig: i32) -> Option<&'static str> {
         .and_then(|i| NAMES.get(i).copied())
 }
 
+/// A grower's figure as the kill's table and ranking count it: "added 225.7
+/// MiB" (allocated minus freed in its own context) where recorded, else
+/// "RSS +299.3 MiB", labelled.
+pub(crate) fn grower_figure(g: &crate::model::Grower) -> String {
+    match g.honest_kb {
+        Some(h) if h < 0 => format!("added {}", crate::units::signed_kb(h)),
+        Some(h) => format!("added {}", human_kb(h as u64)),
+        None => format!("RSS +{}", human_kb(g.grew_kb)),
+    }
+}
+
 /// "exited with code 1" / "killed by signal 9 (SIGKILL)".
 /// How a process died, in words: "killed by SIGKILL from pid 812
 /// (bash, /usr/bin/bash, uid 1000)".

@@ -176,7 +176,7 @@ mod tests {
         let t = plain(&sample_report());
         assert!(
             t.contains(
-                "pt_data_worker (pid 812, in the job) grew 250.1 MiB in 12.0 s (20.8 MiB/s); \
+                "pt_data_worker (pid 812, in the job) grew 250.1 MiB RSS in 12.0 s (20.8 MiB/s); \
                  the kernel's memcg OOM killer (limit 300 MiB in /trainbpf-77) then killed \
                  pid 812 (pt_data_worker), anon-rss 251 MiB."
             ),
@@ -305,7 +305,7 @@ mod tests {
             "{v}"
         );
         assert!(
-            v.contains("pt_data_worker(812) +250.1 MiB, python3(700) +2 MiB"),
+            v.contains("pt_data_worker(812) RSS +250.1 MiB, python3(700) RSS +2 MiB"),
             "{v}"
         );
         assert!(v.contains("killed by signal 9 (SIGKILL)"), "{v}");

@@ -96,13 +96,28 @@ fn of_kill(r: &Report, k: &Kill, i: usize) -> Option<Diagnosis> {
     let grew = to.saturating_sub(from);
     let secs = (span as f64 / SEC as f64).max(0.05);
     let place = grower_place(r, k, g.pid, g.start_ns);
-    let mut title = format!(
-        "{name} grew {} in {}, {:.0}% of the {} {what}: one step's allocation did not fit",
-        human_kb(grew),
-        human_secs(span),
-        grew as f64 / limit.max(1) as f64 * 100.0,
-        human_kb(limit)
-    );
+    // The figure the kill's table and ranking use (ADDED) where recorded;
+    // the rise itself is in resident memory, and says so.
+    let mut title = match g.honest_kb {
+        Some(h) => {
+            let h = h.max(0) as u64;
+            format!(
+                "{name} added {}, {:.0}% of the {} {what}, its RSS rising {} in the last {}: one step's allocation did not fit",
+                human_kb(h),
+                h as f64 / limit.max(1) as f64 * 100.0,
+                human_kb(limit),
+                human_kb(grew),
+                human_secs(span)
+            )
+        }
+        None => format!(
+            "{name}'s RSS grew {} in {}, {:.0}% of the {} {what}: one step's allocation did not fit",
+            human_kb(grew),
+            human_secs(span),
+            grew as f64 / limit.max(1) as f64 * 100.0,
+            human_kb(limit)
+        ),
+    };
     if let Some((_, at)) = &place {
         title.push_str(&format!(", in {at}"));
     }
@@ -246,7 +261,9 @@ mod tests {
             ("fast_growth", Some(0), Confidence::High)
         );
         assert!(
-            d.title.starts_with("python (pid 100) grew 1") && d.title.contains("of the 200 MiB"),
+            d.title
+                .starts_with("python (pid 100) added 180 MiB, 90% of the 200 MiB")
+                && d.title.contains("its RSS rising 1"),
             "{}",
             d.title
         );
@@ -291,7 +308,8 @@ mod tests {
         let d = run(&r);
         assert_eq!(d.len(), 1, "{d:#?}");
         assert!(
-            d[0].title.contains("grew 190 MiB in 2.0 s"),
+            d[0].title
+                .contains("its RSS rising 190 MiB in the last 2.0 s"),
             "{}",
             d[0].title
         );

@@ -77,11 +77,19 @@ fn of_kill(r: &Report, k: &Kill, i: usize) -> Option<Diagnosis> {
     };
     let name = who(r, &t.comm, pid, t.start_ns);
     let climbed_ns = k.ts_ns - t.since_ns;
+    // What it added as the kill's table and ranking count it, where it is
+    // among the kill's growers; else the climb's own size.
+    let added = k
+        .growers
+        .iter()
+        .find(|g| g.pid == pid && g.start_ns == t.start_ns)
+        .and_then(|g| g.honest_kb)
+        .map_or(t.growth_kb as u64, |h| h.max(0) as u64);
     let mut title = format!(
-        "{name} leaked steadily: +{} for {} until the kill, {}",
+        "{name} leaked steadily: +{} for {} until the kill, adding {}",
         human_rate(t.slope_kb_per_s),
         human_span(climbed_ns),
-        human_kb(t.growth_kb as u64)
+        human_kb(added)
     );
     if let Some((l, what)) = limit {
         title.push_str(&format!(" of the {} {what}", human_kb(l)));
@@ -305,7 +313,7 @@ mod tests {
         );
         assert_eq!(
             d.title,
-            "python (pid 100) leaked steadily: +4 MiB/s for 48 s until the kill, 192 MiB of \
+            "python (pid 100) leaked steadily: +4 MiB/s for 48 s until the kill, adding 192 MiB of \
              the 200 MiB memory cgroup limit"
         );
         assert!(

@@ -11,15 +11,37 @@ use crate::model::diagnosis::{Diagnosis, most_likely, top};
 
 pub(super) fn lead(o: &mut String, r: &Report) {
     let n = r.kills.len();
+    // Kills with the same most likely cause and fix (a respawned worker
+    // leaking at the same line, killed again) share one box.
+    let mut groups: Vec<(&Diagnosis, Vec<usize>)> = Vec::new();
     for i in 0..n {
         let Some(d) = most_likely(&r.diagnoses, i) else {
             continue;
         };
-        let all: Vec<&Diagnosis> = r.diagnoses.iter().filter(|x| x.kill == Some(i)).collect();
-        let what = if n > 1 {
-            format!(" (<a href=\"#kill-{0}\">OOM kill {0}</a>)", i + 1)
-        } else {
-            format!(" (<a href=\"#kill-{}\">the OOM kill</a>)", i + 1)
+        match groups
+            .iter_mut()
+            .find(|(g, _)| g.id == d.id && g.fix.first() == d.fix.first())
+        {
+            Some((_, kills)) => kills.push(i),
+            None => groups.push((d, vec![i])),
+        }
+    }
+    for (d, kills) in groups {
+        let all: Vec<&Diagnosis> = r
+            .diagnoses
+            .iter()
+            .filter(|x| x.kill.is_some_and(|k| kills.contains(&k)))
+            .collect();
+        let link = |i: usize| format!("<a href=\"#kill-{0}\">{0}</a>", i + 1);
+        let what = match kills.as_slice() {
+            [i] if n == 1 => format!(" (<a href=\"#kill-{}\">the OOM kill</a>)", i + 1),
+            [i] => format!(" (OOM kill {})", link(*i)),
+            [rest @ .., last] => format!(
+                " (OOM kills {} and {})",
+                rest.iter().map(|&i| link(i)).collect::<Vec<_>>().join(", "),
+                link(*last)
+            ),
+            [] => String::new(),
         };
         block(o, d, &what, &all);
     }
@@ -78,6 +100,40 @@ fn list(o: &mut String, head: &str, items: &[String]) {
 mod tests {
     use crate::model::diagnosis::{Confidence, Diagnosis};
     use crate::render::fixture::sample_report;
+
+    /// Two kills, the same cause and fix: one box, naming both.
+    #[test]
+    fn kills_with_the_same_diagnosis_share_one_box() {
+        let mut r = sample_report();
+        let k = r.kills[0].clone();
+        r.kills.push(k);
+        let d = |kill| Diagnosis {
+            id: "steady_leak",
+            confidence: Confidence::High,
+            title: format!("worker {kill} leaked"),
+            evidence: vec![],
+            fix: vec!["stop keeping the list".into()],
+            kill: Some(kill),
+            pids: vec![700],
+        };
+        r.diagnoses = vec![d(0), d(1)];
+        let h = super::super::render(&r);
+        assert_eq!(h.matches("<b>Most likely</b>").count(), 1, "{h}");
+        assert!(
+            h.contains(
+                "<b>Most likely</b> (OOM kills <a href=\"#kill-1\">1</a> and <a href=\"#kill-2\">2</a>): worker 0 leaked"
+            ),
+            "{h}"
+        );
+        assert!(
+            h.contains("worker 1 leaked"),
+            "the second's own title, below"
+        );
+        // Another fix: a box of its own.
+        r.diagnoses[1].fix = vec!["a smaller batch".into()];
+        let h = super::super::render(&r);
+        assert_eq!(h.matches("<b>Most likely</b>").count(), 2);
+    }
 
     #[test]
     fn the_diagnosis_is_the_first_thing_on_the_page() {

@@ -71,13 +71,10 @@ pub(super) fn kill_section(
         field(
             "top grower",
             format!(
-                "<b class=\"grower\">{}</b>, +{} in {}{}",
+                "<b class=\"grower\">{}</b>, {} in {}",
                 esc(&r.who(g.pid, g.start_ns, &g.comm)),
-                esc(&human_kb(g.grew_kb)),
+                esc(&crate::render::grower_figure(g)),
                 esc(&human_secs(g.window_ns)),
-                g.rate_kb_per_s
-                    .map(|x| format!(" ({})", esc(&human_rate(x))))
-                    .unwrap_or_default()
             ),
         );
     }
@@ -118,17 +115,18 @@ pub(super) fn kill_section(
     if !k.growers.is_empty() {
         let _ = writeln!(
             o,
-            "<h3>Memory growth in the {} before the kill</h3>\n<table><tr><th>pid</th><th class=\"l\">process</th><th>grew</th><th>over</th><th>rate</th><th>RSS at kill</th><th class=\"l\">in job</th></tr>",
+            "<h3>Memory growth in the {} before the kill</h3>\n<table><tr><th>pid</th><th class=\"l\">process</th><th>added</th><th>RSS grew</th><th>over</th><th>RSS rate</th><th>RSS at kill</th><th class=\"l\">in job</th></tr>",
             esc(&human_duration(k.window_ns))
         );
         for g in &k.growers {
             let _ = writeln!(
                 o,
-                "<tr{}><td>{}</td><td class=\"l\">{}{}</td><td>+{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td></tr>",
+                "<tr{}><td>{}</td><td class=\"l\">{}{}</td><td>{}</td><td>+{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td></tr>",
                 if g.is_victim { " class=\"victim\"" } else { "" },
                 g.pid,
                 esc(&r.name(g.pid, g.start_ns, &g.comm)),
                 if g.is_victim { " (victim)" } else { "" },
+                esc(&g.honest_kb.map_or("-".into(), crate::units::signed_kb)),
                 esc(&human_kb(g.grew_kb)),
                 esc(&human_secs(g.window_ns)),
                 esc(&g.rate_kb_per_s.map_or("-".into(), human_rate)),

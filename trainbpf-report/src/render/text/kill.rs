@@ -402,13 +402,26 @@ fn grew_clause(r: &Report, g: &Grower) -> String {
         Some(rank) => rank.trim_end_matches(')').to_string(),
         None => format!("{} (pid {}", esc(&g.comm), g.pid),
     };
-    let mut s = format!(
-        "{who}, {}) grew {} in {}",
-        if g.in_job {
-            "in the job"
+    let place = if g.in_job {
+        "in the job"
+    } else {
+        "outside the job"
+    };
+    // The figure the ranking and the table's ADDED use; RSS only labelled.
+    if let Some(h) = g.honest_kb {
+        let added = if h < 0 {
+            signed_kb(h)
         } else {
-            "outside the job"
-        },
+            human_kb(h as u64)
+        };
+        return format!(
+            "{who}, {place}) added {added} in {} (RSS +{})",
+            human_secs(g.window_ns),
+            human_kb(g.grew_kb)
+        );
+    }
+    let mut s = format!(
+        "{who}, {place}) grew {} RSS in {}",
         human_kb(g.grew_kb),
         human_secs(g.window_ns)
     );

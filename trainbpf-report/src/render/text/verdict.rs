@@ -50,13 +50,13 @@ pub fn verdict(r: &Report) -> String {
                 .map(|g| {
                     let who = rank_label(r, g.pid, g.start_ns, &g.comm)
                         .unwrap_or_else(|| format!("{}({})", esc(&g.comm), g.pid));
-                    format!("{who} +{}", human_kb(g.grew_kb))
+                    format!("{who} {}", crate::render::grower_figure(g))
                 })
                 .collect::<Vec<_>>()
                 .join(", ");
             let _ = writeln!(
                 out,
-                "trainbpf: grew most in the {} before: {top}",
+                "trainbpf: top growers in the {} before: {top}",
                 secs_whole(k.window_ns)
             );
         }
