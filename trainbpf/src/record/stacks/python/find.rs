@@ -9,7 +9,9 @@ use std::{
     os::unix::fs::MetadataExt as _,
 };
 
-use object::{Object as _, ObjectSection as _, ObjectSegment as _, ObjectSymbol as _};
+use object::{
+    Object as _, ObjectSection as _, ObjectSegment as _, ObjectSymbol as _, ReadRef as _,
+};
 
 use super::PyError;
 use crate::record::samplers::procfs::backing::Backing;
@@ -247,6 +249,8 @@ fn in_file(whole: &[Mapping], file: Result<File, String>) -> Result<Located, PyE
 
 /// `DT_DEBUG`.
 const DT_DEBUG: i64 = 21;
+/// `.dynamic` entries read at most: a real executable has a few dozen.
+const DYNAMIC_ENTRIES: u64 = 4096;
 /// `PF_X`.
 const PF_X: u32 = 1;
 
@@ -267,11 +271,16 @@ fn debug_slot(file: File) -> Result<u64, String> {
         .min()
         .ok_or("no executable segment")?;
     let dynamic = obj.section_by_name(".dynamic").ok_or("no .dynamic")?;
-    let bytes = dynamic.data().map_err(|e| e.to_string())?;
-    // Each entry: d_tag (i64), d_un (u64); bounded by the section.
+    // The job's file says how large its section is: only the first
+    // DYNAMIC_ENTRIES entries are read, whatever it claims (a sparse file
+    // can claim terabytes).
+    let (offset, size) = dynamic.file_range().ok_or(".dynamic has no file data")?;
+    let bytes = (&data)
+        .read_bytes_at(offset, size.min(DYNAMIC_ENTRIES * 16))
+        .map_err(|()| format!(".dynamic at file offset {offset:#x} is not in the file"))?;
+    // Each entry: d_tag (i64), d_un (u64).
     let at = bytes
         .chunks_exact(16)
-        .take(4096)
         .position(|e| i64::from_le_bytes(e[..8].try_into().unwrap_or_default()) == DT_DEBUG)
         .ok_or("no DT_DEBUG entry")?;
     let slot = dynamic.address() + at as u64 * 16 + 8;
@@ -297,6 +306,35 @@ fn open_mapped(pid: u32, m: &Mapping) -> Result<File, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An executable whose `.dynamic` claims a terabyte, in a sparse file
+    /// that long: its `DT_DEBUG` slot is found from the first entries, and
+    /// nothing near the claim is read.
+    #[test]
+    fn a_dynamic_section_claiming_a_terabyte_reads_its_first_entries() {
+        let exe = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        let dir = std::env::temp_dir().join(format!("trainbpf-dynamic-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (plain, huge) = (dir.join("plain"), dir.join("huge"));
+        std::fs::write(&plain, &exe).unwrap();
+        let want = debug_slot(File::open(&plain).unwrap()).expect("a PIE test binary has DT_DEBUG");
+        let obj = object::File::parse(&*exe).unwrap();
+        let index = obj.section_by_name(".dynamic").unwrap().index().0 as u64;
+        let u = |at: usize, n: usize| {
+            let mut b = [0u8; 8];
+            b[..n].copy_from_slice(&exe[at..at + n]);
+            u64::from_le_bytes(b)
+        };
+        let (shoff, shentsize) = (u(0x28, 8), u(0x3a, 2));
+        let size_at = (shoff + index * shentsize + 0x20) as usize;
+        let mut patched = exe.clone();
+        patched[size_at..size_at + 8].copy_from_slice(&(1u64 << 40).to_le_bytes());
+        std::fs::write(&huge, &patched).unwrap();
+        let f = std::fs::OpenOptions::new().write(true).open(&huge).unwrap();
+        f.set_len(1 << 40).unwrap();
+        assert_eq!(debug_slot(File::open(&huge).unwrap()), Ok(want));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn versions_from_file_names() {
