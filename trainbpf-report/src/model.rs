@@ -484,6 +484,7 @@ impl Builder {
             report.kills[i].realtime_ns = report.realtime_ns(report.kills[i].ts_ns);
         }
         report.name_lines();
+        report.cgroup_at_kills();
         report.mark_consequences();
         report.diagnoses = diagnosis::diagnose(&report);
         report

@@ -168,6 +168,29 @@ impl Report {
         }
     }
 
+    /// Ends each kill window's cgroup line at the kill with the kernel's own
+    /// figure for the job's cgroup (its OOM report's `memory: usage`): the
+    /// samples come once a second, and a job that fills its limit within
+    /// one was charted at 0 KiB of a limit it had reached.
+    pub(crate) fn cgroup_at_kills(&mut self) {
+        let job = self.job.as_ref().and_then(|j| j.cgroup.as_deref());
+        for w in &mut self.series.windows {
+            let Some(k) = self.kills.iter().find(|k| k.ts_ns == w.kill_ns) else {
+                continue;
+            };
+            let (Some(usage), Some(memcg)) = (k.memcg_usage_kb, k.memcg.as_deref()) else {
+                continue;
+            };
+            if job != Some(memcg) || k.constraint != Constraint::Memcg {
+                continue;
+            }
+            if let Some(last) = w.cgroup_usage.last_mut() {
+                *last = Some(last.map_or(usage, |v| v.max(usage)));
+                w.cgroup_limit_kb = w.cgroup_limit_kb.or(k.memcg_limit_kb);
+            }
+        }
+    }
+
     /// Gives the charts' lines their names once the identities are known
     /// (they come from the processes' environments, read after the lines
     /// began).
