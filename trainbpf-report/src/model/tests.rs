@@ -751,37 +751,4 @@ fn added_is_capped_at_what_the_process_maps_and_page_cache_is_apart() {
 
 /// Fork-then-exec peaks, attach titles, what is kept apart.
 mod readable;
-
-/// A job that filled its cgroup between two pressure samples: the window's
-/// cgroup line ends at the kernel's own usage for the job's cgroup, not at
-/// the last sample's 0 KiB; another cgroup's OOM leaves it alone.
-#[test]
-fn the_cgroup_line_ends_at_the_kernels_usage_at_the_kill() {
-    let mut r = crate::render::fixture::sample_report();
-    let k = r.kills[0].clone();
-    let window = |k: &Kill| KillWindow {
-        kill_ns: k.ts_ns,
-        start_ns: k.ts_ns - 1_000,
-        step_ns: 10,
-        victim_pid: k.victim.pid,
-        lines: vec![],
-        mem_available: vec![],
-        mem_total_kb: None,
-        cgroup_usage: vec![Some(0), None, None],
-        cgroup_limit_kb: None,
-    };
-    r.series.windows = vec![window(&k)];
-    assert_eq!(
-        r.job.as_ref().unwrap().cgroup,
-        k.memcg,
-        "the fixture's OOM is the job's cgroup"
-    );
-    r.cgroup_at_kills();
-    let w = &r.series.windows[0];
-    assert_eq!(w.cgroup_usage, vec![Some(0), None, k.memcg_usage_kb]);
-    assert_eq!(w.cgroup_limit_kb, k.memcg_limit_kb);
-    r.series.windows = vec![window(&k)];
-    r.kills[0].memcg = Some("/elsewhere".into());
-    r.cgroup_at_kills();
-    assert_eq!(r.series.windows[0].cgroup_usage, vec![Some(0), None, None]);
-}
+mod windows;
