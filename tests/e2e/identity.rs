@@ -46,6 +46,9 @@ if rank == 0:
         while True:
             time.sleep(1)
     threading.Thread(target=runloop, daemon=True).start()
+    # A helper that inherits its RANK: of rank 0, not a rank of its own.
+    import subprocess
+    subprocess.Popen(["sleep", "3"])
 print("up", flush=True)
 if rank == 0:
     while True:
@@ -82,7 +85,17 @@ fn a_two_rank_job_names_the_rank_that_was_killed() {
     assert!(v["container"].is_null(), "no container here: {v}");
 
     // Each rank's process, and the launcher, which has none.
-    let ranked: Vec<&Value> = procs(&r).iter().filter(|p| !p["rank"].is_null()).collect();
+    // Rank 0's helper is of rank 0 (its RANK is inherited); the rest are
+    // the ranks' own processes.
+    let helper = procs(&r)
+        .iter()
+        .find(|p| p["comm"] == "sleep")
+        .unwrap_or_else(|| panic!("rank 0's helper: {}", r["processes"]));
+    assert_eq!(helper["rank"], 0, "{helper}");
+    let ranked: Vec<&Value> = procs(&r)
+        .iter()
+        .filter(|p| !p["rank"].is_null() && p["comm"] != "sleep")
+        .collect();
     for p in &ranked {
         eprintln!(
             "process {} {}: rank {} local_rank {} world_size {} run_id {}",
@@ -185,6 +198,14 @@ fn a_two_rank_job_names_the_rank_that_was_killed() {
         assert!(charted, "a chart line is labelled rank {rank}: {text}");
     }
     assert!(!text.contains("pt_gloo_runloop"), "a thread's name: {text}");
+    // The helper rank 0 started carries RANK=0, and is no rank.
+    let groups = r["groups"].as_array().expect("the run's groups");
+    let ranks = groups.iter().find(|g| g["role"] == "torchrun ranks");
+    assert_eq!(
+        ranks.map(|g| u(&g["count"])),
+        Some(2),
+        "two ranks in the run: {groups:#?}"
+    );
     // Rank 0, stopped by the launcher after rank 1's kill, and the
     // launcher's own failed exit are that kill's consequences.
     for pid in [rank0, u(&launcher["pid"])] {

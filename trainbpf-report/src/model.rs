@@ -414,6 +414,7 @@ impl Builder {
             .filter_map(|p| deaths::classify(p, &kills, &self.signals))
             .collect();
         deaths.sort_by_key(|d| (d.ts_ns, d.pid));
+        self.identities.settle_inherited();
         let groups = self.run_groups(&processes);
 
         let top = self.top_memory_users();

@@ -231,6 +231,34 @@ impl Identities {
         self.pass_on(key, ts);
     }
 
+    /// Tells each process with a record of its own from one under a rank
+    /// that carries the same, over every fork recorded. Records come from
+    /// a reader thread in no set order, and a helper's (a pyenv shim's
+    /// `bash` and `readlink`, a compiler) can come before its rank's, or
+    /// before its fork was known: it was then a rank of its own (a
+    /// two-rank job counted four). Run once the records are in.
+    pub(super) fn settle_inherited(&mut self) {
+        let mut under = Vec::new();
+        for (parent, kids) in &self.forks {
+            let Some(p) = self.by_proc.get(parent).filter(|p| p.rank.is_some()) else {
+                continue;
+            };
+            let same = (p.rank, p.rank_from);
+            under.extend(kids.iter().map(|(c, _)| *c).filter(|c| {
+                self.own.contains(c)
+                    && self
+                        .by_proc
+                        .get(c)
+                        .is_some_and(|id| (id.rank, id.rank_from) == same)
+            }));
+        }
+        for c in under {
+            if let Some(id) = self.by_proc.get_mut(&c) {
+                id.inherited = true;
+            }
+        }
+    }
+
     fn set(&mut self, key: ProcKey, id: Option<Identity>) {
         match id {
             Some(id) => self.insert(key, id),
@@ -463,6 +491,22 @@ mod tests {
     /// recorded after forks that followed its exec. Those forks get it;
     /// one forked before the exec keeps what it had, and one that exec'd
     /// keeps its own.
+    /// A helper's own record before its rank's: still of that rank, not a
+    /// rank of its own.
+    #[test]
+    fn a_helpers_record_before_its_ranks_is_still_of_that_rank() {
+        let mut ids = Identities::default();
+        let (rank, helper) = (key(10), key(11));
+        ids.on_fork(1, helper, rank);
+        let r = rec(&[("RANK", "0"), ("WORLD_SIZE", "2")], &[]);
+        ids.on_record(2, helper, Some(rank), &r);
+        ids.on_record(0, rank, None, &r);
+        ids.settle_inherited();
+        let ids = ids.finish();
+        assert_eq!((ids[&rank].rank, ids[&rank].inherited), (Some(0), false));
+        assert_eq!((ids[&helper].rank, ids[&helper].inherited), (Some(0), true));
+    }
+
     #[test]
     fn a_late_record_reaches_the_forks_made_since_its_exec() {
         let mut ids = Identities::default();

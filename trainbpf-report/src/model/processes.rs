@@ -320,13 +320,15 @@ impl Builder {
             tgid: g.pid,
             start_ns: g.start_ns,
         };
-        // A rank's own process; its workers are DataLoader workers, its
-        // helpers are grouped by command line.
-        let rank = self
-            .identities
-            .get(&key)
-            .is_some_and(|i| i.rank.is_some() && !i.inherited);
-        attribution::role(&g.comm, info)
+        // A rank's own process, by its identity: the helpers under it carry
+        // its RANK too (a pyenv shim's bash, a compiler), and are grouped by
+        // command line; its workers are DataLoader workers. What the
+        // sampler read decides only where no identity was recorded.
+        let rank = match self.identities.get(&key) {
+            Some(i) => i.rank.is_some() && !i.inherited,
+            None => attribution::role(&g.comm, info).is_some(),
+        };
+        attribution::role(&g.comm, None)
             .or_else(|| rank.then(|| "torchrun ranks".to_string()))
             .or_else(|| {
                 let cmd = info?.cmdline.join(" ");

@@ -7,8 +7,12 @@ use super::*;
 /// the last sample's 0 KiB; another cgroup's OOM leaves it alone.
 #[test]
 fn the_cgroup_line_ends_at_the_kernels_usage_at_the_kill() {
-    let mut r = crate::render::fixture::sample_report();
-    let k = r.kills[0].clone();
+    use crate::model::diagnosis::fixture::{job, kill};
+    let mut r = job(700, 300);
+    let mut k = kill(700, "python3", 300);
+    k.constraint = Constraint::Memcg;
+    k.memcg = Some("/trainbpf/job".into());
+    r.kills = vec![k.clone()];
     let window = |k: &Kill| KillWindow {
         kill_ns: k.ts_ns,
         start_ns: k.ts_ns - 1_000,
