@@ -75,6 +75,19 @@ fn victim_fields_equal_the_kernels_own_report() {
     );
     assert_eq!(r["job"]["exit"]["signal"], 9);
     assert_eq!(u(&r["lost_events"]), 0);
+    // The kill in one line, the same on record's stderr.
+    let verdict = k["verdict"].as_str().expect("a verdict");
+    assert!(
+        verdict.starts_with(&format!(
+            "python3 (pid {pid}) was OOM-killed: its memory cgroup reached its 160 MiB limit; \
+             it added "
+        )) && verdict.chars().count() <= 200,
+        "{verdict}"
+    );
+    assert!(
+        stderr.contains(&format!("trainbpf: {verdict}\n")),
+        "stderr has the same line: {stderr}"
+    );
     // Why this victim: the reconstruction ranks it first, from the cgroup's
     // limit, and its points are the kernel's formula over its own figures.
     let cands = k["candidates"].as_array().expect("candidates");

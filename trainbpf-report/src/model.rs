@@ -73,6 +73,7 @@ pub(crate) use short_lived::ShortLived;
 /// Growth stacks per process (`record --stacks`).
 pub(crate) mod stacks;
 mod timeline;
+pub mod verdict;
 pub(crate) use badness::{Candidate as RankedCandidate, Ranking, TotalSource};
 pub use deaths::{Cause, consequence};
 pub(crate) use deaths::{Death, Sender};
@@ -485,6 +486,10 @@ impl Builder {
             report.kills[i].realtime_ns = report.realtime_ns(report.kills[i].ts_ns);
         }
         report.name_lines();
+        for i in 0..report.kills.len() {
+            let line = verdict::line(&verdict::facts(&report, &report.kills[i]));
+            report.kills[i].verdict = line;
+        }
         report.cgroup_at_kills();
         report.mark_consequences();
         report.diagnoses = diagnosis::diagnose(&report);

@@ -104,6 +104,12 @@ pub(crate) fn rule_ids() -> impl Iterator<Item = &'static str> {
 /// Runs every rule. The result is ordered by kill (kills first, in time
 /// order, then the run's own), and within one kill by confidence, then by
 /// rule order, so that the first diagnosis of a kill is its "most likely".
+/// Where a process of kill `k` grew most, in its own code: `function
+/// (file:line)` of its heaviest growth stack, as the diagnoses cite it.
+pub(crate) fn place(r: &Report, k: &super::Kill, pid: u32, start_ns: u64) -> Option<String> {
+    growth::grower_place(r, k, pid, start_ns).map(|(_, at)| at)
+}
+
 pub(crate) fn diagnose(report: &Report) -> Vec<Diagnosis> {
     let mut out = Vec::new();
     for (id, rule) in RULES {

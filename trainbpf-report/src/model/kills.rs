@@ -108,6 +108,8 @@ pub struct Kill {
     pub(crate) window_ns: u64,
     /// The kernel log lines read as part of this kill.
     pub(crate) kernel_log: Vec<String>,
+    /// The kill in one line ([`super::verdict::line`]).
+    pub(crate) verdict: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
@@ -278,6 +280,7 @@ impl Builder {
                 pressure: None,
                 window_ns: self.window,
                 kernel_log: Vec::new(),
+                verdict: String::new(),
             },
             hints: Hints {
                 oc_constraint: oc.map(|o| Constraint::from_kernel(o.constraint)),

@@ -294,8 +294,9 @@ pub(crate) mod fixture {
             ],
             window_ns: 60_000_000_000,
             kernel_log: vec![],
+            verdict: String::new(),
         };
-        Report {
+        let mut r = Report {
             header: RecordingHeader {
                 kernel: "6.8.0".into(),
                 clock: ClockPair {
@@ -379,7 +380,13 @@ pub(crate) mod fixture {
             left_out: Default::default(),
             source: Default::default(),
             identities: Default::default(),
+        };
+        // As the model's finish gives each kill its line.
+        for i in 0..r.kills.len() {
+            r.kills[i].verdict =
+                crate::model::verdict::line(&crate::model::verdict::facts(&r, &r.kills[i]));
         }
+        r
     }
 }
 

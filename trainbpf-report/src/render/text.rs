@@ -305,7 +305,10 @@ mod tests {
             "{v}"
         );
         assert!(
-            v.contains("pt_data_worker(812) RSS +250.1 MiB, python3(700) RSS +2 MiB"),
+            v.contains(
+                "trainbpf: pt_data_worker (pid 812) was OOM-killed: its memory cgroup reached its \
+                 300 MiB limit; its RSS grew 250.1 MiB in 12.0 s\n"
+            ),
             "{v}"
         );
         assert!(v.contains("killed by signal 9 (SIGKILL)"), "{v}");

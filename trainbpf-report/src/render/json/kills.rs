@@ -68,6 +68,13 @@ pub(crate) struct Kill {
     pub(crate) totalpages: Option<u64>,
     /// The process whose allocation failed and set off the kill.
     pub(crate) trigger: Trigger,
+    /// The kill in one line of at most 200 characters that stands alone:
+    /// the victim, what killed it and the limit, the top grower with what
+    /// it added and where (`rank 1 (pid 812) was OOM-killed: its memory
+    /// cgroup reached its 2 GiB limit; it added 1.27 GiB in 40.0 s, in
+    /// load_batch (train.py:42)`).
+    #[schemars(length(max = 200))]
+    pub(crate) verdict: String,
     /// The process killed.
     pub(crate) victim: Victim,
     /// The look-back window for `growers`, seconds.
@@ -117,6 +124,7 @@ impl Kill {
                 pid: k.trigger.tgid,
                 tid: k.trigger.pid,
             },
+            verdict: k.verdict.clone(),
             victim: Victim::new(
                 &k.victim,
                 r.victim_stack_at_death(k),

@@ -9,10 +9,7 @@ use super::{gpu, leaks};
 use crate::model::{Cause, Constraint, Report};
 use crate::render::death_phrase;
 use crate::term::escape as esc;
-use crate::units::{human_kb, secs_whole};
-
-/// Growers named in the verdict.
-const VERDICT_GROWERS: usize = 3;
+use crate::units::human_kb;
 
 /// Kills spelled out in the verdict; the rest are counted.
 const VERDICT_KILLS: usize = 3;
@@ -42,23 +39,10 @@ pub fn verdict(r: &Report) -> String {
             human_kb(v.rss.resident_kb()),
             if v.in_job { "" } else { ", outside the job" }
         );
-        if !k.growers.is_empty() {
-            let top = k
-                .growers
-                .iter()
-                .take(VERDICT_GROWERS)
-                .map(|g| {
-                    let who = rank_label(r, g.pid, g.start_ns, &g.comm)
-                        .unwrap_or_else(|| format!("{}({})", esc(&g.comm), g.pid));
-                    format!("{who} {}", crate::render::grower_figure(g))
-                })
-                .collect::<Vec<_>>()
-                .join(", ");
-            let _ = writeln!(
-                out,
-                "trainbpf: top growers in the {} before: {top}",
-                secs_whole(k.window_ns)
-            );
+        // The kill in the one line every place that tells it in a line
+        // shares (`kills[].verdict`): the top grower, what it added, where.
+        if !k.verdict.is_empty() {
+            let _ = writeln!(out, "trainbpf: {}", esc(&k.verdict));
         }
     }
     if r.kills.len() > VERDICT_KILLS {

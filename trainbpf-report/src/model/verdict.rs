@@ -1,0 +1,181 @@
+//! A kill in one line that stands alone: who was killed, by what, and the
+//! top grower with what it added and where. The one text for every place a
+//! kill is told in a line (the report's `kills[].verdict`; the recorder's
+//! stderr, `--events-jsonl` and torchelastic's error file build the same
+//! [`Facts`] live and call the same [`line`]).
+
+use super::{Constraint, Kill, Report, diagnosis};
+use crate::units::{human_kb, human_secs, signed_kb};
+
+/// The longest line: a log field, a Root Cause block's message.
+pub const MAX_CHARS: usize = 200;
+
+/// What the line says.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Facts {
+    /// The victim as the report names it: `rank 1 (pid 812)`.
+    pub victim: String,
+    pub constraint: Constraint,
+    /// The memory cgroup's limit, for a memcg OOM.
+    pub limit_kb: Option<u64>,
+    pub top: Option<Top>,
+}
+
+/// The kill's top grower.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Top {
+    /// As the report names it; `None` when it is the victim.
+    pub who: Option<String>,
+    /// Allocated minus freed in its own context over the window (ADDED),
+    /// where recorded.
+    pub added_kb: Option<i64>,
+    /// Its resident memory's growth over the window.
+    pub rss_kb: u64,
+    pub window_ns: u64,
+    /// Where it grew: `function (file:line)` of its own code.
+    pub at: Option<String>,
+}
+
+/// The line, at most [`MAX_CHARS`] characters: the place is shortened
+/// first, then the whole cut.
+pub fn line(f: &Facts) -> String {
+    let cause = match (f.constraint, f.limit_kb) {
+        (Constraint::Memcg, Some(l)) => {
+            format!(": its memory cgroup reached its {} limit", human_kb(l))
+        }
+        (Constraint::Memcg, None) => ": its memory cgroup reached its limit".into(),
+        (Constraint::None, _) => ": the machine ran out of memory".into(),
+        (Constraint::Cpuset, _) => ": its cpuset's memory nodes ran out".into(),
+        (Constraint::MemoryPolicy, _) => ": its memory policy's nodes ran out".into(),
+        (Constraint::Unknown, _) => String::new(),
+    };
+    let mut head = format!("{} was OOM-killed{cause}", f.victim);
+    let Some(t) = &f.top else {
+        return cut(head, MAX_CHARS);
+    };
+    let who = t.who.as_deref().unwrap_or("it");
+    let grew = match t.added_kb {
+        Some(a) if a < 0 => format!("{who} added {}", signed_kb(a)),
+        Some(a) => format!("{who} added {}", human_kb(a as u64)),
+        None => {
+            let whose = t.who.as_deref().map_or("its".into(), |w| format!("{w}'s"));
+            format!("{whose} RSS grew {}", human_kb(t.rss_kb))
+        }
+    };
+    head.push_str(&format!("; {grew} in {}", human_secs(t.window_ns)));
+    match &t.at {
+        Some(at) => {
+            let room = MAX_CHARS.saturating_sub(head.chars().count() + ", in ".len());
+            if room >= 12 {
+                head.push_str(", in ");
+                head.push_str(&cut(at.clone(), room));
+            }
+            cut(head, MAX_CHARS)
+        }
+        None => cut(head, MAX_CHARS),
+    }
+}
+
+/// `s` in at most `n` characters, `…` marking a cut.
+fn cut(s: String, n: usize) -> String {
+    if s.chars().count() <= n {
+        return s;
+    }
+    let mut out: String = s.chars().take(n.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+/// The facts of kill `k`, as the report has them.
+pub(crate) fn facts(r: &Report, k: &Kill) -> Facts {
+    let v = &k.victim;
+    let top = k.growers.first().map(|g| Top {
+        who: (!g.is_victim).then(|| r.who(g.pid, g.start_ns, &g.comm)),
+        added_kb: g.honest_kb,
+        rss_kb: g.grew_kb,
+        window_ns: g.window_ns,
+        at: diagnosis::place(r, k, g.pid, g.start_ns),
+    });
+    let victim = r.who(v.pid, v.start_ns, &v.comm);
+    Facts {
+        victim: if v.in_job {
+            victim
+        } else {
+            format!("{victim}, outside the job,")
+        },
+        constraint: k.constraint,
+        limit_kb: k
+            .memcg_limit_kb
+            .filter(|_| k.constraint == Constraint::Memcg),
+        top,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1024;
+
+    fn leak() -> Facts {
+        Facts {
+            victim: "rank 1 (pid 812)".into(),
+            constraint: Constraint::Memcg,
+            limit_kb: Some(2048 * MIB),
+            top: Some(Top {
+                who: None,
+                added_kb: Some(1300 * MIB as i64),
+                rss_kb: 1400 * MIB,
+                window_ns: 40_000_000_000,
+                at: Some("load_batch (train.py:42)".into()),
+            }),
+        }
+    }
+
+    #[test]
+    fn who_what_and_where_in_a_line() {
+        assert_eq!(
+            line(&leak()),
+            "rank 1 (pid 812) was OOM-killed: its memory cgroup reached its 2 GiB limit; it \
+             added 1.27 GiB in 40.0 s, in load_batch (train.py:42)"
+        );
+        let mut f = leak();
+        f.constraint = Constraint::None;
+        f.limit_kb = None;
+        let t = f.top.as_mut().unwrap();
+        t.who = Some("rank 0 (pid 811)".into());
+        t.added_kb = None;
+        t.at = None;
+        assert_eq!(
+            line(&f),
+            "rank 1 (pid 812) was OOM-killed: the machine ran out of memory; rank 0 (pid 811)'s \
+             RSS grew 1.37 GiB in 40.0 s"
+        );
+        f.top.as_mut().unwrap().who = None;
+        assert!(
+            line(&f).ends_with("; its RSS grew 1.37 GiB in 40.0 s"),
+            "{}",
+            line(&f)
+        );
+        f.top = None;
+        assert_eq!(
+            line(&f),
+            "rank 1 (pid 812) was OOM-killed: the machine ran out of memory"
+        );
+    }
+
+    /// A long place is shortened, a long name cut: never over the limit,
+    /// and the victim always first.
+    #[test]
+    fn never_longer_than_the_limit() {
+        let mut f = leak();
+        f.top.as_mut().unwrap().at = Some(format!("{} (x.py:1)", "f".repeat(300)));
+        let l = line(&f);
+        assert_eq!(l.chars().count(), MAX_CHARS, "{l}");
+        assert!(l.ends_with('…') && l.contains(", in fff"), "{l}");
+        f.victim = "v".repeat(400);
+        let l = line(&f);
+        assert_eq!(l.chars().count(), MAX_CHARS);
+        assert!(l.starts_with("vvv"));
+    }
+}
