@@ -256,7 +256,15 @@ fn try_sched_exit(ctx: &BtfTracePointContext) -> Result<u32, u32> {
         let leader: u64 = rd(task, conf!(task_group_leader)).unwrap_or(task);
         (*ev).comm = rd_comm(leader);
     }
-    entry.submit(lazy_precious());
+    // A death by a signal wakes the collector at once (torchelastic's
+    // error file); the rest wait for its next look.
+    // SAFETY: reserved slot, written above.
+    let signalled = unsafe { (*ev).exit_code } & 0x7f != 0;
+    entry.submit(if signalled {
+        crate::BPF_RB_FORCE_WAKEUP
+    } else {
+        lazy_precious()
+    });
     Ok(0)
 }
 

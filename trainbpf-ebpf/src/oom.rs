@@ -83,7 +83,9 @@ fn emit_oom_kill(oc: u64, source: u32, prog: &'static str) -> Result<u32, u32> {
             css_cgroup_id(memcg + conf!(memcg_css) as u64)
         };
     }
-    entry.submit(0);
+    // A kill wakes the collector at once: torchelastic's error file must
+    // be written before the victim's parent reaps it.
+    entry.submit(crate::BPF_RB_FORCE_WAKEUP);
     Ok(0)
 }
 
@@ -123,7 +125,9 @@ fn try_mark_victim_btf(ctx: &BtfTracePointContext) -> Result<u32, u32> {
     fill_victim(ev, KIND_OOM_VICTIM, SRC_TP_BTF, task);
     // SAFETY: reserved slot.
     unsafe { (*ev).uid = uid };
-    entry.submit(0);
+    // A kill wakes the collector at once: torchelastic's error file must
+    // be written before the victim's parent reaps it.
+    entry.submit(crate::BPF_RB_FORCE_WAKEUP);
     Ok(0)
 }
 
@@ -190,7 +194,9 @@ fn try_mark_victim_tp(ctx: &TracePointContext) -> Result<u32, u32> {
         (*ev).comm = comm;
         (*ev).trigger_comm = bpf_get_current_comm().unwrap_or([0; COMM_LEN]);
     }
-    entry.submit(0);
+    // A kill wakes the collector at once: torchelastic's error file must
+    // be written before the victim's parent reaps it.
+    entry.submit(crate::BPF_RB_FORCE_WAKEUP);
     Ok(0)
 }
 

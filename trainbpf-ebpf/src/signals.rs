@@ -111,7 +111,13 @@ fn try_signal_generate(ctx: &BtfTracePointContext) -> Result<u32, u32> {
         (*ev).sender_comm = bpf_get_current_comm().unwrap_or([0; COMM_LEN]);
         (*ev).comm = rd_comm(task);
     }
-    entry.submit(0);
+    // A SIGKILL wakes the collector at once (torchelastic's error file
+    // races the victim's reaping); other signals at its next look.
+    entry.submit(if sig == 9 {
+        crate::BPF_RB_FORCE_WAKEUP
+    } else {
+        0
+    });
     Ok(0)
 }
 

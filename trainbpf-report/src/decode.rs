@@ -29,7 +29,7 @@ mod user;
 pub(crate) use events::tty_path;
 pub use events::{
     CgroupName, Compaction, EbpfLog, Event, ExeName, ExitStatus, JobExit, JobReads, JobStart,
-    LeakWarning, Lost, MemSample, OomControl, OomRecord, OomRecordKind, ProcKey, Rss,
+    KillVerdict, LeakWarning, Lost, MemSample, OomControl, OomRecord, OomRecordKind, ProcKey, Rss,
     SignalReceived, SignalRecord, SmapsSample, Task, Terminal, Timed,
 };
 pub use identity::ProcIdentity;
@@ -69,6 +69,10 @@ pub(crate) const KIND_IDENTITY: u16 = 131;
 /// What reading the job's memory and files cost and skipped
 /// ([`JobReads`], `procfs::guard`).
 pub(crate) const KIND_JOB_READS: u16 = 140;
+/// A kill's one line as the recorder told it at the kill
+/// ([`KillVerdict`]): what its stderr, `--events-jsonl` and torchelastic's
+/// error file said, which the report's `kills[].verdict` repeats.
+pub(crate) const KIND_VERDICT: u16 = 141;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum DecodeError {
@@ -147,7 +151,9 @@ pub fn decode(kind: u16, bytes: &[u8], page_kb: u64) -> Result<Timed, DecodeErro
         KIND_JOB_START | KIND_JOB_EXIT | KIND_LOST | KIND_CGROUP | KIND_NOTE | KIND_EXE
         | KIND_PRESSURE | KIND_SMAPS | KIND_PROC_INFO | KIND_SHM | KIND_COMPACTED
         | KIND_LEAK_WARNING | KIND_SIGNAL_RECEIVED | KIND_STACKS | KIND_STACK_AT_DEATH
-        | KIND_EBPF_LOG | KIND_IDENTITY | KIND_JOB_READS => user::decode(kind, bytes)?,
+        | KIND_EBPF_LOG | KIND_IDENTITY | KIND_JOB_READS | KIND_VERDICT => {
+            user::decode(kind, bytes)?
+        }
         other => return Err(DecodeError::UnknownKind(other)),
     };
     Ok(Timed {

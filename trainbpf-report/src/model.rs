@@ -85,7 +85,7 @@ pub(crate) mod series;
 /// vocabulary, so that the renderers read them from the model alone.
 pub(crate) use crate::decode::{ExitStatus, LeakWarning, OomRecordKind};
 pub use growers::Grower;
-pub use kernel_log::kill_constraint;
+pub use kernel_log::{kill_constraint, memcg_limit};
 pub use kills::{Constraint, Kill, KillSource, TreeNode, Trigger, Victim};
 pub use processes::wait_status;
 pub(crate) use processes::{Job, MemoryUser, Process};
@@ -180,6 +180,8 @@ struct Builder {
     compaction: Option<crate::decode::Compaction>,
     leak_warnings: Vec<(u64, crate::decode::LeakWarning)>,
     ebpf_log: EbpfLogReport,
+    /// The kills' lines as the recorder told them (bounded).
+    told: Vec<(u64, crate::decode::KillVerdict)>,
     signals: deaths::Signals,
     page_kb: u64,
     pressure: before::History,
@@ -226,6 +228,7 @@ impl Builder {
             job_reads: Default::default(),
             compaction: None,
             leak_warnings: Vec::new(),
+            told: Vec::new(),
             ebpf_log: EbpfLogReport {
                 enabled: header.attach.ebpf_log.is_some(),
                 ..Default::default()
@@ -337,6 +340,8 @@ impl Builder {
             }
             Event::Lost(l) => self.lost = l,
             Event::JobReads(r) => self.job_reads = r,
+            Event::Verdict(v) if self.told.len() < verdict::MAX_TOLD => self.told.push((ts, v)),
+            Event::Verdict(_) => {}
             Event::Compacted(c) => self.compaction = Some(c),
             Event::LeakWarning(w) => self.leak_warnings.push((ts, w)),
             Event::EbpfLog(m) => self.ebpf_log.push(ts, m),
@@ -487,7 +492,11 @@ impl Builder {
         }
         report.name_lines();
         for i in 0..report.kills.len() {
-            let line = verdict::line(&verdict::facts(&report, &report.kills[i]));
+            // The line the recorder told at the kill, where it did: the
+            // same text in every place it landed.
+            let k = &report.kills[i];
+            let line = verdict::told(&self.told, k)
+                .unwrap_or_else(|| verdict::line(&verdict::facts(&report, k)));
             report.kills[i].verdict = line;
         }
         report.cgroup_at_kills();

@@ -251,6 +251,47 @@ pub fn human_ms(ns: u64) -> String {
     }
 }
 
+/// Name of a Linux signal (x86/arm generic numbering).
+pub fn signal_name(sig: i32) -> Option<&'static str> {
+    const NAMES: [&str; 31] = [
+        "SIGHUP",
+        "SIGINT",
+        "SIGQUIT",
+        "SIGILL",
+        "SIGTRAP",
+        "SIGABRT",
+        "SIGBUS",
+        "SIGFPE",
+        "SIGKILL",
+        "SIGUSR1",
+        "SIGSEGV",
+        "SIGUSR2",
+        "SIGPIPE",
+        "SIGALRM",
+        "SIGTERM",
+        "SIGSTKFLT",
+        "SIGCHLD",
+        "SIGCONT",
+        "SIGSTOP",
+        "SIGTSTP",
+        "SIGTTIN",
+        "SIGTTOU",
+        "SIGURG",
+        "SIGXCPU",
+        "SIGXFSZ",
+        "SIGVTALRM",
+        "SIGPROF",
+        "SIGWINCH",
+        "SIGIO",
+        "SIGPWR",
+        "SIGSYS",
+    ];
+    usize::try_from(sig)
+        .ok()
+        .and_then(|s| s.checked_sub(1))
+        .and_then(|i| NAMES.get(i).copied())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -25,6 +25,7 @@ pub mod rings;
 pub mod samplers;
 pub mod stacks;
 pub mod target;
+pub mod torchelastic;
 
 use std::{
     fs::File,
@@ -218,6 +219,10 @@ pub fn run(mut opts: RecordOptions) -> Result<Outcome, RecordError> {
             .flight
             .map(|f| crate::record::compact::Flight::new(place.clone(), f)),
         outputs,
+        recording: std::path::absolute(&opts.output)
+            .unwrap_or_else(|_| opts.output.clone())
+            .display()
+            .to_string(),
     }))?;
     if !place.still_names(&recording) {
         eprintln!(

@@ -237,6 +237,15 @@ impl Lost {
     }
 }
 
+/// A kill's line as the recorder told it, once, at the kill (its stderr,
+/// `--events-jsonl`, torchelastic's error file): the record's time is the
+/// kill's first kernel record, `proc` its victim.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KillVerdict {
+    pub proc: ProcKey,
+    pub line: String,
+}
+
 /// What reading the job's memory, `/proc` entries and mapped files cost
 /// and skipped (`procfs::guard`): cumulative, the last record wins. The
 /// job can make such a read wait as long as it likes; each is made off the
@@ -365,6 +374,8 @@ pub enum Event {
     Signal(Box<SignalRecord>),
     /// What reading the job cost and skipped ([`JobReads`]).
     JobReads(JobReads),
+    /// A kill's line as the recorder told it at the kill.
+    Verdict(KillVerdict),
     /// A process's `oom_score_adj` changed.
     OomAdj {
         proc: ProcKey,

@@ -8,7 +8,8 @@ use super::{
     KIND_CGROUP, KIND_COMPACTED, KIND_EBPF_LOG, KIND_EXE, KIND_IDENTITY, KIND_JOB_EXIT,
     KIND_JOB_READS, KIND_JOB_START, KIND_LEAK_WARNING, KIND_LOST, KIND_NOTE, KIND_PRESSURE,
     KIND_PROC_INFO, KIND_SHM, KIND_SIGNAL_RECEIVED, KIND_SMAPS, KIND_STACK_AT_DEATH, KIND_STACKS,
-    LeakWarning, Lost, Pressure, ProcInfo, ShmLook, ShmObject, SignalReceived, SmapsSample, json,
+    KIND_VERDICT, KillVerdict, LeakWarning, Lost, Pressure, ProcInfo, ShmLook, ShmObject,
+    SignalReceived, SmapsSample, json,
 };
 
 /// The JSON body of a userspace record.
@@ -43,6 +44,7 @@ pub enum UserBody {
     EbpfLog(EbpfLog),
     Identity(super::ProcIdentity),
     JobReads(JobReads),
+    Verdict(KillVerdict),
 }
 
 impl UserBody {
@@ -66,6 +68,7 @@ impl UserBody {
             UserBody::EbpfLog(_) => KIND_EBPF_LOG,
             UserBody::Identity(_) => KIND_IDENTITY,
             UserBody::JobReads(_) => KIND_JOB_READS,
+            UserBody::Verdict(_) => KIND_VERDICT,
         }
     }
 }
@@ -104,6 +107,7 @@ pub(super) fn decode(kind: u16, bytes: &[u8]) -> Result<(u64, Event), DecodeErro
         (KIND_EBPF_LOG, UserBody::EbpfLog(l)) => Event::EbpfLog(l),
         (KIND_IDENTITY, UserBody::Identity(i)) => Event::Identity(i),
         (KIND_JOB_READS, UserBody::JobReads(r)) => Event::JobReads(r),
+        (KIND_VERDICT, UserBody::Verdict(v)) => Event::Verdict(v),
         _ => {
             return Err(DecodeError::Json {
                 kind,

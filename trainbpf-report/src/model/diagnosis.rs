@@ -110,6 +110,11 @@ pub(crate) fn place(r: &Report, k: &super::Kill, pid: u32, start_ns: u64) -> Opt
     growth::grower_place(r, k, pid, start_ns).map(|(_, at)| at)
 }
 
+/// The place of the heaviest of `stacks`, as [`place`] gives it.
+pub(crate) fn heaviest_place(stacks: &[super::stacks::GrowthStack]) -> Option<String> {
+    growth::heaviest(stacks).map(|(_, at)| at)
+}
+
 pub(crate) fn diagnose(report: &Report) -> Vec<Diagnosis> {
     let mut out = Vec::new();
     for (id, rule) in RULES {

@@ -101,17 +101,30 @@ pub(super) fn parse_kernel_line(msg: &str) -> KernelLine {
 
 /// The pid and the constraint a kill's log line names, if it is one:
 /// `record --metrics` settles a kill's constraint with it while the job
-/// runs, as the report does afterwards.
-pub fn kill_constraint(msg: &str) -> Option<(u32, Constraint)> {
+/// runs, as the report does afterwards. The pid is `None` where the
+/// kernel's `oom-kill:` line came in pieces (its `pid=` in a continuation
+/// the console tracepoint passes on its own): the line of the kill that
+/// follows it.
+pub fn kill_constraint(msg: &str) -> Option<(Option<u32>, Constraint)> {
     match parse_kernel_line(msg) {
         KernelLine::OomKill {
             constraint: Some(c),
-            pid: Some(p),
+            pid,
             ..
-        } => Some((p, c)),
+        } => Some((pid, c)),
         KernelLine::Killed {
             constraint, pid, ..
-        } if constraint != Constraint::Unknown => Some((pid, constraint)),
+        } if constraint != Constraint::Unknown => Some((Some(pid), constraint)),
+        _ => None,
+    }
+}
+
+/// The memory cgroup's limit a memcg OOM's `memory: usage …, limit …`
+/// line gives, kB: the recorder's line at a kill names it, as the report
+/// does.
+pub fn memcg_limit(msg: &str) -> Option<u64> {
+    match parse_kernel_line(msg) {
+        KernelLine::Usage { limit_kb, .. } => limit_kb,
         _ => None,
     }
 }

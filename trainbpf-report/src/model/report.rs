@@ -113,17 +113,10 @@ impl Report {
     /// 701)` for one it started, else `python3 (pid 700)`. Unescaped: the
     /// renderers escape.
     pub(crate) fn who(&self, pid: u32, start_ns: u64, comm: &str) -> String {
-        match self.identity(pid, start_ns) {
-            Some(id) if id.rank.is_some() => {
-                let rank = id.rank.unwrap_or_default();
-                if id.inherited {
-                    format!("{comm} of rank {rank} (pid {pid})")
-                } else {
-                    format!("rank {rank} (pid {pid})")
-                }
-            }
-            _ => format!("{comm} (pid {pid})"),
-        }
+        let rank = self
+            .identity(pid, start_ns)
+            .and_then(|id| Some((id.rank?, id.inherited)));
+        super::verdict::who(pid, comm, rank)
     }
 
     /// A process in a name column beside its pid (a table, a chart's

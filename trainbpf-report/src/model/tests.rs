@@ -751,4 +751,5 @@ fn added_is_capped_at_what_the_process_maps_and_page_cache_is_apart() {
 
 /// Fork-then-exec peaks, attach titles, what is kept apart.
 mod readable;
+mod told;
 mod windows;

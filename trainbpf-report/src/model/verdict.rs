@@ -19,7 +19,16 @@ pub struct Facts {
     /// The memory cgroup's limit, for a memcg OOM.
     pub limit_kb: Option<u64>,
     pub top: Option<Top>,
+    /// An OOM kill of the job this shortly before ([`AFTER_NS`]): its
+    /// victim, and how long before. The kernel picks a second victim while
+    /// the first one's memory is still being freed; the line names the
+    /// first, which torchelastic's Root Cause may not (it orders failures
+    /// by the second).
+    pub after: Option<(String, u64)>,
 }
+
+/// A kill this soon after another of the job's follows from it.
+pub const AFTER_NS: u64 = 1_000_000_000;
 
 /// The kill's top grower.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -49,7 +58,11 @@ pub fn line(f: &Facts) -> String {
         (Constraint::MemoryPolicy, _) => ": its memory policy's nodes ran out".into(),
         (Constraint::Unknown, _) => String::new(),
     };
-    let mut head = format!("{} was OOM-killed{cause}", f.victim);
+    let after = match &f.after {
+        Some((who, ns)) => format!(" {} after {who}", crate::units::small_duration(*ns)),
+        None => String::new(),
+    };
+    let mut head = format!("{} was OOM-killed{after}{cause}", f.victim);
     let Some(t) = &f.top else {
         return cut(head, MAX_CHARS);
     };
@@ -74,6 +87,65 @@ pub fn line(f: &Facts) -> String {
         }
         None => cut(head, MAX_CHARS),
     }
+}
+
+/// A death by a signal other than an OOM kill, in a line: `rank 1 (pid
+/// 812) was killed by SIGKILL from bash (pid 900)`, `rank 1 (pid 812)
+/// died of SIGSEGV`. `sender`: who sent it, where known (a crash's
+/// signal is its own).
+pub fn died_line(victim: &str, sig: i32, sender: Option<&str>) -> String {
+    let name = crate::units::signal_name(sig).map_or_else(|| format!("signal {sig}"), Into::into);
+    let s = match sender {
+        Some(from) => format!("{victim} was killed by {name} from {from}"),
+        None => format!("{victim} died of {name}"),
+    };
+    cut(s, MAX_CHARS)
+}
+
+/// A process in prose, as the whole report names it: `rank 1 (pid 700)`
+/// for a rank's own process, `pt_data_worker of rank 1 (pid 701)` for one
+/// it started (`rank`: its rank, and whether inherited), else `python3
+/// (pid 700)`. Unescaped.
+pub fn who(pid: u32, comm: &str, rank: Option<(u32, bool)>) -> String {
+    match rank {
+        Some((r, true)) => format!("{comm} of rank {r} (pid {pid})"),
+        Some((r, false)) => format!("rank {r} (pid {pid})"),
+        None => format!("{comm} (pid {pid})"),
+    }
+}
+
+/// Where the heaviest of a process's growth stacks (bytes, frames
+/// innermost first) grew, in its own code: the place [`line`] cites, as
+/// the report finds it.
+pub fn place_of(stacks: &[(u64, Vec<crate::decode::stacks::Frame>)]) -> Option<String> {
+    let g: Vec<super::stacks::GrowthStack> = stacks
+        .iter()
+        .map(|(bytes, frames)| super::stacks::GrowthStack {
+            bytes: *bytes,
+            count: 1,
+            frames: frames.clone(),
+            error: None,
+        })
+        .collect();
+    diagnosis::heaviest_place(&g)
+}
+
+/// Lines told by the recorder kept at most (one per kill).
+pub(crate) const MAX_TOLD: usize = 4096;
+/// A told line belongs to a kill whose first record is this close.
+const TOLD_NS: u64 = 2_000_000_000;
+
+/// The line the recorder told at kill `k`, if it told one: same victim,
+/// within [`TOLD_NS`]. Cut to [`MAX_CHARS`] like any other.
+pub(crate) fn told(told: &[(u64, crate::decode::KillVerdict)], k: &Kill) -> Option<String> {
+    let v = &k.victim;
+    told.iter()
+        .find(|(ts, t)| {
+            t.proc.tgid == v.pid
+                && (t.proc.start_ns == 0 || v.start_ns == 0 || t.proc.start_ns == v.start_ns)
+                && ts.abs_diff(k.ts_ns) <= TOLD_NS
+        })
+        .map(|(_, t)| cut(t.line.clone(), MAX_CHARS))
 }
 
 /// `s` in at most `n` characters, `…` marking a cut.
@@ -108,6 +180,14 @@ pub(crate) fn facts(r: &Report, k: &Kill) -> Facts {
             .memcg_limit_kb
             .filter(|_| k.constraint == Constraint::Memcg),
         top,
+        after: r
+            .kills
+            .iter()
+            .find(|e| e.ts_ns < k.ts_ns && k.ts_ns - e.ts_ns <= AFTER_NS)
+            .map(|e| {
+                let v = &e.victim;
+                (r.who(v.pid, v.start_ns, &v.comm), k.ts_ns - e.ts_ns)
+            }),
     }
 }
 
@@ -129,6 +209,7 @@ mod tests {
                 window_ns: 40_000_000_000,
                 at: Some("load_batch (train.py:42)".into()),
             }),
+            after: None,
         }
     }
 
@@ -161,6 +242,13 @@ mod tests {
         assert_eq!(
             line(&f),
             "rank 1 (pid 812) was OOM-killed: the machine ran out of memory"
+        );
+        // A second victim names the first.
+        f.after = Some(("rank 0 (pid 811)".into(), 6_200_000));
+        assert_eq!(
+            line(&f),
+            "rank 1 (pid 812) was OOM-killed 6.2 ms after rank 0 (pid 811): the machine ran out \
+             of memory"
         );
     }
 

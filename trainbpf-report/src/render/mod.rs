@@ -21,46 +21,7 @@ use crate::{
     units::human_kb,
 };
 
-/// Name of a Linux signal (x86/arm generic numbering).
-pub(crate) fn signal_name(sig: i32) -> Option<&'static str> {
-    const NAMES: [&str; 31] = [
-        "SIGHUP",
-        "SIGINT",
-        "SIGQUIT",
-        "SIGILL",
-        "SIGTRAP",
-        "SIGABRT",
-        "SIGBUS",
-        "SIGFPE",
-        "SIGKILL",
-        "SIGUSR1",
-        "SIGSEGV",
-        "SIGUSR2",
-        "SIGPIPE",
-        "SIGALRM",
-        "SIGTERM",
-        "SIGSTKFLT",
-        "SIGCHLD",
-        "SIGCONT",
-        "SIGSTOP",
-        "SIGTSTP",
-        "SIGTTIN",
-        "SIGTTOU",
-        "SIGURG",
-        "SIGXCPU",
-        "SIGXFSZ",
-        "SIGVTALRM",
-        "SIGPROF",
-        "SIGWINCH",
-        "SIGIO",
-        "SIGPWR",
-        "SIGSYS",
-    ];
-    usize::try_from(sig)
-        .ok()
-        .and_then(|s| s.checked_sub(1))
-        .and_then(|i| NAMES.get(i).copied())
-}
+pub(crate) use crate::units::signal_name;
 
 /// A grower's figure as the kill's table and ranking count it: "added 225.7
 /// MiB" (allocated minus freed in its own context) where recorded, else

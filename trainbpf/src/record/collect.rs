@@ -48,6 +48,8 @@ pub(super) struct Start<'a> {
     pub(super) status: crate::record::live::status::Status,
     pub(super) flight: Option<crate::record::compact::Flight>,
     pub(super) outputs: crate::record::live::metrics::Setup,
+    /// The recording's path, as `trainbpf report` takes it.
+    pub(super) recording: String,
 }
 
 pub(super) async fn collect(start: Start<'_>) -> Result<(Option<ExitStatus>, File), RecordError> {
@@ -63,6 +65,7 @@ pub(super) async fn collect(start: Start<'_>) -> Result<(Option<ExitStatus>, Fil
         status,
         flight,
         outputs,
+        recording,
     } = start;
     let Loaded {
         mut ebpf,
@@ -87,6 +90,11 @@ pub(super) async fn collect(start: Start<'_>) -> Result<(Option<ExitStatus>, Fil
         .start(has_memcg)
         .map_err(io_err("starting the --metrics server"))?;
     c.stacks = stacks.map(crate::record::stacks::Stacks::start);
+    // A job's own processes only: `--all` has no job of a user's to speak
+    // for, and writes into no one's directories.
+    if !matches!(target, Target::All) {
+        c.error_files = Some(crate::record::torchelastic::ErrorFiles::start(recording));
+    }
     let rings = crate::record::rings::Rings::new(events, precious)
         .map_err(io_err("polling the ring buffers"))?;
     // SAFETY: the fd is owned by the value moved in, and stays open until

@@ -23,6 +23,8 @@ use crate::util::clock::mono_ns;
 mod job_view;
 /// Naming what the records point at: cgroups, executables, identities.
 mod names;
+/// A kill told as it happens: its line, and torchelastic's error file.
+mod told;
 
 /// What the recorder keeps while it records: the writer, what it has
 /// named already, the job's processes, and the samplers' last readings.
@@ -76,6 +78,11 @@ pub(super) struct Collector {
     pub(super) live: Option<crate::record::live::metrics::Outputs>,
     /// The page size in kB, which the memory records are counted in.
     page_kb: u64,
+    /// A kill's line, told at the kill (live/kill_line.rs).
+    lines: crate::record::live::kill_line::KillLines,
+    /// torchelastic's error files of the job's processes
+    /// (record/torchelastic.rs); `None` before the recording's path is set.
+    pub(super) error_files: Option<crate::record::torchelastic::ErrorFiles>,
 }
 
 impl Collector {
@@ -115,6 +122,8 @@ impl Collector {
             stacks: None,
             gpu_maps: Vec::new(),
             live: None,
+            lines: Default::default(),
+            error_files: None,
             page_kb: nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
                 .ok()
                 .flatten()
@@ -133,6 +142,7 @@ impl Collector {
     }
 
     pub(super) fn user(&mut self, body: UserBody) {
+        self.lines.on_user(&body);
         if let Some(o) = &mut self.live {
             o.live.on_user(&body);
         }
@@ -166,6 +176,8 @@ impl Collector {
         let Ok(t) = decode::decode(kind, bytes, self.page_kb) else {
             return;
         };
+        self.before_record(&t);
+        let told = self.lines.observe(&t);
         self.status.observe(&t);
         if let Some(o) = &mut self.live {
             o.live.observe(&t);
@@ -174,6 +186,9 @@ impl Collector {
             st.observe(&t);
         }
         self.observe(&t);
+        if let Some((proc, line)) = told {
+            self.tell_kill(t.ts_ns, proc, line);
+        }
     }
 
     /// A job thread's stacks at a fatal signal: named at once on the
@@ -196,6 +211,7 @@ impl Collector {
 
     pub(super) fn drain(&mut self, rings: &mut crate::record::rings::Rings) -> usize {
         let n = rings.drain(|bytes| self.on_record(bytes));
+        self.poll_error_files();
         self.poll_identities();
         self.poll_shm();
         self.poll_stacks();
@@ -212,6 +228,7 @@ impl Collector {
         // kernel's map (its stacks' execs and forks are sent already).
         st.send(crate::record::stacks::Msg::Tick);
         for (ts, body) in st.poll() {
+            self.lines.on_user(&body);
             let (kind, bytes) = decode::encode_user(ts, body);
             self.writer.record(kind, &bytes);
         }

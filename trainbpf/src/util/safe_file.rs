@@ -39,9 +39,11 @@ use sys::{
 };
 
 mod append;
+mod new_file;
 mod sys;
 
 pub use append::open_append;
+pub use new_file::{NewFile, create_new};
 
 /// Whose credentials create the files: the user who ran `sudo`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

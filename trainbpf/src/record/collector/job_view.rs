@@ -13,6 +13,9 @@ impl Observe for Collector {
     fn observe(&mut self, t: &Timed) {
         match &t.event {
             Event::Fork { child: proc, .. } | Event::Exec { proc, .. } => {
+                if let (Event::Fork { parent, .. }, Some(ef)) = (&t.event, &mut self.error_files) {
+                    ef.on_fork(parent.tgid, proc.tgid);
+                }
                 if self.job.len() < MAX_JOB_PROCS {
                     self.job.insert(proc.tgid);
                 }
@@ -31,6 +34,9 @@ impl Observe for Collector {
             } => {
                 self.job.remove(&proc.tgid);
                 self.identified.remove(&proc.tgid);
+                if let Some(ef) = &mut self.error_files {
+                    ef.on_exit(proc.tgid);
+                }
                 if proc.tgid == self.root {
                     self.root_exit = Some(trainbpf_report::model::wait_status(*exit_code));
                 }

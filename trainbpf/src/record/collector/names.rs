@@ -101,7 +101,11 @@ impl Collector {
 
     fn write_read(&mut self, d: Done) {
         if let Some(id) = d.identity {
+            if let Some(ef) = &mut self.error_files {
+                ef.know(id.tgid, d.error_file);
+            }
             let body = UserBody::Identity(id);
+            self.lines.on_user(&body);
             if let Some(o) = &mut self.live {
                 o.live.on_user(&body);
             }

@@ -58,6 +58,10 @@ struct Line<'a> {
     after_oom_kill_pid: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     after_oom_kill_rank: Option<u32>,
+    /// The kill in one line, as the recorder told it at the kill (the
+    /// report's `kills[].verdict`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    verdict: Option<&'a str>,
 }
 
 impl EventsLog {
@@ -110,6 +114,7 @@ impl EventsLog {
                 sender_comm: Some(&k.trigger_comm),
                 after_oom_kill_pid: None,
                 after_oom_kill_rank: None,
+                verdict: k.verdict.as_deref(),
             },
             Finished::Death(d) => {
                 if d.signal.is_none() && d.code == Some(0) {
@@ -134,6 +139,7 @@ impl EventsLog {
                     sender_comm: d.sender_comm.as_deref(),
                     after_oom_kill_pid: d.after_kill.map(|a| a.0),
                     after_oom_kill_rank: d.after_kill.and_then(|a| a.1),
+                    verdict: None,
                 }
             }
         };

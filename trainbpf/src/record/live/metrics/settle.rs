@@ -52,6 +52,8 @@ pub struct KillEvent {
     /// The task whose allocation set the kill off.
     pub trigger_pid: u32,
     pub trigger_comm: String,
+    /// The kill's line, as the recorder told it (`live::kill_line`).
+    pub verdict: Option<String>,
 }
 
 /// A job process's death.
@@ -120,6 +122,8 @@ pub struct Live {
     gpu: Option<Ledger>,
     /// The job's first OOM kill: (ts, victim pid, its rank).
     first_kill: Option<(u64, u32, Option<u32>)>,
+    /// The kills' lines as told, not yet settled: (victim pid, line).
+    told: VecDeque<(u32, String)>,
     out: Vec<Finished>,
 }
 
@@ -144,6 +148,7 @@ impl Live {
             lost: 0,
             gpu: None,
             first_kill: None,
+            told: VecDeque::new(),
             out: Vec::new(),
         }
     }
@@ -155,7 +160,7 @@ impl Live {
         match &t.event {
             Event::Oom(r) if r.in_job => self.on_oom(ts, r),
             Event::Printk { msg, .. } => {
-                if let Some((pid, c)) = trainbpf_report::model::kill_constraint(msg) {
+                if let Some((Some(pid), c)) = trainbpf_report::model::kill_constraint(msg) {
                     if self.log.len() == MAX_LOG {
                         self.log.pop_front();
                     }
@@ -246,6 +251,12 @@ impl Live {
             }
             UserBody::Pressure(p) => self.cgroup.clone_from(&p.cgroup),
             UserBody::Lost(l) => self.lost = l.total(),
+            UserBody::Verdict(v) => {
+                if self.told.len() == MAX_PENDING {
+                    self.told.pop_front();
+                }
+                self.told.push_back((v.proc.tgid, v.line.clone()));
+            }
             _ => {}
         }
     }
@@ -303,6 +314,7 @@ impl Live {
                 uid: r.uid,
                 trigger_pid: r.trigger.tgid,
                 trigger_comm: r.trigger.comm.clone(),
+                verdict: None,
             },
             memcg_id: r.memcg_id,
             constraint: oc.or(logged),
@@ -397,6 +409,10 @@ impl Live {
                 .or_else(|| p.kill.memcg.as_deref().and_then(container_of));
             if p.kill.rank.is_none() {
                 p.kill.rank = self.ranks.get(&p.kill.pid).copied();
+            }
+            // Told at the kill's first record, before it settles.
+            if let Some(i) = self.told.iter().rposition(|t| t.0 == p.kill.pid) {
+                p.kill.verdict = self.told.remove(i).map(|t| t.1);
             }
             if self.done.len() == MAX_DONE {
                 self.done.pop_front();

@@ -101,6 +101,14 @@ fn a_kill_settles_on_its_log_line_and_its_death_follows() {
         ..Default::default()
     }));
     l.observe(&oom(10 * S, OomRecordKind::Victim, 700, "python3", None));
+    // The collector's line, told at the kill, goes with it.
+    l.on_user(&UserBody::Verdict(trainbpf_report::decode::KillVerdict {
+        proc: trainbpf_report::decode::ProcKey {
+            tgid: 700,
+            start_ns: 1,
+        },
+        line: "rank 3 (pid 700) was OOM-killed".into(),
+    }));
     l.observe(&exit(10 * S + 5_000_000, 700, "python3", 9));
     assert_eq!(l.settle(10 * S + 10_000_000), vec![], "waits for the log");
     l.observe(&printk(
@@ -115,6 +123,10 @@ fn a_kill_settles_on_its_log_line_and_its_death_follows() {
     assert_eq!(k[0].rank, Some(3));
     assert_eq!(k[0].container.as_deref(), Some("3f2a1b4c5d6e"));
     assert_eq!(k[0].rss_bytes, 200 << 20);
+    assert_eq!(
+        k[0].verdict.as_deref(),
+        Some("rank 3 (pid 700) was OOM-killed")
+    );
     let d = deaths(&out);
     assert_eq!(d.len(), 1, "{out:?}");
     assert_eq!(d[0].cause, Cause::OomMemcg);

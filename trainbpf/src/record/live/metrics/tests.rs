@@ -17,6 +17,7 @@ fn kill(comm: &str, rank: Option<u32>) -> Finished {
         uid: 0,
         trigger_pid: 700,
         trigger_comm: comm.into(),
+        verdict: Some(format!("{comm} (pid 700) was OOM-killed")),
     })
 }
 
@@ -136,6 +137,7 @@ fn an_events_line_per_kill_and_unclean_death() {
     assert_eq!(v["constraint"], "memcg");
     assert_eq!(v["rank"], 2);
     assert_eq!(v["rss_bytes"], 1 << 20);
+    assert_eq!(v["verdict"], "python3 (pid 700) was OOM-killed");
     assert!(
         v["time"].as_str().unwrap().starts_with("2025-11-24T"),
         "{v}"

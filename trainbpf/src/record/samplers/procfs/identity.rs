@@ -23,15 +23,36 @@ const MAX_CGROUP_FILE_BYTES: u64 = 16 << 10;
 
 /// The identity of `tgid` now, or `None` when it is gone.
 pub fn read(tgid: u32, start_ns: u64) -> Option<ProcIdentity> {
+    read_with_error_file(tgid, start_ns).map(|(id, _)| id)
+}
+
+/// Its identity, and where torchelastic wants its error file written
+/// (`record::torchelastic`), as the process's own user.
+pub fn read_with_error_file(
+    tgid: u32,
+    start_ns: u64,
+) -> Option<(ProcIdentity, Option<crate::record::torchelastic::Target>)> {
+    use std::os::unix::fs::MetadataExt as _;
     let cgroups = read_capped(&format!("/proc/{tgid}/cgroup"), MAX_CGROUP_FILE_BYTES)?;
     // A kernel thread or a zombie has an empty environ: no variables.
     let env = read_capped(&format!("/proc/{tgid}/environ"), MAX_ENVIRON_BYTES).unwrap_or_default();
-    Some(ProcIdentity {
+    // /proc/PID belongs to the process's effective ids.
+    let error_file = std::fs::metadata(format!("/proc/{tgid}"))
+        .ok()
+        .and_then(|m| {
+            let owner = crate::util::safe_file::Owner {
+                uid: m.uid(),
+                gid: m.gid(),
+            };
+            crate::record::torchelastic::target_of(&env, owner)
+        });
+    let id = ProcIdentity {
         tgid,
         start_ns,
         vars: environ_vars(&env),
         cgroups: cgroup_paths(&cgroups),
-    })
+    };
+    Some((id, error_file))
 }
 
 fn read_capped(path: &str, cap: u64) -> Option<Vec<u8>> {

@@ -45,6 +45,8 @@ pub struct Request {
 pub struct Done {
     pub ts: u64,
     pub identity: Option<ProcIdentity>,
+    /// Where torchelastic wants its error file (with the identity).
+    pub error_file: Option<crate::record::torchelastic::Target>,
     pub info: Option<ProcInfo>,
 }
 
@@ -145,6 +147,7 @@ fn read_guarded(
     let nothing = Done {
         ts: req.ts,
         identity: None,
+        error_file: None,
         info: None,
     };
     let what = if req.identity {
@@ -184,10 +187,13 @@ fn read_guarded(
 
 /// The reads themselves, on a `guard` worker.
 pub fn read(req: Request) -> Done {
-    let identity = if req.identity {
-        super::read(req.tgid, req.start_ns)
+    let (identity, error_file) = if req.identity {
+        match super::read_with_error_file(req.tgid, req.start_ns) {
+            Some((id, ef)) => (Some(id), ef),
+            None => (None, None),
+        }
     } else {
-        None
+        (None, None)
     };
     let info = if req.info {
         super::super::proc_info(req.tgid, identity.as_ref().map(|i| &i.vars))
@@ -197,6 +203,7 @@ pub fn read(req: Request) -> Done {
     Done {
         ts: req.ts,
         identity,
+        error_file,
         info,
     }
 }

@@ -1,0 +1,314 @@
+//! The kill's line in torchrun's own "Root Cause".
+//!
+//! torchelastic gives each worker the path of an error file in
+//! `TORCHELASTIC_ERROR_FILE`; when a worker fails, its agent reads that
+//! file, if it exists, for the failure's message and time, and the
+//! earliest failure becomes the Root Cause. A worker killed by a signal
+//! writes nothing, so the agent says only "Signal 9". When a job process
+//! that carries the variable is killed, and no file is at that path, the
+//! recorder writes one in the format of torchelastic's own error handler
+//! (`torch/distributed/elastic/multiprocessing/errors/error_handler.py`).
+//!
+//! - Written as the process's user, only inside a directory that user
+//!   owns, new under a random name and renamed into place without
+//!   replacing anything (`safe_file::create_new`): the agent raises on a
+//!   file it cannot parse, and the job's own file (a Python exception
+//!   under `@record`) is never touched.
+//! - Only for the job's processes: the path comes from the process's own
+//!   environment, read at its exec (`procfs::identity`), or from its
+//!   parent's at a fork.
+//! - In time: the kill wakes the collector at once (the kernel's records
+//!   of a kill, a SIGKILL and a death by a signal force a wake-up), and
+//!   the write runs on a thread of its own, so that the draining thread
+//!   never waits on the job's filesystem. The agent polls every 0.1 s;
+//!   the kernel's record of an OOM kill comes before the victim has
+//!   finished exiting.
+
+use std::{
+    collections::HashMap,
+    path::PathBuf,
+    sync::mpsc::{self, Receiver, SyncSender, TryRecvError},
+    thread,
+};
+
+use crate::util::safe_file::{NewFile, Owner, create_new};
+
+/// Processes whose error file is known, at most.
+const MAX_PROCS: usize = 65_536;
+/// Writes waiting; past this a kill's file is not written, and said.
+const MAX_QUEUED: usize = 64;
+/// The longest path taken from an environment (`PATH_MAX`).
+pub const MAX_PATH_BYTES: usize = 4096;
+
+/// Where a process's error file goes, and whose it is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    pub path: PathBuf,
+    pub owner: Owner,
+}
+
+/// A process's error file from its environment: an absolute path, at most
+/// [`MAX_PATH_BYTES`]; torchelastic sets it empty where it keeps no logs.
+pub fn target_of(env: &[u8], owner: Owner) -> Option<Target> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let value = env
+        .split(|&b| b == 0)
+        .find_map(|kv| kv.strip_prefix(b"TORCHELASTIC_ERROR_FILE="))?;
+    if value.first() != Some(&b'/') || value.len() > MAX_PATH_BYTES {
+        return None;
+    }
+    Some(Target {
+        path: PathBuf::from(std::ffi::OsStr::from_bytes(value)),
+        owner,
+    })
+}
+
+/// The file's text: torchelastic's own format, the line as its message and
+/// first line of the traceback it prints, the kill's time (Unix seconds)
+/// as its timestamp.
+pub fn error_json(line: &str, recording: &str, unix_s: u64) -> String {
+    let callstack = format!("{line}\n(trainbpf) the full report: trainbpf report {recording}");
+    serde_json::json!({
+        "message": {
+            "message": line,
+            "extraInfo": {
+                "py_callstack": callstack,
+                "timestamp": unix_s.to_string(),
+            }
+        }
+    })
+    .to_string()
+}
+
+struct Job {
+    pid: u32,
+    target: Target,
+    text: String,
+}
+
+/// What became of one write, for the recording's notes.
+pub struct Outcome {
+    /// When the write was done (CLOCK_MONOTONIC ns).
+    pub done_ns: u64,
+    pub pid: u32,
+    pub path: PathBuf,
+    pub result: Result<NewFile, String>,
+}
+
+/// The error files the job's processes name, and the thread that writes
+/// them.
+pub struct ErrorFiles {
+    /// Each process's file, and whether it is its parent's too (a
+    /// DataLoader worker's, a helper's): the agent waits on the process
+    /// whose parent (the agent) has none.
+    targets: HashMap<u32, (Target, bool)>,
+    /// Each process's parent, from the forks seen.
+    parents: HashMap<u32, u32>,
+    /// Processes already given a file (or found one there).
+    fired: std::collections::HashSet<u32>,
+    tx: Option<SyncSender<Job>>,
+    rx: Receiver<Outcome>,
+    recording: String,
+}
+
+impl ErrorFiles {
+    /// `recording`: the recording's path as the user would pass it to
+    /// `trainbpf report`.
+    pub fn start(recording: String) -> ErrorFiles {
+        let (tx, jobs) = mpsc::sync_channel::<Job>(MAX_QUEUED);
+        let (done, rx) = mpsc::sync_channel::<Outcome>(MAX_QUEUED);
+        let spawned = thread::Builder::new()
+            .name("trainbpf-errfile".into())
+            .spawn(move || {
+                while let Ok(j) = jobs.recv() {
+                    let result = create_new(&j.target.path, j.text.as_bytes(), j.target.owner)
+                        .map_err(|e| e.to_string());
+                    let out = Outcome {
+                        done_ns: crate::util::clock::mono_ns(),
+                        pid: j.pid,
+                        path: j.target.path,
+                        result,
+                    };
+                    if done.try_send(out).is_err() {
+                        // The collector is gone or far behind: the file is
+                        // written; only its note is dropped.
+                    }
+                }
+            });
+        ErrorFiles {
+            targets: HashMap::new(),
+            parents: HashMap::new(),
+            fired: Default::default(),
+            tx: spawned.ok().map(|_| tx),
+            rx,
+            recording,
+        }
+    }
+
+    /// A process's error file, read from its environment at its exec;
+    /// `None` forgets an earlier one (an exec without the variable).
+    pub fn know(&mut self, tgid: u32, target: Option<Target>) {
+        match target {
+            Some(t) if self.targets.len() < MAX_PROCS || self.targets.contains_key(&tgid) => {
+                let parents = self
+                    .parents
+                    .get(&tgid)
+                    .and_then(|p| self.targets.get(p))
+                    .is_some_and(|(pt, _)| pt.path == t.path);
+                self.targets.insert(tgid, (t, parents));
+            }
+            _ => {
+                self.targets.remove(&tgid);
+            }
+        }
+    }
+
+    /// A fork: the child has its parent's environment.
+    pub fn on_fork(&mut self, parent: u32, child: u32) {
+        self.fired.remove(&child);
+        if self.parents.len() < MAX_PROCS {
+            self.parents.insert(child, parent);
+        }
+        match self.targets.get(&parent).cloned() {
+            Some((t, _)) if self.targets.len() < MAX_PROCS => {
+                self.targets.insert(child, (t, true));
+            }
+            _ => {
+                self.targets.remove(&child);
+            }
+        }
+    }
+
+    pub fn on_exit(&mut self, tgid: u32) {
+        self.targets.remove(&tgid);
+        self.parents.remove(&tgid);
+        self.fired.remove(&tgid);
+    }
+
+    /// Whether `tgid` names an error file not yet written for it; `own`:
+    /// only where the file is not its parent's too (the process the agent
+    /// waits on, not one of its workers).
+    pub fn armed(&self, tgid: u32, own: bool) -> bool {
+        self.targets
+            .get(&tgid)
+            .is_some_and(|(_, parents)| !(own && *parents))
+            && !self.fired.contains(&tgid)
+    }
+
+    /// `tgid` was killed: its file, with `line`, unless it has one. The
+    /// write runs on the writer's thread; this never waits. `Err`: the
+    /// write could not be queued (said by the caller).
+    pub fn killed(&mut self, tgid: u32, line: &str, unix_s: u64) -> Result<(), String> {
+        let Some((target, _)) = self.targets.get(&tgid).cloned() else {
+            return Ok(());
+        };
+        if !self.fired.insert(tgid) {
+            return Ok(());
+        }
+        let text = error_json(line, &self.recording, unix_s);
+        let Some(tx) = &self.tx else {
+            return Err("its writer thread could not be started".into());
+        };
+        tx.try_send(Job {
+            pid: tgid,
+            target,
+            text,
+        })
+        .map_err(|_| format!("more than {MAX_QUEUED} error files waiting to be written"))
+    }
+
+    /// The writes done since the last time; never waits.
+    pub fn poll(&mut self) -> Vec<Outcome> {
+        let mut out = Vec::new();
+        loop {
+            match self.rx.try_recv() {
+                Ok(o) => out.push(o),
+                Err(TryRecvError::Empty | TryRecvError::Disconnected) => return out,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_path_comes_only_from_the_variable_and_must_be_absolute() {
+        let me = Owner::current();
+        let env = b"PATH=/bin\0TORCHELASTIC_ERROR_FILE=/tmp/te/1/error.json\0RANK=1\0";
+        assert_eq!(
+            target_of(env, me).map(|t| t.path),
+            Some(PathBuf::from("/tmp/te/1/error.json"))
+        );
+        // torchelastic's "no logs" case, a relative path, an over-long one,
+        // a name that only ends like it.
+        for env in [
+            b"TORCHELASTIC_ERROR_FILE=\0".to_vec(),
+            b"TORCHELASTIC_ERROR_FILE=error.json\0".to_vec(),
+            format!("TORCHELASTIC_ERROR_FILE=/{}\0", "a".repeat(MAX_PATH_BYTES)).into_bytes(),
+            b"XTORCHELASTIC_ERROR_FILE=/tmp/e\0".to_vec(),
+        ] {
+            assert_eq!(target_of(&env, me), None);
+        }
+    }
+
+    #[test]
+    fn the_format_is_torchelastics_own() {
+        let text = error_json(
+            "rank 1 (pid 7) was OOM-killed: \"quoted\"\n",
+            "/home/u/trainbpf.rec",
+            1_700_000_000,
+        );
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        // What `ProcessFailure._get_error_data` reads.
+        let m = &v["message"];
+        assert_eq!(m["message"], "rank 1 (pid 7) was OOM-killed: \"quoted\"\n");
+        assert_eq!(m["extraInfo"]["timestamp"], "1700000000");
+        let cs = m["extraInfo"]["py_callstack"].as_str().unwrap();
+        assert!(cs.starts_with("rank 1 (pid 7)"), "{cs}");
+        assert!(cs.ends_with("trainbpf report /home/u/trainbpf.rec"), "{cs}");
+    }
+
+    #[test]
+    fn a_kill_writes_once_per_process_and_forks_inherit() {
+        let d = std::env::temp_dir().join(format!("trainbpf-te-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let me = Owner::current();
+        let mut ef = ErrorFiles::start("r.rec".into());
+        let target = Target {
+            path: d.join("error.json"),
+            owner: me,
+        };
+        ef.on_fork(1, 10);
+        ef.know(10, Some(target.clone()));
+        ef.on_fork(10, 11);
+        assert!(ef.armed(11, false) && !ef.armed(12, false));
+        // The rank's own, not its worker's, for a death the agent waits on.
+        assert!(ef.armed(10, true) && !ef.armed(11, true));
+        // A worker that execs (spawn) keeps its parent's file: not own.
+        ef.on_fork(10, 13);
+        ef.know(13, Some(target.clone()));
+        assert!(!ef.armed(13, true) && ef.armed(13, false));
+        ef.killed(12, "not ours", 1).unwrap();
+        ef.killed(11, "worker killed", 5).unwrap();
+        ef.killed(11, "again", 6).unwrap();
+        ef.killed(10, "rank killed", 7).unwrap();
+        let mut outcomes = Vec::new();
+        while outcomes.len() < 2 {
+            outcomes.extend(ef.poll());
+            std::thread::yield_now();
+        }
+        assert_eq!(outcomes[0].pid, 11);
+        assert_eq!(outcomes[0].result, Ok(NewFile::Written));
+        // The rank's own death finds the worker's file: left alone.
+        assert_eq!(outcomes[1].result, Ok(NewFile::Exists));
+        let v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&target.path).unwrap()).unwrap();
+        assert_eq!(v["message"]["message"], "worker killed");
+        ef.on_exit(10);
+        assert!(!ef.armed(10, false));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
