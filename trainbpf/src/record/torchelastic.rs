@@ -31,7 +31,7 @@ use std::{
     thread,
 };
 
-use crate::util::safe_file::{NewFile, Owner, create_new};
+use crate::util::safe_file::{NewFile, Owner, create_new_here};
 
 /// Processes whose error file is known, at most.
 const MAX_PROCS: usize = 65_536;
@@ -95,8 +95,11 @@ pub struct Outcome {
     pub result: Result<NewFile, String>,
 }
 
-/// The error files the job's processes name, and the thread that writes
-/// them.
+/// The error files the job's processes name, and the threads that write
+/// them: one per user, started when that user's first file is known, with
+/// the user's credentials taken on once (`safe_file::assume`), so that a
+/// kill costs a wake-up and a few system calls, not a thread's start and
+/// a lookup of the user's groups.
 pub struct ErrorFiles {
     /// Each process's file, and whether it is its parent's too (a
     /// DataLoader worker's, a helper's): the agent waits on the process
@@ -106,43 +109,66 @@ pub struct ErrorFiles {
     parents: HashMap<u32, u32>,
     /// Processes already given a file (or found one there).
     fired: std::collections::HashSet<u32>,
-    tx: Option<SyncSender<Job>>,
+    /// A writer per user; `None`: it could not be started.
+    writers: HashMap<Owner, Option<SyncSender<Job>>>,
+    done_tx: SyncSender<Outcome>,
     rx: Receiver<Outcome>,
     recording: String,
+}
+
+/// Users given a writer at most; a file of another is not written, and
+/// said.
+const MAX_WRITERS: usize = 8;
+
+fn start_writer(owner: Owner, done: SyncSender<Outcome>) -> Option<SyncSender<Job>> {
+    let (tx, jobs) = mpsc::sync_channel::<Job>(MAX_QUEUED);
+    thread::Builder::new()
+        .name("trainbpf-errfile".into())
+        .spawn(move || {
+            let assumed = crate::util::safe_file::assume(owner).map_err(|e| e.to_string());
+            while let Ok(j) = jobs.recv() {
+                let result = match &assumed {
+                    Ok(()) => create_new_here(&j.target.path, j.text.as_bytes(), owner)
+                        .map_err(|e| e.to_string()),
+                    Err(e) => Err(format!("taking on uid {}: {e}", owner.uid)),
+                };
+                // The collector gone or far behind: the file is written;
+                // only its note is dropped.
+                let _ = done.try_send(Outcome {
+                    done_ns: crate::util::clock::mono_ns(),
+                    pid: j.pid,
+                    path: j.target.path,
+                    result,
+                });
+            }
+        })
+        .ok()
+        .map(|_| tx)
 }
 
 impl ErrorFiles {
     /// `recording`: the recording's path as the user would pass it to
     /// `trainbpf report`.
     pub fn start(recording: String) -> ErrorFiles {
-        let (tx, jobs) = mpsc::sync_channel::<Job>(MAX_QUEUED);
-        let (done, rx) = mpsc::sync_channel::<Outcome>(MAX_QUEUED);
-        let spawned = thread::Builder::new()
-            .name("trainbpf-errfile".into())
-            .spawn(move || {
-                while let Ok(j) = jobs.recv() {
-                    let result = create_new(&j.target.path, j.text.as_bytes(), j.target.owner)
-                        .map_err(|e| e.to_string());
-                    let out = Outcome {
-                        done_ns: crate::util::clock::mono_ns(),
-                        pid: j.pid,
-                        path: j.target.path,
-                        result,
-                    };
-                    if done.try_send(out).is_err() {
-                        // The collector is gone or far behind: the file is
-                        // written; only its note is dropped.
-                    }
-                }
-            });
+        let (done_tx, rx) = mpsc::sync_channel::<Outcome>(MAX_QUEUED);
         ErrorFiles {
             targets: HashMap::new(),
             parents: HashMap::new(),
             fired: Default::default(),
-            tx: spawned.ok().map(|_| tx),
+            writers: HashMap::new(),
+            done_tx,
             rx,
             recording,
         }
+    }
+
+    /// The writer for `owner`, started at its first file.
+    fn writer(&mut self, owner: Owner) -> Option<&SyncSender<Job>> {
+        if !self.writers.contains_key(&owner) && self.writers.len() < MAX_WRITERS {
+            let w = start_writer(owner, self.done_tx.clone());
+            self.writers.insert(owner, w);
+        }
+        self.writers.get(&owner)?.as_ref()
     }
 
     /// A process's error file, read from its environment at its exec;
@@ -155,6 +181,8 @@ impl ErrorFiles {
                     .get(&tgid)
                     .and_then(|p| self.targets.get(p))
                     .is_some_and(|(pt, _)| pt.path == t.path);
+                // Ready before any kill.
+                let _ = self.writer(t.owner);
                 self.targets.insert(tgid, (t, parents));
             }
             _ => {
@@ -206,8 +234,11 @@ impl ErrorFiles {
             return Ok(());
         }
         let text = error_json(line, &self.recording, unix_s);
-        let Some(tx) = &self.tx else {
-            return Err("its writer thread could not be started".into());
+        let Some(tx) = self.writer(target.owner) else {
+            return Err(format!(
+                "no writer for uid {} (more than {MAX_WRITERS} users, or its thread could not start)",
+                target.owner.uid
+            ));
         };
         tx.try_send(Job {
             pid: tgid,

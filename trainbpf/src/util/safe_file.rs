@@ -43,10 +43,10 @@ mod new_file;
 mod sys;
 
 pub use append::open_append;
-pub use new_file::{NewFile, create_new};
+pub use new_file::{NewFile, create_new, create_new_here};
 
 /// Whose credentials create the files: the user who ran `sudo`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Owner {
     pub uid: u32,
     pub gid: u32,

@@ -25,8 +25,15 @@ pub enum NewFile {
 /// kernel's check of `owner`'s rights, and the last name is never
 /// followed.
 pub fn create_new(path: &Path, bytes: &[u8], owner: Owner) -> Result<NewFile, FileError> {
+    as_owner(owner, || create_new_here(path, bytes, owner))
+}
+
+/// [`create_new`] on a thread that took on `owner`'s credentials already
+/// ([`super::assume`]): a writer that must be quick at a kill does the
+/// user lookup and the thread's start once, beforehand.
+pub fn create_new_here(path: &Path, bytes: &[u8], owner: Owner) -> Result<NewFile, FileError> {
     let shown = path.display().to_string();
-    as_owner(owner, || {
+    {
         let place = Place::open(path, owner)?;
         let dir =
             fstat(place.dir()).map_err(io_err(format!("reading the directory of {shown}")))?;
@@ -61,7 +68,7 @@ pub fn create_new(path: &Path, bytes: &[u8], owner: Owner) -> Result<NewFile, Fi
             let _ = unlink_at(place.dir(), tmp);
         }
         done
-    })
+    }
 }
 
 #[cfg(test)]
