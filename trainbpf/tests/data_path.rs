@@ -125,7 +125,11 @@ fn collect<W: Write + Rewind>(
         for r in chunk {
             batch.push(r);
         }
-        n += batch.hand_on(|b| w.record(u16::from_le_bytes([b[0], b[1]]), b));
+        n += batch.hand_on(|b| {
+            if let Some(b) = b {
+                w.record(u16::from_le_bytes([b[0], b[1]]), b);
+            }
+        });
         if w.pending() > FLUSH_BYTES {
             w.flush().unwrap();
         }
@@ -133,7 +137,11 @@ fn collect<W: Write + Rewind>(
     for r in p {
         batch.push(r);
     }
-    n += batch.hand_on(|b| w.record(u16::from_le_bytes([b[0], b[1]]), b));
+    n += batch.hand_on(|b| {
+        if let Some(b) = b {
+            w.record(u16::from_le_bytes([b[0], b[1]]), b);
+        }
+    });
     w.flush().unwrap();
     n
 }

@@ -80,6 +80,8 @@ pub(super) struct Collector {
     page_kb: u64,
     /// A kill's line, told at the kill (live/kill_line.rs).
     lines: crate::record::live::kill_line::KillLines,
+    /// Kills' lines made as their records were read (`told.rs`).
+    urgent_lines: Vec<(decode::ProcKey, String)>,
     /// torchelastic's error files of the job's processes
     /// (record/torchelastic.rs); `None` before the recording's path is set.
     pub(super) error_files: Option<crate::record::torchelastic::ErrorFiles>,
@@ -123,6 +125,7 @@ impl Collector {
             gpu_maps: Vec::new(),
             live: None,
             lines: Default::default(),
+            urgent_lines: Vec::new(),
             error_files: None,
             page_kb: nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
                 .ok()
@@ -186,7 +189,7 @@ impl Collector {
             st.observe(&t);
         }
         self.observe(&t);
-        if let Some((proc, line)) = told {
+        if let Some((proc, line)) = told.or_else(|| self.told_urgently(&t)) {
             self.tell_kill(t.ts_ns, proc, line);
         }
     }
@@ -210,7 +213,13 @@ impl Collector {
     }
 
     pub(super) fn drain(&mut self, rings: &mut crate::record::rings::Rings) -> usize {
-        let n = rings.drain(|bytes| self.on_record(bytes));
+        let n = rings.drain(|bytes, urgent| {
+            if urgent {
+                self.urgent(bytes);
+            } else {
+                self.on_record(bytes);
+            }
+        });
         self.poll_error_files();
         self.poll_identities();
         self.poll_shm();

@@ -18,7 +18,13 @@ pub struct Rings {
     main: AsyncFd<RingBuf<MapData>>,
     precious: AsyncFd<RingBuf<MapData>>,
     batch: Batch,
+    /// Precious records read while a batch was handed on: the next's.
+    stash: Vec<Vec<u8>>,
 }
+
+/// While a batch is handed on, the precious ring is looked at after this
+/// many records: a kill that comes meanwhile is not left behind them.
+const LOOK_EVERY: usize = 64;
 
 impl Rings {
     /// Must be called inside the tokio runtime.
@@ -34,6 +40,7 @@ impl Rings {
             main,
             precious,
             batch: Batch::default(),
+            stash: Vec::new(),
         })
     }
 
@@ -51,23 +58,49 @@ impl Rings {
 
     /// Hands every record in both rings to `f`, precious ring first, in
     /// batches sorted by the kernel's timestamp. Returns how many.
-    pub fn drain(&mut self, mut f: impl FnMut(&[u8])) -> usize {
+    ///
+    /// Each precious record is also shown to `f` as it is read, with
+    /// `urgent` set, before the batch is sorted and handed on: what must
+    /// not wait behind a batch of memory records (torchelastic's error
+    /// file at a kill races the victim's reaping) is done there.
+    pub fn drain(&mut self, mut f: impl FnMut(&[u8], bool)) -> usize {
         let mut n = 0;
+        let Rings {
+            main,
+            precious,
+            batch,
+            stash,
+        } = self;
         loop {
-            let precious = self.precious.get_mut();
-            while let Some(item) = precious.next() {
-                self.batch.push(&item);
+            for item in stash.drain(..) {
+                batch.push(&item);
             }
-            let main = self.main.get_mut();
+            let p = precious.get_mut();
+            while let Some(item) = p.next() {
+                f(&item, true);
+                batch.push(&item);
+            }
+            let m = main.get_mut();
             let mut from_main = 0;
             while from_main < BATCH
-                && let Some(item) = main.next()
+                && let Some(item) = m.next()
             {
-                self.batch.push(&item);
+                batch.push(&item);
                 from_main += 1;
             }
-            n += self.batch.hand_on(&mut f);
-            if from_main < BATCH {
+            n += batch.hand_on(|record| match record {
+                Some(b) => f(b, false),
+                // A look at the precious ring between records: what came
+                // is shown now and handed on with the next batch.
+                None => {
+                    let p = precious.get_mut();
+                    while let Some(item) = p.next() {
+                        f(&item, true);
+                        stash.push(item.to_vec());
+                    }
+                }
+            });
+            if from_main < BATCH && stash.is_empty() {
                 return n;
             }
         }
@@ -106,14 +139,18 @@ impl Batch {
     }
 
     /// Hands the records to `f` in time order and empties the batch;
-    /// returns how many.
-    pub fn hand_on(&mut self, mut f: impl FnMut(&[u8])) -> usize {
+    /// returns how many. `f(None)` every [`LOOK_EVERY`] records: a look
+    /// elsewhere between them.
+    pub fn hand_on(&mut self, mut f: impl FnMut(Option<&[u8]>)) -> usize {
         // Each ring is in reserve order; the two together are put in
         // time order. Stable (equal stamps keep their ring order) by the
         // arrival order in the key, without a stable sort's scratch buffer.
         self.records.sort_unstable_by_key(|&(ts, seq, _)| (ts, seq));
-        for (_, _, b) in &self.records {
-            f(b);
+        for (i, (_, _, b)) in self.records.iter().enumerate() {
+            if i > 0 && i % LOOK_EVERY == 0 {
+                f(None);
+            }
+            f(Some(b));
         }
         let n = self.records.len();
         self.records.clear();
@@ -173,7 +210,19 @@ mod tests {
         batch.push(&[9; 3]);
         want.sort_by_key(|&(ts, _)| ts);
         let mut got = Vec::new();
-        assert_eq!(batch.hand_on(|b| got.push(b.to_vec())), 3001);
+        let mut looks = 0;
+        assert_eq!(
+            batch.hand_on(|b| match b {
+                Some(b) => got.push(b.to_vec()),
+                None => looks += 1,
+            }),
+            3001
+        );
+        assert_eq!(
+            looks,
+            3000 / LOOK_EVERY,
+            "a look every {LOOK_EVERY} records"
+        );
         assert_eq!(got[0], [9; 3], "too short for a stamp: first");
         for (g, (ts, i)) in got[1..].iter().zip(want) {
             assert_eq!(*g, rec(ts, (i % 251) as u8));
@@ -182,7 +231,7 @@ mod tests {
         assert_eq!(batch.hand_on(|_| panic!()), 0);
         batch.push(&rec(5, 1));
         let first = batch.records[0].2.as_ptr();
-        assert_eq!(batch.hand_on(|b| assert_eq!(b, rec(5, 1))), 1);
+        assert_eq!(batch.hand_on(|b| assert_eq!(b, Some(&rec(5, 1)[..]))), 1);
         batch.push(&rec(6, 2));
         assert_eq!(batch.records[0].2.as_ptr(), first, "the same bytes again");
     }

@@ -31,7 +31,7 @@ use std::{
     thread,
 };
 
-use crate::util::safe_file::{NewFile, Owner, create_new_here};
+use crate::util::safe_file::{FileError, NewFile, Owner, Ready, create_new_here};
 
 /// Processes whose error file is known, at most.
 const MAX_PROCS: usize = 65_536;
@@ -80,10 +80,19 @@ pub fn error_json(line: &str, recording: &str, unix_s: u64) -> String {
     .to_string()
 }
 
-struct Job {
-    pid: u32,
-    target: Target,
-    text: String,
+/// What a writer thread is asked to do.
+enum Job {
+    /// Make a process's file ready ahead of a kill (at its exec).
+    Prepare { pid: u32, target: Target },
+    /// Write it: through the file made ready, else created now.
+    Write {
+        pid: u32,
+        target: Target,
+        text: String,
+        ready: Option<Ready>,
+    },
+    /// Remove a file made ready for a process that ended unkilled.
+    Discard(Ready),
 }
 
 /// What became of one write, for the recording's notes.
@@ -95,24 +104,47 @@ pub struct Outcome {
     pub result: Result<NewFile, String>,
 }
 
+/// What a writer thread sends back.
+enum Done {
+    Wrote(Outcome),
+    Prepared {
+        pid: u32,
+        target: Target,
+        ready: Option<Ready>,
+    },
+}
+
+/// A process's error file as the collector keeps it.
+struct Entry {
+    target: Target,
+    /// The file is its parent's too (a DataLoader worker's, a helper's):
+    /// the agent waits on the process whose parent (the agent) has none.
+    parents: bool,
+    /// Made ready at its exec, where it could be.
+    ready: Option<Ready>,
+}
+
 /// The error files the job's processes name, and the threads that write
 /// them: one per user, started when that user's first file is known, with
-/// the user's credentials taken on once (`safe_file::assume`), so that a
-/// kill costs a wake-up and a few system calls, not a thread's start and
-/// a lookup of the user's groups.
+/// the user's credentials taken on once (`safe_file::assume`). At a
+/// process's exec its writer makes the file ready (created empty beside
+/// its target); at its kill, on a local file system, the collector itself
+/// writes it and renames it in, through the descriptors held, a fraction
+/// of a millisecond after the kernel's kill record, before the dying
+/// process can be reaped. Elsewhere (FUSE, NFS), or for a forked worker,
+/// the writer thread does it.
 pub struct ErrorFiles {
-    /// Each process's file, and whether it is its parent's too (a
-    /// DataLoader worker's, a helper's): the agent waits on the process
-    /// whose parent (the agent) has none.
-    targets: HashMap<u32, (Target, bool)>,
+    targets: HashMap<u32, Entry>,
     /// Each process's parent, from the forks seen.
     parents: HashMap<u32, u32>,
     /// Processes already given a file (or found one there).
     fired: std::collections::HashSet<u32>,
     /// A writer per user; `None`: it could not be started.
     writers: HashMap<Owner, Option<SyncSender<Job>>>,
-    done_tx: SyncSender<Outcome>,
-    rx: Receiver<Outcome>,
+    done_tx: SyncSender<Done>,
+    rx: Receiver<Done>,
+    /// Writes done on the collector's own thread, for `poll`.
+    inline: Vec<Outcome>,
     recording: String,
 }
 
@@ -120,26 +152,52 @@ pub struct ErrorFiles {
 /// said.
 const MAX_WRITERS: usize = 8;
 
-fn start_writer(owner: Owner, done: SyncSender<Outcome>) -> Option<SyncSender<Job>> {
+fn start_writer(owner: Owner, done: SyncSender<Done>) -> Option<SyncSender<Job>> {
     let (tx, jobs) = mpsc::sync_channel::<Job>(MAX_QUEUED);
     thread::Builder::new()
         .name("trainbpf-errfile".into())
         .spawn(move || {
             let assumed = crate::util::safe_file::assume(owner).map_err(|e| e.to_string());
             while let Ok(j) = jobs.recv() {
-                let result = match &assumed {
-                    Ok(()) => create_new_here(&j.target.path, j.text.as_bytes(), owner)
-                        .map_err(|e| e.to_string()),
-                    Err(e) => Err(format!("taking on uid {}: {e}", owner.uid)),
+                let back = match j {
+                    Job::Prepare { pid, target } => Done::Prepared {
+                        pid,
+                        ready: assumed
+                            .as_ref()
+                            .ok()
+                            .and_then(|()| Ready::prepare(&target.path, owner).ok().flatten()),
+                        target,
+                    },
+                    Job::Write {
+                        pid,
+                        target,
+                        text,
+                        ready,
+                    } => {
+                        let result = match (&assumed, ready) {
+                            (_, Some(r)) => r.finish(text.as_bytes()),
+                            (Ok(()), None) => create_new_here(&target.path, text.as_bytes(), owner),
+                            (Err(e), None) => Err(FileError::Io {
+                                what: format!("taking on uid {}", owner.uid),
+                                err: std::io::Error::other(e.clone()),
+                            }),
+                        };
+                        Done::Wrote(Outcome {
+                            done_ns: crate::util::clock::mono_ns(),
+                            pid,
+                            path: target.path,
+                            result: result.map_err(|e| e.to_string()),
+                        })
+                    }
+                    Job::Discard(r) => {
+                        r.discard();
+                        continue;
+                    }
                 };
                 // The collector gone or far behind: the file is written;
-                // only its note is dropped.
-                let _ = done.try_send(Outcome {
-                    done_ns: crate::util::clock::mono_ns(),
-                    pid: j.pid,
-                    path: j.target.path,
-                    result,
-                });
+                // only its note is dropped (a file made ready is closed,
+                // and left empty under its hidden name).
+                let _ = done.try_send(back);
             }
         })
         .ok()
@@ -150,7 +208,7 @@ impl ErrorFiles {
     /// `recording`: the recording's path as the user would pass it to
     /// `trainbpf report`.
     pub fn start(recording: String) -> ErrorFiles {
-        let (done_tx, rx) = mpsc::sync_channel::<Outcome>(MAX_QUEUED);
+        let (done_tx, rx) = mpsc::sync_channel::<Done>(MAX_QUEUED);
         ErrorFiles {
             targets: HashMap::new(),
             parents: HashMap::new(),
@@ -158,6 +216,7 @@ impl ErrorFiles {
             writers: HashMap::new(),
             done_tx,
             rx,
+            inline: Vec::new(),
             recording,
         }
     }
@@ -171,44 +230,73 @@ impl ErrorFiles {
         self.writers.get(&owner)?.as_ref()
     }
 
+    /// Forgets a process's entry; a file made ready for it is removed.
+    fn forget(&mut self, tgid: u32) {
+        if let Some(Entry {
+            target,
+            ready: Some(r),
+            ..
+        }) = self.targets.remove(&tgid)
+            && let Some(tx) = self.writer(target.owner)
+        {
+            let _ = tx.try_send(Job::Discard(r));
+        }
+    }
+
     /// A process's error file, read from its environment at its exec;
     /// `None` forgets an earlier one (an exec without the variable).
     pub fn know(&mut self, tgid: u32, target: Option<Target>) {
-        match target {
-            Some(t) if self.targets.len() < MAX_PROCS || self.targets.contains_key(&tgid) => {
-                let parents = self
-                    .parents
-                    .get(&tgid)
-                    .and_then(|p| self.targets.get(p))
-                    .is_some_and(|(pt, _)| pt.path == t.path);
-                // Ready before any kill.
-                let _ = self.writer(t.owner);
-                self.targets.insert(tgid, (t, parents));
-            }
-            _ => {
-                self.targets.remove(&tgid);
-            }
+        self.forget(tgid);
+        let Some(t) = target else { return };
+        if self.targets.len() >= MAX_PROCS {
+            return;
         }
+        let parents = self
+            .parents
+            .get(&tgid)
+            .and_then(|p| self.targets.get(p))
+            .is_some_and(|e| e.target.path == t.path);
+        // The process the agent waits on: its file made ready now.
+        if !parents && let Some(tx) = self.writer(t.owner) {
+            let _ = tx.try_send(Job::Prepare {
+                pid: tgid,
+                target: t.clone(),
+            });
+        }
+        self.targets.insert(
+            tgid,
+            Entry {
+                target: t,
+                parents,
+                ready: None,
+            },
+        );
     }
 
     /// A fork: the child has its parent's environment.
     pub fn on_fork(&mut self, parent: u32, child: u32) {
         self.fired.remove(&child);
+        self.forget(child);
         if self.parents.len() < MAX_PROCS {
             self.parents.insert(child, parent);
         }
-        match self.targets.get(&parent).cloned() {
-            Some((t, _)) if self.targets.len() < MAX_PROCS => {
-                self.targets.insert(child, (t, true));
-            }
-            _ => {
-                self.targets.remove(&child);
-            }
+        if let Some(e) = self.targets.get(&parent)
+            && self.targets.len() < MAX_PROCS
+        {
+            let target = e.target.clone();
+            self.targets.insert(
+                child,
+                Entry {
+                    target,
+                    parents: true,
+                    ready: None,
+                },
+            );
         }
     }
 
     pub fn on_exit(&mut self, tgid: u32) {
-        self.targets.remove(&tgid);
+        self.forget(tgid);
         self.parents.remove(&tgid);
         self.fired.remove(&tgid);
     }
@@ -217,43 +305,76 @@ impl ErrorFiles {
     /// only where the file is not its parent's too (the process the agent
     /// waits on, not one of its workers).
     pub fn armed(&self, tgid: u32, own: bool) -> bool {
-        self.targets
-            .get(&tgid)
-            .is_some_and(|(_, parents)| !(own && *parents))
-            && !self.fired.contains(&tgid)
+        self.targets.get(&tgid).is_some_and(|e| !(own && e.parents)) && !self.fired.contains(&tgid)
     }
 
-    /// `tgid` was killed: its file, with `line`, unless it has one. The
-    /// write runs on the writer's thread; this never waits. `Err`: the
-    /// write could not be queued (said by the caller).
+    /// `tgid` was killed: its file, with `line`, unless it has one. Never
+    /// waits: written here through a file made ready on a local file
+    /// system, else queued for the writer's thread. `Err`: the write
+    /// could not be queued (said by the caller).
     pub fn killed(&mut self, tgid: u32, line: &str, unix_s: u64) -> Result<(), String> {
-        let Some((target, _)) = self.targets.get(&tgid).cloned() else {
+        let Some(e) = self.targets.get_mut(&tgid) else {
             return Ok(());
         };
         if !self.fired.insert(tgid) {
             return Ok(());
         }
+        let target = e.target.clone();
         let text = error_json(line, &self.recording, unix_s);
+        let ready = match e.ready.take() {
+            Some(r) if r.local => {
+                let result = r.finish(text.as_bytes()).map_err(|e| e.to_string());
+                self.inline.push(Outcome {
+                    done_ns: crate::util::clock::mono_ns(),
+                    pid: tgid,
+                    path: target.path,
+                    result,
+                });
+                return Ok(());
+            }
+            other => other,
+        };
         let Some(tx) = self.writer(target.owner) else {
             return Err(format!(
                 "no writer for uid {} (more than {MAX_WRITERS} users, or its thread could not start)",
                 target.owner.uid
             ));
         };
-        tx.try_send(Job {
+        tx.try_send(Job::Write {
             pid: tgid,
             target,
             text,
+            ready,
         })
         .map_err(|_| format!("more than {MAX_QUEUED} error files waiting to be written"))
     }
 
-    /// The writes done since the last time; never waits.
+    /// The writes done since the last time; never waits. Files made ready
+    /// are kept for their processes here.
     pub fn poll(&mut self) -> Vec<Outcome> {
-        let mut out = Vec::new();
+        let mut out = std::mem::take(&mut self.inline);
         loop {
             match self.rx.try_recv() {
-                Ok(o) => out.push(o),
+                Ok(Done::Wrote(o)) => out.push(o),
+                Ok(Done::Prepared { pid, target, ready }) => {
+                    let Some(r) = ready else { continue };
+                    match self.targets.get_mut(&pid) {
+                        Some(e)
+                            if e.target == target
+                                && e.ready.is_none()
+                                && !self.fired.contains(&pid) =>
+                        {
+                            e.ready = Some(r);
+                        }
+                        // Gone, exec'd, or killed meanwhile: removed on
+                        // the writer's thread, which may wait.
+                        _ => {
+                            if let Some(tx) = self.writer(target.owner) {
+                                let _ = tx.try_send(Job::Discard(r));
+                            }
+                        }
+                    }
+                }
                 Err(TryRecvError::Empty | TryRecvError::Disconnected) => return out,
             }
         }
@@ -340,6 +461,62 @@ mod tests {
         assert_eq!(v["message"]["message"], "worker killed");
         ef.on_exit(10);
         assert!(!ef.armed(10, false));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// The process the agent waits on gets its file made ready at its
+    /// exec; its kill writes it on the caller's own thread, at once; an
+    /// unkilled process's ready file is removed when it ends.
+    #[test]
+    fn a_ready_file_is_written_at_once_and_an_unused_one_removed() {
+        let d = std::env::temp_dir().join(format!("trainbpf-te-ready-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let me = Owner::current();
+        let mut ef = ErrorFiles::start("r.rec".into());
+        let target = |n: &str| Target {
+            path: d.join(n),
+            owner: me,
+        };
+        ef.know(30, Some(target("a.json")));
+        ef.know(31, Some(target("b.json")));
+        let ready = |ef: &mut ErrorFiles| {
+            for _ in 0..1000 {
+                ef.poll();
+                if [30, 31].iter().all(|p| ef.targets[p].ready.is_some()) {
+                    return true;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            false
+        };
+        assert!(ready(&mut ef), "both made ready");
+        let names = || {
+            let mut v: Vec<String> = std::fs::read_dir(&d)
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            v.sort();
+            v
+        };
+        assert_eq!(names().len(), 2, "two hidden files: {:?}", names());
+        ef.killed(30, "rank 1 was OOM-killed", 9).unwrap();
+        // Written already, on this thread.
+        let v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(d.join("a.json")).unwrap()).unwrap();
+        assert_eq!(v["message"]["message"], "rank 1 was OOM-killed");
+        let out = ef.poll();
+        assert_eq!((out.len(), out[0].pid), (1, 30));
+        assert_eq!(out[0].result, Ok(NewFile::Written));
+        ef.on_exit(31);
+        for _ in 0..1000 {
+            if names().len() == 1 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        assert_eq!(names(), ["a.json"]);
         std::fs::remove_dir_all(&d).unwrap();
     }
 }

@@ -40,10 +40,12 @@ use sys::{
 
 mod append;
 mod new_file;
+mod ready;
 mod sys;
 
 pub use append::open_append;
 pub use new_file::{NewFile, create_new, create_new_here};
+pub use ready::Ready;
 
 /// Whose credentials create the files: the user who ran `sudo`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -3,13 +3,18 @@
 //! error file (`record::torchelastic`); and a job process's death by
 //! another signal, in torchelastic's error file only.
 
+use trainbpf_common as common;
 use trainbpf_report::{
-    decode::{Event, ExitStatus, KillVerdict, ProcKey, Timed, UserBody, encode_user},
+    decode::{Event, ExitStatus, KillVerdict, ProcKey, Timed, UserBody, decode, encode_user},
     model::verdict,
     term::escape,
 };
 
 use super::Collector;
+
+/// Kills told as read, waiting for their place in time order: a batch
+/// holds a few.
+const MAX_URGENT: usize = 64;
 use crate::util::clock::{mono_ns, realtime_ns};
 
 /// `si_code` of a signal the kernel sent itself (`SI_KERNEL`): an OOM
@@ -17,6 +22,53 @@ use crate::util::clock::{mono_ns, realtime_ns};
 const SI_KERNEL: i32 = 0x80;
 
 impl Collector {
+    /// A precious record as it is read, before its batch is sorted: a
+    /// kill's line is made and its error file written now (with what the
+    /// records before this batch told), and the line kept for the kill's
+    /// place in time order (`told_urgently`); a SIGKILL's or a death's
+    /// error file likewise. The kernel's log lines come first, for the
+    /// kill's constraint and limit.
+    pub(super) fn urgent(&mut self, bytes: &[u8]) {
+        if bytes.len() < 2 {
+            return;
+        }
+        let kind = u16::from_le_bytes([bytes[0], bytes[1]]);
+        if !matches!(
+            kind,
+            common::KIND_OOM_KILL
+                | common::KIND_OOM_VICTIM
+                | common::KIND_PRINTK
+                | common::KIND_SIGNAL
+                | common::KIND_EXIT
+        ) {
+            return;
+        }
+        let Ok(t) = decode(kind, bytes, self.page_kb) else {
+            return;
+        };
+        match &t.event {
+            Event::Oom(_) | Event::Printk { .. } => {
+                if let Some((proc, line)) = self.lines.observe(&t) {
+                    self.write_error_file(t.ts_ns, proc.tgid, &line);
+                    if self.urgent_lines.len() < MAX_URGENT {
+                        self.urgent_lines.push((proc, line));
+                    }
+                }
+            }
+            Event::Signal(_) | Event::Exit { .. } => self.before_record(&t),
+            _ => {}
+        }
+    }
+
+    /// The line made for this kill as its record was read, if it was.
+    pub(super) fn told_urgently(&mut self, t: &Timed) -> Option<(ProcKey, String)> {
+        let Event::Oom(r) = &t.event else {
+            return None;
+        };
+        let i = self.urgent_lines.iter().position(|(p, _)| *p == r.victim)?;
+        Some(self.urgent_lines.swap_remove(i))
+    }
+
     /// Before a record reaches the rest: a death by a signal of a process
     /// the agent waits on, for its error file, while its name is known.
     pub(super) fn before_record(&mut self, t: &Timed) {
