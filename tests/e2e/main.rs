@@ -32,5 +32,6 @@ mod report_readable;
 mod security;
 mod stack_at_death;
 mod stacks;
+mod torchrun;
 mod volume;
 mod wheel;

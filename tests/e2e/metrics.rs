@@ -278,6 +278,13 @@ fn events_jsonl_has_each_kill_and_death() {
     assert_eq!(kill["constraint"], "memcg");
     assert_eq!(kill["memcg"], k["memcg"], "{kill}");
     assert!(u(&kill["rss_bytes"]) > 100 << 20, "{kill}");
+    // The kill's one line: the report's, told at the kill (with -q too).
+    assert_eq!(kill["verdict"], k["verdict"], "{kill}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("trainbpf: {}\n", k["verdict"].as_str().unwrap())),
+        "{stderr}"
+    );
     let death = |pid: u64| {
         lines
             .iter()

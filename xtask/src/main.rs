@@ -12,6 +12,7 @@ mod report_bench;
 mod setup;
 mod soak;
 mod tasks;
+mod torch;
 mod util;
 mod vm;
 mod wheel;

@@ -95,6 +95,8 @@ pub fn test(lint: bool, cargo_test_args: &[OsString]) -> Result<()> {
     crate::report_bench::ensure_go()?;
     // `record --metrics`' test scrapes the recorder with Prometheus.
     crate::report_bench::ensure_prometheus()?;
+    // The Root Cause test runs a real torchrun.
+    let torchrun = crate::torch::ensure()?;
     run(cargo()
         // Every test binary runs even after one fails: a CI log should show
         // all that is broken, not the first.
@@ -104,6 +106,7 @@ pub fn test(lint: bool, cargo_test_args: &[OsString]) -> Result<()> {
         // than skip when they cannot do their privileged parts.
         .env("TRAINBPF_BIN", &bin)
         .env("TRAINBPF_WHEEL", &wheel)
+        .env("TRAINBPF_TORCHRUN", &torchrun)
         .env("TRAINBPF_PRIVILEGED_REQUIRED", "1")
         // The suite is written for plain root, as CI runs it: under sudo,
         // `record` would run every job as the user sudo came from. The
