@@ -576,6 +576,16 @@ mod tests {
         assert!(r.stop().is_none() && r.skipped().count == 0);
     }
 
+    /// Inputs the fuzzer found a panic with, kept: each must now pass
+    /// the whole pipeline (docs/fuzzing.md, "What it found").
+    #[test]
+    fn inputs_that_once_broke_it_pass() {
+        // victim_not_grower.rs: oom_score_adj × totalpages/1000 in i64.
+        check(include_bytes!(
+            "../tests/fixtures/fuzz/victim-not-grower-adj-overflow.rec"
+        ));
+    }
+
     /// The fuzz target's work, without a fuzzer: a few thousand mutations
     /// of the seed (and of mutants), each through the whole pipeline. The
     /// long run is `cargo xtask fuzz` (docs/fuzzing.md).

@@ -148,7 +148,9 @@ fn diagnose(
             vc.points,
             human_kb(vc.rss_kb),
             if vc.oom_score_adj != 0 {
-                let adj_pages = vc.oom_score_adj as i64 * (r.totalpages / 1000) as i64;
+                // As badness.rs counts it: in i128, since a recording's
+                // totalpages is whatever its bytes say.
+                let adj_pages = vc.oom_score_adj as i128 * (r.totalpages / 1000) as i128;
                 format!(
                     ", {adj_pages:+} pages from oom_score_adj {}",
                     vc.oom_score_adj
