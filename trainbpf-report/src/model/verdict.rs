@@ -92,13 +92,27 @@ pub fn line(f: &Facts) -> String {
 /// A death by a signal other than an OOM kill, in a line: `rank 1 (pid
 /// 812) was killed by SIGKILL from bash (pid 900)`, `rank 1 (pid 812)
 /// died of SIGSEGV`. `sender`: who sent it, where known (a crash's
-/// signal is its own).
-pub fn died_line(victim: &str, sig: i32, sender: Option<&str>) -> String {
+/// signal is its own). `after`: the job's first OOM kill before it (its
+/// victim, and how long before), which makes this death its consequence
+/// (`model::consequence`): `…, 0.2 s after rank 0 (pid 811) was
+/// OOM-killed: its consequence`.
+pub fn died_line(
+    victim: &str,
+    sig: i32,
+    sender: Option<&str>,
+    after: Option<(&str, u64)>,
+) -> String {
     let name = crate::units::signal_name(sig).map_or_else(|| format!("signal {sig}"), Into::into);
-    let s = match sender {
+    let mut s = match sender {
         Some(from) => format!("{victim} was killed by {name} from {from}"),
         None => format!("{victim} died of {name}"),
     };
+    if let Some((first, ns)) = after {
+        s.push_str(&format!(
+            ", {} after {first} was OOM-killed: its consequence",
+            crate::units::small_duration(ns)
+        ));
+    }
     cut(s, MAX_CHARS)
 }
 
@@ -242,6 +256,20 @@ mod tests {
         assert_eq!(
             line(&f),
             "rank 1 (pid 812) was OOM-killed: the machine ran out of memory"
+        );
+        assert_eq!(
+            died_line(
+                "rank 0 (pid 811)",
+                15,
+                Some("pt_elastic (pid 800)"),
+                Some(("rank 1 (pid 812)", 210_000_000))
+            ),
+            "rank 0 (pid 811) was killed by SIGTERM from pt_elastic (pid 800), 210.0 ms after rank 1 \
+             (pid 812) was OOM-killed: its consequence"
+        );
+        assert_eq!(
+            died_line("rank 1 (pid 812)", 11, None, None),
+            "rank 1 (pid 812) died of SIGSEGV"
         );
         // A second victim names the first.
         f.after = Some(("rank 0 (pid 811)".into(), 6_200_000));

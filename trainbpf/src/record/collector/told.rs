@@ -86,7 +86,11 @@ impl Collector {
             {
                 let victim = self.lines.who(s.target.tgid, &s.comm);
                 let from = format!("{} (pid {})", s.sender.comm, s.sender.tgid);
-                (s.target.tgid, verdict::died_line(&victim, 9, Some(&from)))
+                let after = self.lines.after_first_kill(t.ts_ns, s.target.start_ns);
+                (
+                    s.target.tgid,
+                    verdict::died_line(&victim, 9, Some(&from), after),
+                )
             }
             Event::Exit {
                 proc,
@@ -100,7 +104,8 @@ impl Collector {
                 };
                 let victim = self.lines.who(proc.tgid, comm);
                 let from = self.lines.sender(proc.tgid, sig);
-                (proc.tgid, verdict::died_line(&victim, sig, from))
+                let after = self.lines.after_first_kill(t.ts_ns, proc.start_ns);
+                (proc.tgid, verdict::died_line(&victim, sig, from, after))
             }
             _ => return,
         };

@@ -78,6 +78,8 @@ pub struct KillLines {
     senders: HashMap<u32, (u32, String)>,
     /// The first kill of the latest burst: (ts, its victim named).
     burst: Option<(u64, String)>,
+    /// The job's first kill: (ts, its victim named).
+    first: Option<(u64, String)>,
 }
 
 impl KillLines {
@@ -207,6 +209,17 @@ impl KillLines {
         verdict::who(pid, comm, p.and_then(|p| p.rank))
     }
 
+    /// The job's first OOM kill before a death at `ts` of a process born
+    /// at `born`: its victim, and how long before. Such a death is its
+    /// consequence (the report's rule, `model::consequence`): the process
+    /// was alive at the kill.
+    pub fn after_first_kill(&self, ts: u64, born: u64) -> Option<(&str, u64)> {
+        self.first
+            .as_ref()
+            .filter(|(at, _)| *at < ts && born < *at)
+            .map(|(at, who)| (who.as_str(), ts - at))
+    }
+
     /// Who sent `pid` signal `sig` last, where the recorder saw it.
     pub fn sender(&self, pid: u32, sig: i32) -> Option<&str> {
         self.senders
@@ -306,6 +319,7 @@ impl KillLines {
                 None
             }
         };
+        self.first.get_or_insert_with(|| (ts, victim.clone()));
         let facts = Facts {
             victim,
             constraint,

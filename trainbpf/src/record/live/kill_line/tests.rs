@@ -257,4 +257,16 @@ fn a_second_victim_names_the_first() {
         line.starts_with("rank 0 (pid 11) was OOM-killed; "),
         "{line}"
     );
+    // A later death of a process alive at the first kill follows from it;
+    // one of a process born after it does not.
+    assert_eq!(
+        k.after_first_kill(2_500_000_000, key(10).start_ns),
+        Some(("rank 1 (pid 12)", 500_000_000))
+    );
+    assert_eq!(k.after_first_kill(2_500_000_000, 2_100_000_000), None);
+    assert_eq!(
+        k.after_first_kill(1_000_000_000, 0),
+        None,
+        "before the kill"
+    );
 }
