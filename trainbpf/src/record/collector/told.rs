@@ -55,7 +55,12 @@ impl Collector {
                     }
                 }
             }
-            Event::Signal(_) | Event::Exit { .. } => self.before_record(&t),
+            Event::Signal(_) => {
+                // Its sender first, for a death read in the same batch.
+                self.lines.observe(&t);
+                self.before_record(&t);
+            }
+            Event::Exit { .. } => self.before_record(&t),
             _ => {}
         }
     }
