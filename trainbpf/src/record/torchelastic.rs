@@ -237,8 +237,15 @@ impl ErrorFiles {
             ready: Some(r),
             ..
         }) = self.targets.remove(&tgid)
-            && let Some(tx) = self.writer(target.owner)
         {
+            self.discard(target.owner, r);
+        }
+    }
+
+    /// Removes an unused ready file on its user's writer thread: the
+    /// directory may be one whose operations wait.
+    fn discard(&mut self, owner: Owner, r: Ready) {
+        if let Some(tx) = self.writer(owner) {
             let _ = tx.try_send(Job::Discard(r));
         }
     }
@@ -368,11 +375,7 @@ impl ErrorFiles {
                         }
                         // Gone, exec'd, or killed meanwhile: removed on
                         // the writer's thread, which may wait.
-                        _ => {
-                            if let Some(tx) = self.writer(target.owner) {
-                                let _ = tx.try_send(Job::Discard(r));
-                            }
-                        }
+                        _ => self.discard(target.owner, r),
                     }
                 }
                 Err(TryRecvError::Empty | TryRecvError::Disconnected) => return out,

@@ -4,12 +4,9 @@
 //! `RENAME_NOREPLACE`, so that a reader sees either nothing or all of it,
 //! and a file already there (the job's own) is never touched.
 
-use std::{ffi::OsStr, io::Write as _, path::Path};
+use std::path::Path;
 
-use super::{
-    FileError, Owner, Place, as_owner, io_err,
-    sys::{fstat, lstat_at, rename_noreplace, unlink_at},
-};
+use super::{FileError, Owner, as_owner, ready::Ready};
 
 /// What became of the write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,42 +29,10 @@ pub fn create_new(path: &Path, bytes: &[u8], owner: Owner) -> Result<NewFile, Fi
 /// ([`super::assume`]): a writer that must be quick at a kill does the
 /// user lookup and the thread's start once, beforehand.
 pub fn create_new_here(path: &Path, bytes: &[u8], owner: Owner) -> Result<NewFile, FileError> {
-    let shown = path.display().to_string();
-    {
-        let place = Place::open(path, owner)?;
-        let dir =
-            fstat(place.dir()).map_err(io_err(format!("reading the directory of {shown}")))?;
-        if dir.st_mode & libc::S_IFMT != libc::S_IFDIR || dir.st_uid != owner.uid {
-            return Err(FileError::Foreign {
-                path: path
-                    .parent()
-                    .map_or_else(|| ".".into(), |p| p.display().to_string()),
-                uid: dir.st_uid,
-                owner: owner.uid,
-            });
-        }
-        if lstat_at(place.dir(), &place.name)
-            .map_err(io_err(format!("reading {shown}")))?
-            .is_some()
-        {
-            return Ok(NewFile::Exists);
-        }
-        let (mut f, tmp) = place.create_temp(".trainbpf-", 0o644)?;
-        let tmp: &OsStr = &tmp;
-        // No fsync: the reader is on this machine, and the write must be
-        // there before torchelastic's agent polls (every 0.1 s).
-        let written = f
-            .write_all(bytes)
-            .map_err(io_err(format!("writing {shown}")));
-        let done = written.and_then(|()| match rename_noreplace(place.dir(), tmp, &place.name) {
-            Ok(()) => Ok(NewFile::Written),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(NewFile::Exists),
-            Err(e) => Err(io_err(format!("renaming into {shown}"))(e)),
-        });
-        if !matches!(done, Ok(NewFile::Written)) {
-            let _ = unlink_at(place.dir(), tmp);
-        }
-        done
+    // The same steps as a file made ready ahead of its contents, at once.
+    match Ready::prepare(path, owner)? {
+        Some(r) => r.finish(bytes),
+        None => Ok(NewFile::Exists),
     }
 }
 
