@@ -44,8 +44,8 @@ mod ready;
 mod sys;
 
 pub use append::open_append;
-pub use new_file::{NewFile, create_new, create_new_here};
-pub use ready::Ready;
+pub use new_file::{create_new, create_new_here};
+pub use ready::{NewFile, Ready};
 
 /// Whose credentials create the files: the user who ran `sudo`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

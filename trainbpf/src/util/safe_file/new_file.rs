@@ -6,16 +6,10 @@
 
 use std::path::Path;
 
-use super::{FileError, Owner, as_owner, ready::Ready};
-
-/// What became of the write.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NewFile {
-    Written,
-    /// Something was there already, or took the name meanwhile: left
-    /// alone.
-    Exists,
-}
+use super::{
+    FileError, Owner, as_owner,
+    ready::{NewFile, Ready},
+};
 
 /// Writes `bytes` to `path` as `owner`, unless something is there. The
 /// directory must be one `owner` owns; every lookup on the way is the

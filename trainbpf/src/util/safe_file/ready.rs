@@ -12,7 +12,6 @@ use std::{
     os::fd::{AsFd as _, AsRawFd as _},
 };
 
-use super::new_file::NewFile;
 use super::{
     FileError, Owner, Place, io_err,
     sys::{fstat, lstat_at, rename_noreplace, unlink_at},
@@ -29,6 +28,15 @@ const LOCAL: [i64; 5] = [
     0x0102_1994, // tmpfs
     0x794C_7630, // overlayfs
 ];
+
+/// What became of the write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NewFile {
+    Written,
+    /// Something was there already, or took the name meanwhile: left
+    /// alone.
+    Exists,
+}
 
 /// See the module docs.
 #[derive(Debug)]
