@@ -183,7 +183,14 @@ pub struct LateWindow {
     pub calls: u64,
 }
 
-/// A process held at its mapping of a driver library (`HELD`'s value):
+/// [`Held::reason`]: at its mapping of an unprobed driver library.
+pub const HOLD_LIBRARY: u32 = 0;
+/// [`Held::reason`]: torchelastic's agent, waiting on a worker killed by
+/// the OOM killer, until the worker's error file is written.
+pub const HOLD_AGENT: u32 = 1;
+
+/// A process held at its mapping of a driver library, or an agent at its
+/// wait on a killed worker (`HELD`'s value):
 /// what the collector, or the hold's watchdog, must know before it sends
 /// SIGCONT. The entry goes at the process's exit.
 #[repr(C)]
@@ -197,7 +204,8 @@ pub struct Held {
     pub other_stop: u32,
     /// Someone else continued it before the probes were on.
     pub other_cont: u32,
-    pub _pad: u32,
+    /// Why it is held: [`HOLD_LIBRARY`] or [`HOLD_AGENT`].
+    pub reason: u32,
     /// When the hold began (CLOCK_MONOTONIC ns).
     pub since_ns: u64,
     /// The group leader's `start_time`, as in the record headers.

@@ -11,7 +11,7 @@ use trainbpf_common::*;
 
 use crate::{
     count_lost, header, in_job, lazy, lazy_precious, leader_start_ns,
-    maps::{COUNTERS, EVENTS, EXEC_HOLD, HELD, JOB, PRECIOUS, ProcKey},
+    maps::{AGENT_WAIT, COUNTERS, ERRFILE_WAITED, EVENTS, EXEC_HOLD, HELD, JOB, PRECIOUS, ProcKey},
     memory, pages, procs, rd, rd_comm,
 };
 
@@ -221,6 +221,9 @@ fn try_sched_exit(ctx: &BtfTracePointContext) -> Result<u32, u32> {
         return Ok(0);
     }
     let _ = JOB.remove(&tgid);
+    // Its pid may name another process next: no mark outlives it.
+    let _ = ERRFILE_WAITED.remove(&tgid);
+    let _ = AGENT_WAIT.remove(&tgid);
     if conf!(stack_every_pages) > 0 {
         // The root's holds end with it (`python::hold_unlocated`).
         let _ = EXEC_HOLD.remove(&tgid);

@@ -59,6 +59,8 @@ pub(crate) fn read_conf(p: *const i64) -> i64 {
 /// `klog!`: the programs' own log, off unless `record --ebpf-log`.
 #[macro_use]
 mod klog;
+/// torchelastic's agent held at its wait on a killed worker.
+mod agent_hold;
 /// The victim's stack at death: each job thread's, at a fatal signal.
 mod death;
 /// The GPU probes: CUDA driver uprobes, Xid, the driver's page allocator.

@@ -287,6 +287,19 @@ pub(crate) static LIBCUDA_SEEN: HashMap<FileKey, u32> = HashMap::with_max_entrie
 #[map]
 pub(crate) static HELD: HashMap<u32, Held> = HashMap::with_max_entries(1024, 0);
 
+/// Job processes whose parent waits on them for torchelastic's error
+/// file (a rank, its agent): tgid → the parent's tgid. The collector
+/// fills it where it can write the file and hold the agent; an entry goes
+/// at its process's exit.
+#[map]
+pub(crate) static ERRFILE_WAITED: HashMap<u32, u32> = HashMap::with_max_entries(4096, 0);
+
+/// Agents to hold at their next wait: the parent's tgid → the tgid of its
+/// worker the OOM killer chose, set at the kill, until the collector has
+/// written the worker's error file (or the agent exits).
+#[map]
+pub(crate) static AGENT_WAIT: HashMap<u32, u32> = HashMap::with_max_entries(1024, 0);
+
 /// Job processes in an uncovered window (mapped a driver library and could
 /// not be held): tgid → [`LateWindow`], until the collector has attached.
 #[map]

@@ -31,6 +31,7 @@ fn fill_victim(ev: *mut OomEvent, kind: u16, source: u32, task: u64) {
     let cred: u64 = rd(task, conf!(task_real_cred)).unwrap_or(0);
     let adj: i16 = rd(signal, conf!(signal_oom_score_adj)).unwrap_or(0);
     let pid_tgid = bpf_get_current_pid_tgid();
+    crate::agent_hold::victim_marked(tgid);
     // SAFETY: `ev` points at a reserved ring-buffer slot of the right size.
     unsafe {
         (*ev).hdr = header(kind, job_flag(tgid), tgid, leader_start_ns(task));
@@ -158,6 +159,7 @@ fn try_mark_victim_tp(ctx: &TracePointContext) -> Result<u32, u32> {
     let ev = entry.as_mut_ptr();
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = pid as u32;
+    crate::agent_hold::victim_marked(tgid);
     let adj: i16 = tp_field(ctx, conf!(tp_mv_oom_score_adj));
     let mut comm = [0u8; COMM_LEN];
     let comm_loc: u32 = tp_field(ctx, conf!(tp_mv_comm));

@@ -117,6 +117,23 @@ pub(super) async fn collect(start: Start<'_>) -> Result<(Option<ExitStatus>, Fil
         c.writer.record(kind, &bytes);
     }
     eprintln!("trainbpf: {}", gpu.describe());
+    // torchelastic's agent is held at its wait on a killed worker only
+    // where the hold is bounded by the watchdog.
+    if let Some(ef) = &mut c.error_files {
+        let said = if gpu.holds() {
+            match crate::record::torchelastic::AgentHold::attach(&mut ebpf) {
+                Ok(h) => {
+                    ef.hold_agents(h);
+                    crate::record::torchelastic::AGENT_HOLD_DESCRIBED.to_string()
+                }
+                Err(e) => format!("torchelastic's agent is not held at its wait: {e}"),
+            }
+        } else {
+            "torchelastic's agent is not held at its wait: an attached recorder holds no one"
+                .to_string()
+        };
+        c.user(trainbpf_report::decode::UserBody::Note(said));
+    }
 
     let (pid, child) = start_job(
         &mut c, &mut job, &target, &attached, &invoker, job_adj, cgroup,
@@ -555,6 +572,11 @@ fn gpu_late(c: &mut Collector, gpu: &mut crate::record::gpu::GpuProbes, ebpf: &m
     recs.extend(gpu.due(ebpf, now));
     for (kind, bytes) in recs {
         c.writer.record(kind, &bytes);
+    }
+    for agent in std::mem::take(&mut c.agents_done) {
+        if let Some(note) = gpu.release_agent(agent) {
+            c.user(trainbpf_report::decode::UserBody::Note(note));
+        }
     }
 }
 

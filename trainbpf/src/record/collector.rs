@@ -74,6 +74,9 @@ pub(super) struct Collector {
     /// them held until it is (`GpuProbes::on_mapped`): taken after each
     /// drain.
     pub(super) gpu_maps: Vec<common::CudaMapEvent>,
+    /// torchelastic's agents whose worker's error file is in: continued
+    /// if held (`torchelastic::AgentHold`), after the batch.
+    pub(super) agents_done: Vec<u32>,
     /// `--metrics` and `--events-jsonl` (live/metrics.rs).
     pub(super) live: Option<crate::record::live::metrics::Outputs>,
     /// The page size in kB, which the memory records are counted in.
@@ -123,6 +126,7 @@ impl Collector {
             procfs_every: PROCFS_EVERY,
             stacks: None,
             gpu_maps: Vec::new(),
+            agents_done: Vec::new(),
             live: None,
             lines: Default::default(),
             urgent_lines: Vec::new(),

@@ -367,6 +367,17 @@ impl GpuProbes {
         out
     }
 
+    /// See [`late::Late::release_agent`]: a note of what came of the hold.
+    pub fn release_agent(&mut self, tgid: u32) -> Option<String> {
+        self.late.as_mut()?.release_agent(tgid)
+    }
+
+    /// Whether a job process can be held, its hold bounded by the
+    /// watchdog (the recorder runs the job).
+    pub fn holds(&self) -> bool {
+        self.late.as_ref().is_some_and(late::Late::holds)
+    }
+
     /// The last counters, when the job has ended; windows still open
     /// never had their probes.
     pub fn finish(&mut self, ebpf: &mut Ebpf, now: u64) -> Records {

@@ -22,14 +22,21 @@
 //!   the write runs on a thread of its own, so that the draining thread
 //!   never waits on the job's filesystem. The agent polls every 0.1 s;
 //!   the kernel's record of an OOM kill comes before the victim has
-//!   finished exiting.
+//!   finished exiting. Nearly always in time, then; to make it always,
+//!   the agent is held at its wait on a worker the OOM killer chose until
+//!   that worker's file is written ([`agent_hold`]).
+
+mod agent_hold;
 
 use std::{
     collections::HashMap,
     path::PathBuf,
     sync::mpsc::{self, Receiver, SyncSender, TryRecvError},
     thread,
+    time::Duration,
 };
+
+pub use agent_hold::{AgentHold, DESCRIBED as AGENT_HOLD_DESCRIBED};
 
 use crate::util::safe_file::{FileError, NewFile, Owner, Ready, create_new_here};
 
@@ -37,6 +44,11 @@ use crate::util::safe_file::{FileError, NewFile, Owner, Ready, create_new_here};
 const MAX_PROCS: usize = 65_536;
 /// Writes waiting; past this a kill's file is not written, and said.
 const MAX_QUEUED: usize = 64;
+/// Test only: write each error file this many milliseconds late, on its
+/// writer's thread, so that a test can see the agent held meanwhile.
+/// Never set it for a real recording.
+pub const ENV_DELAY_MS: &str = "TRAINBPF_TEST_ERROR_FILE_DELAY_MS";
+
 /// The longest path taken from an environment (`PATH_MAX`).
 pub const MAX_PATH_BYTES: usize = 4096;
 
@@ -90,6 +102,9 @@ enum Job {
         target: Target,
         text: String,
         ready: Option<Ready>,
+        /// [`ENV_DELAY_MS`].
+        delay: Option<Duration>,
+        agent: Option<u32>,
     },
     /// Remove a file made ready for a process that ended unkilled.
     Discard(Ready),
@@ -102,6 +117,9 @@ pub struct Outcome {
     pub pid: u32,
     pub path: PathBuf,
     pub result: Result<NewFile, String>,
+    /// The parent held at its wait for this file, if it was marked
+    /// ([`AgentHold`]): to be continued now.
+    pub agent: Option<u32>,
 }
 
 /// What a writer thread sends back.
@@ -146,6 +164,10 @@ pub struct ErrorFiles {
     /// Writes done on the collector's own thread, for `poll`.
     inline: Vec<Outcome>,
     recording: String,
+    /// The kernel's half of holding the agent, where it is held.
+    hold: Option<AgentHold>,
+    /// [`ENV_DELAY_MS`].
+    delay: Option<Duration>,
 }
 
 /// Users given a writer at most; a file of another is not written, and
@@ -173,7 +195,12 @@ fn start_writer(owner: Owner, done: SyncSender<Done>) -> Option<SyncSender<Job>>
                         target,
                         text,
                         ready,
+                        delay,
+                        agent,
                     } => {
+                        if let Some(d) = delay {
+                            thread::sleep(d);
+                        }
                         let result = match (&assumed, ready) {
                             (_, Some(r)) => r.finish(text.as_bytes()),
                             (Ok(()), None) => create_new_here(&target.path, text.as_bytes(), owner),
@@ -187,6 +214,7 @@ fn start_writer(owner: Owner, done: SyncSender<Done>) -> Option<SyncSender<Job>>
                             pid,
                             path: target.path,
                             result: result.map_err(|e| e.to_string()),
+                            agent,
                         })
                     }
                     Job::Discard(r) => {
@@ -218,7 +246,23 @@ impl ErrorFiles {
             rx,
             inline: Vec::new(),
             recording,
+            hold: None,
+            delay: std::env::var(ENV_DELAY_MS)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .map(Duration::from_millis),
         }
+    }
+
+    /// Agents are held from now on ([`AgentHold`]): every process already
+    /// known is marked.
+    pub fn hold_agents(&mut self, mut hold: AgentHold) {
+        for (&pid, e) in &self.targets {
+            if let (false, Some(&parent)) = (e.parents, self.parents.get(&pid)) {
+                hold.waited(pid, parent);
+            }
+        }
+        self.hold = Some(hold);
     }
 
     /// The writer for `owner`, started at its first file.
@@ -232,6 +276,9 @@ impl ErrorFiles {
 
     /// Forgets a process's entry; a file made ready for it is removed.
     fn forget(&mut self, tgid: u32) {
+        if let Some(h) = &mut self.hold {
+            h.unwaited(tgid);
+        }
         if let Some(Entry {
             target,
             ready: Some(r),
@@ -263,12 +310,18 @@ impl ErrorFiles {
             .get(&tgid)
             .and_then(|p| self.targets.get(p))
             .is_some_and(|e| e.target.path == t.path);
-        // The process the agent waits on: its file made ready now.
-        if !parents && let Some(tx) = self.writer(t.owner) {
-            let _ = tx.try_send(Job::Prepare {
-                pid: tgid,
-                target: t.clone(),
-            });
+        // The process the agent waits on: its file made ready now, and
+        // its parent held at its wait if the OOM killer chooses it.
+        if !parents {
+            if let Some(tx) = self.writer(t.owner) {
+                let _ = tx.try_send(Job::Prepare {
+                    pid: tgid,
+                    target: t.clone(),
+                });
+            }
+            if let (Some(h), Some(&parent)) = (&mut self.hold, self.parents.get(&tgid)) {
+                h.waited(tgid, parent);
+            }
         }
         self.targets.insert(
             tgid,
@@ -317,43 +370,66 @@ impl ErrorFiles {
 
     /// `tgid` was killed: its file, with `line`, unless it has one. Never
     /// waits: written here through a file made ready on a local file
-    /// system, else queued for the writer's thread. `Err`: the write
-    /// could not be queued (said by the caller).
-    pub fn killed(&mut self, tgid: u32, line: &str, unix_s: u64) -> Result<(), String> {
+    /// system, else queued for the writer's thread. Each write's
+    /// [`Outcome`], a failure to queue it included, comes from [`poll`].
+    ///
+    /// [`poll`]: ErrorFiles::poll
+    pub fn killed(&mut self, tgid: u32, line: &str, unix_s: u64) {
         let Some(e) = self.targets.get_mut(&tgid) else {
-            return Ok(());
+            return;
         };
         if !self.fired.insert(tgid) {
-            return Ok(());
+            return;
         }
         let target = e.target.clone();
+        let agent = match (&mut self.hold, e.parents) {
+            (Some(h), false) => {
+                h.unwaited(tgid);
+                self.parents.get(&tgid).copied()
+            }
+            _ => None,
+        };
         let text = error_json(line, &self.recording, unix_s);
         let ready = match e.ready.take() {
-            Some(r) if r.local => {
+            Some(r) if r.local && self.delay.is_none() => {
                 let result = r.finish(text.as_bytes()).map_err(|e| e.to_string());
                 self.inline.push(Outcome {
                     done_ns: crate::util::clock::mono_ns(),
                     pid: tgid,
                     path: target.path,
                     result,
+                    agent,
                 });
-                return Ok(());
+                return;
             }
             other => other,
         };
-        let Some(tx) = self.writer(target.owner) else {
-            return Err(format!(
+        let (path, delay) = (target.path.clone(), self.delay);
+        let queued = match self.writer(target.owner) {
+            None => Err(format!(
                 "no writer for uid {} (more than {MAX_WRITERS} users, or its thread could not start)",
                 target.owner.uid
-            ));
+            )),
+            Some(tx) => tx
+                .try_send(Job::Write {
+                    pid: tgid,
+                    target,
+                    text,
+                    ready,
+                    delay,
+                    agent,
+                })
+                .map_err(|_| format!("more than {MAX_QUEUED} error files waiting to be written")),
         };
-        tx.try_send(Job::Write {
-            pid: tgid,
-            target,
-            text,
-            ready,
-        })
-        .map_err(|_| format!("more than {MAX_QUEUED} error files waiting to be written"))
+        if let Err(e) = queued {
+            self.inline.push(Outcome {
+                done_ns: crate::util::clock::mono_ns(),
+                pid: tgid,
+                path,
+                result: Err(e),
+                agent,
+            });
+        }
     }
 
     /// The writes done since the last time; never waits. Files made ready
@@ -378,9 +454,17 @@ impl ErrorFiles {
                         _ => self.discard(target.owner, r),
                     }
                 }
-                Err(TryRecvError::Empty | TryRecvError::Disconnected) => return out,
+                Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
             }
         }
+        // The files are in: no agent waiting for one is held from now on
+        // (the caller continues any held already).
+        if let Some(h) = &mut self.hold {
+            for p in out.iter().filter_map(|o| o.agent) {
+                h.clear(p);
+            }
+        }
+        out
     }
 }
 
@@ -446,10 +530,10 @@ mod tests {
         ef.on_fork(10, 13);
         ef.know(13, Some(target.clone()));
         assert!(!ef.armed(13, true) && ef.armed(13, false));
-        ef.killed(12, "not ours", 1).unwrap();
-        ef.killed(11, "worker killed", 5).unwrap();
-        ef.killed(11, "again", 6).unwrap();
-        ef.killed(10, "rank killed", 7).unwrap();
+        ef.killed(12, "not ours", 1);
+        ef.killed(11, "worker killed", 5);
+        ef.killed(11, "again", 6);
+        ef.killed(10, "rank killed", 7);
         let mut outcomes = Vec::new();
         while outcomes.len() < 2 {
             outcomes.extend(ef.poll());
@@ -504,7 +588,7 @@ mod tests {
             v
         };
         assert_eq!(names().len(), 2, "two hidden files: {:?}", names());
-        ef.killed(30, "rank 1 was OOM-killed", 9).unwrap();
+        ef.killed(30, "rank 1 was OOM-killed", 9);
         // Written already, on this thread.
         let v: serde_json::Value =
             serde_json::from_slice(&std::fs::read(d.join("a.json")).unwrap()).unwrap();

@@ -141,11 +141,10 @@ impl Collector {
         // The kill's own time, on the wall clock, as torchelastic keeps it.
         let unix_s = realtime_ns().saturating_sub(mono_ns().saturating_sub(ts)) / 1_000_000_000;
         // The agent prints the file to a terminal.
-        if let Err(e) = ef.killed(pid, &escape(line), unix_s) {
-            self.user(UserBody::Note(format!(
-                "pid {pid}: torchelastic's error file not written: {e}"
-            )));
-        }
+        ef.killed(pid, &escape(line), unix_s);
+        // Written here already, where it could be: its agent is released
+        // after this batch of records.
+        self.poll_error_files();
     }
 
     /// Records what became of the error files written since the last time.
@@ -169,6 +168,9 @@ impl Collector {
             // far ahead of torchelastic's agent the file was.
             let (kind, bytes) = encode_user(o.done_ns, UserBody::Note(note));
             self.writer.record(kind, &bytes);
+            if let Some(agent) = o.agent {
+                self.agents_done.push(agent);
+            }
         }
     }
 }

@@ -19,7 +19,9 @@ use aya::{
     maps::{HashMap as BpfHashMap, MapData},
     programs::TracePoint,
 };
-use trainbpf_common::{CudaMapEvent, FileKey, Held, LateWindow, MAP_HELD, SEEN_TRIED};
+use trainbpf_common::{
+    CudaMapEvent, FileKey, HOLD_AGENT, HOLD_LIBRARY, Held, LateWindow, MAP_HELD, SEEN_TRIED,
+};
 use trainbpf_report::decode::gpu::GpuLate;
 
 use super::{
@@ -29,6 +31,10 @@ use super::{
 };
 
 const BPF_NOEXIST: u64 = 1;
+
+/// Looks at an agent's hold whose SIGSTOP is being sent, 50 µs apart: the
+/// program sends it a few instructions after making the entry.
+const AGENT_SENDING_TRIES: u32 = 20;
 
 /// Test only: don't hold a process that maps a driver library late, and
 /// attach this many milliseconds after its mapping, so that a test can see
@@ -154,6 +160,11 @@ impl Late {
         (l, r)
     }
 
+    /// Whether a hold has its watchdog: only then is anyone held.
+    pub fn holds(&self) -> bool {
+        self.watchdog.is_some()
+    }
+
     /// How long a test switch puts off this mapping's attach.
     pub fn delay(&self, ev: &CudaMapEvent) -> Option<Duration> {
         if ev.held == MAP_HELD {
@@ -195,7 +206,7 @@ impl Late {
         // names the process held, whatever the pid names later.
         let pidfd = Pidfd::open(tgid);
         let h = match m.get(&tgid, 0) {
-            Ok(h) if h.start_ns == ev.hdr.start_ns => h,
+            Ok(h) if h.start_ns == ev.hdr.start_ns && h.reason == HOLD_LIBRARY => h,
             // Another job process took the pid and is held in turn: its
             // own record continues it.
             Ok(_) | Err(_) => {
@@ -230,6 +241,47 @@ impl Late {
             },
             Err(_) => said("it exited before it could be continued", false),
         }
+    }
+
+    /// torchelastic's agent `tgid`, marked at its worker's kill, may be
+    /// held at its wait (`HOLD_AGENT`): the file it waited for is in, so
+    /// it is continued, unless someone else stopped it too. What came of
+    /// it, where it was held.
+    pub fn release_agent(&mut self, tgid: u32) -> Option<String> {
+        let m = self.held.as_mut()?;
+        // Opened first, as in `release`: while the entry is there the
+        // pidfd names the process held.
+        let pidfd = Pidfd::open(tgid);
+        // The hold's own SIGSTOP is sent within the program that made the
+        // entry, which clears `sending` then: a SIGCONT must come after it.
+        let mut tries = 0;
+        let h = loop {
+            match m.get(&tgid, 0) {
+                Ok(h) if h.reason == HOLD_AGENT && h.sending == 0 => break h,
+                Ok(h) if h.reason == HOLD_AGENT && tries < AGENT_SENDING_TRIES => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+                // Still sending: its watchdog ends it. Not held, or held
+                // at a library's mapping: not ours to end.
+                _ => return None,
+            }
+        };
+        let _ = m.remove(&tgid);
+        let held_ms = super::mono_ns().saturating_sub(h.since_ns) as f64 / 1e6;
+        let what = if h.timed_out_ns != 0 {
+            "its hold's watchdog had continued it".to_string()
+        } else if h.other_stop != 0 {
+            "another stop signal reached it while held: left stopped".to_string()
+        } else {
+            match pidfd.and_then(|p| p.signal(libc::SIGCONT)) {
+                Ok(()) => "continued".to_string(),
+                Err(_) => "it exited before it could be continued".to_string(),
+            }
+        };
+        Some(format!(
+            "pid {tgid}: held at its wait {held_ms:.1} ms, until its worker's error file was written; {what}"
+        ))
     }
 
     /// The recording ends: every process still held (its record not

@@ -272,13 +272,16 @@ impl Watch {
             if self.held.insert(tgid, marked, BPF_EXIST).is_err() {
                 continue;
             }
-            let window = LateWindow {
-                start_ns: now,
-                dev: h.dev,
-                ino: h.ino,
-                calls: 0,
-            };
-            let _ = self.windows.insert(tgid, window, BPF_NOEXIST);
+            // An agent held for an error file maps no library: no window.
+            if h.reason == trainbpf_common::HOLD_LIBRARY {
+                let window = LateWindow {
+                    start_ns: now,
+                    dev: h.dev,
+                    ino: h.ino,
+                    calls: 0,
+                };
+                let _ = self.windows.insert(tgid, window, BPF_NOEXIST);
+            }
             let _ = pidfd.signal(libc::SIGCONT);
         }
     }
