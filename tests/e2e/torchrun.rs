@@ -427,4 +427,23 @@ fn an_agent_that_would_read_first_is_held_until_the_file_is_in() {
         assert!(note.ends_with("; continued"), "run {i}: {note}");
         eprintln!("--- run {i}: {} polls; {note}", seen["polls"]);
     }
+    // The job's root carries the variable itself: its parent is the
+    // recorder, outside the job, which is never held.
+    let rec = dir.path("root.rec");
+    let file = errs.join("root.json");
+    let out = Command::new(bin())
+        .args(["record", "--memory-limit", "256M", "-o"])
+        .arg(&rec)
+        .args(["--", "/usr/bin/python3", "-c"])
+        .arg("b = []\nwhile True:\n    b.append(b'x' * (8 << 20))\n")
+        .env("TORCHELASTIC_ERROR_FILE", &file)
+        .env("TRAINBPF_TEST_ERROR_FILE_DELAY_MS", "300")
+        .env("SUDO_UID", "65534")
+        .env("SUDO_GID", "65534")
+        .stdin(Stdio::null())
+        .output()
+        .expect("running trainbpf record");
+    assert!(!out.status.success());
+    assert!(file.is_file(), "the root's own file is written");
+    assert_eq!(agent_held(&rec), None, "the recorder is not held");
 }

@@ -30,7 +30,7 @@ use aya_ebpf::{
 use trainbpf_common::*;
 
 use crate::{
-    leader_start_ns,
+    in_job, leader_start_ns,
     maps::{AGENT_WAIT, ERRFILE_WAITED, HELD},
     rd,
 };
@@ -54,6 +54,11 @@ pub fn agent_wait(_ctx: TracePointContext) -> u32 {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     // SAFETY: only whether the entry is there.
     if unsafe { AGENT_WAIT.get(&tgid) }.is_none() {
+        return 0;
+    }
+    // Never a process outside the job: a job's root is the recorder's
+    // child, and the recorder waits on it.
+    if !in_job(tgid) {
         return 0;
     }
     // SAFETY: helper without preconditions.
