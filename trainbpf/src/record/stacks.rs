@@ -82,6 +82,11 @@ pub struct StackCollector {
     mapped: code_files::ByProc,
     /// New growth stacks' registers and stack copies, until named.
     copies: HashMap<(ProcKey, StackName), namer::CopyMsg>,
+    /// Stacks (native id, Python id) of processes forgotten, deleted from
+    /// the kernel's tables at the next drain unless a key read then uses
+    /// them: another process running the same code (a forked worker) may
+    /// have taken the same stack since the last read.
+    doomed: Vec<(i32, u64)>,
     /// The job's root, where the recorder started it and may hold it.
     root: Option<Root>,
     /// Stacks at death waiting to be named, and where they go named.
@@ -123,6 +128,7 @@ impl StackCollector {
             known: HashMap::new(),
             mapped: code_files::ByProc::new(),
             copies: HashMap::new(),
+            doomed: Vec::new(),
             root: None,
             deaths: None,
         }
@@ -200,6 +206,7 @@ impl StackCollector {
                     .map(|(k, v)| (k, v, true)),
             )
             .collect();
+        self.delete_doomed();
         let mut out = Vec::with_capacity(moved.len());
         // New stacks, per process, resolved in one pass over its maps.
         let mut todo: HashMap<u32, Vec<usize>> = HashMap::new();
@@ -521,21 +528,14 @@ impl StackCollector {
         for k in &gpu {
             let _ = self.maps.gpu_agg.remove(k);
         }
-        // Both maps name stacks in the same tables: one goes when neither
-        // has it.
         for (k, g) in growth
             .iter()
             .map(|k| (k, false))
             .chain(gpu.iter().map(|k| (k, true)))
         {
             self.named.remove(&(p, name_of(k), g));
-            let in_use = |id| self.deltas.in_use(id) || self.gpu_deltas.in_use(id);
-            if k.stack_id >= 0 && !in_use(k.stack_id) {
-                let _ = self.maps.stacks.remove(&(k.stack_id as u32));
-            }
-            let py_in_use = |id| self.deltas.py_in_use(id) || self.gpu_deltas.py_in_use(id);
-            if k.py_id != 0 && !py_in_use(k.py_id) {
-                let _ = self.maps.py_stacks.remove(&k.py_id);
+            if (k.stack_id >= 0 || k.py_id != 0) && self.doomed.len() < MAX_DOOMED {
+                self.doomed.push((k.stack_id, k.py_id));
             }
         }
         self.pythons.forget(p, &mut self.maps.py_procs);
@@ -547,6 +547,30 @@ impl StackCollector {
             _pad: 0,
             start_ns: p.start_ns,
         });
+    }
+}
+
+/// Stacks waiting for deletion at most; past it one is left in the
+/// kernel's table (which the kernel bounds).
+const MAX_DOOMED: usize = 65_536;
+
+impl StackCollector {
+    /// Deletes the stacks of forgotten processes that no key read in this
+    /// drain uses: both maps name stacks in the same tables, and one goes
+    /// when neither has it. Right after the read, so that a key the
+    /// kernel makes meanwhile is read first or comes later than this (a
+    /// stack taken anew is put back in the table).
+    fn delete_doomed(&mut self) {
+        for (id, py) in std::mem::take(&mut self.doomed) {
+            let in_use = |id| self.deltas.in_use(id) || self.gpu_deltas.in_use(id);
+            if id >= 0 && !in_use(id) {
+                let _ = self.maps.stacks.remove(&(id as u32));
+            }
+            let py_in_use = |id| self.deltas.py_in_use(id) || self.gpu_deltas.py_in_use(id);
+            if py != 0 && !py_in_use(py) {
+                let _ = self.maps.py_stacks.remove(&py);
+            }
+        }
     }
 }
 
