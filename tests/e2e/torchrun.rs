@@ -425,6 +425,14 @@ fn an_agent_that_would_read_first_is_held_until_the_file_is_in() {
             .unwrap_or_else(|| panic!("{note}"));
         assert!((250.0..3000.0).contains(&ms), "run {i}: {note}");
         assert!(note.ends_with("; continued"), "run {i}: {note}");
+        // Attached when the worker came, as a BTF tracepoint on this kernel.
+        assert!(
+            notes(&rec).iter().any(|n| n.starts_with(
+                "tp_btf:sched_process_wait: torchelastic's agent, waiting on a worker"
+            )),
+            "run {i}: {:#?}",
+            notes(&rec)
+        );
         eprintln!("--- run {i}: {} polls; {note}", seen["polls"]);
     }
     // The job's root carries the variable itself: its parent is the

@@ -17,21 +17,23 @@
 //! agent held past the limit, and every one if the recorder dies. The
 //! collector marks only processes it can hold that way (it runs the job).
 //!
-//! Cost: this tracepoint fires once per wait system call on the machine;
-//! its program ends at one lookup in a map that is empty but for a kill.
+//! Cost: the tracepoint fires once per wait system call on the machine,
+//! so it is a BTF tracepoint where the kernel has one (no trace record is
+//! built), and its program ends at one array read (`AGENT_ANY`) unless a
+//! kill has marked someone. BENCHMARKS.md has the figures.
 
 use aya_ebpf::{
     helpers::{
         bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns, bpf_send_signal_thread,
     },
-    macros::tracepoint,
-    programs::TracePointContext,
+    macros::{btf_tracepoint, tracepoint},
+    programs::{BtfTracePointContext, TracePointContext},
 };
 use trainbpf_common::*;
 
 use crate::{
     in_job, leader_start_ns,
-    maps::{AGENT_WAIT, ERRFILE_WAITED, HELD},
+    maps::{AGENT_ANY, AGENT_WAIT, ERRFILE_WAITED, HELD},
     rd,
 };
 
@@ -43,14 +45,39 @@ const BPF_NOEXIST: u64 = 1;
 #[inline(always)]
 pub(crate) fn victim_marked(tgid: u32) {
     // SAFETY: the value is copied out at once.
-    if let Some(parent) = unsafe { ERRFILE_WAITED.get(&tgid) }.copied() {
-        let _ = AGENT_WAIT.insert(&parent, &tgid, 0);
+    if let Some(parent) = unsafe { ERRFILE_WAITED.get(&tgid) }.copied()
+        && AGENT_WAIT.insert(&parent, &tgid, 0).is_ok()
+        && let Some(any) = AGENT_ANY.get_ptr_mut(0)
+    {
+        // SAFETY: the map's one value; after the mark (the collector
+        // clears the flag, then looks at the map).
+        unsafe { core::ptr::write_volatile(any, 1) };
     }
 }
 
-/// `sched:sched_process_wait`: see the module docs.
+/// `sched_process_wait(struct pid *pid)`, as a BTF tracepoint: see the
+/// module docs.
+#[btf_tracepoint(function = "sched_process_wait")]
+pub fn agent_wait_btf(_ctx: BtfTracePointContext) -> u32 {
+    agent_wait_here()
+}
+
+/// `sched:sched_process_wait`, the classic tracepoint: the fallback
+/// where the kernel has no BTF.
 #[tracepoint]
 pub fn agent_wait(_ctx: TracePointContext) -> u32 {
+    agent_wait_here()
+}
+
+#[inline(always)]
+fn agent_wait_here() -> u32 {
+    // SAFETY: the map's one value, read once.
+    if AGENT_ANY
+        .get_ptr(0)
+        .is_none_or(|a| unsafe { core::ptr::read_volatile(a) } == 0)
+    {
+        return 0;
+    }
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     // SAFETY: only whether the entry is there.
     if unsafe { AGENT_WAIT.get(&tgid) }.is_none() {

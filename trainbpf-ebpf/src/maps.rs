@@ -300,6 +300,12 @@ pub(crate) static ERRFILE_WAITED: HashMap<u32, u32> = HashMap::with_max_entries(
 #[map]
 pub(crate) static AGENT_WAIT: HashMap<u32, u32> = HashMap::with_max_entries(1024, 0);
 
+/// 1 while `AGENT_WAIT` may hold a mark: set at a mark, cleared by the
+/// collector when it finds the map empty. Every wait on the machine looks
+/// here first, an array read the verifier inlines, instead of hashing.
+#[map]
+pub(crate) static AGENT_ANY: Array<u32> = Array::with_max_entries(1, 0);
+
 /// Job processes in an uncovered window (mapped a driver library and could
 /// not be held): tgid → [`LateWindow`], until the collector has attached.
 #[map]

@@ -118,21 +118,16 @@ pub(super) async fn collect(start: Start<'_>) -> Result<(Option<ExitStatus>, Fil
     }
     eprintln!("trainbpf: {}", gpu.describe());
     // torchelastic's agent is held at its wait on a killed worker only
-    // where the hold is bounded by the watchdog.
+    // where the hold is bounded by the watchdog (`hold_agents`).
     if let Some(ef) = &mut c.error_files {
-        let said = if gpu.holds() {
-            match crate::record::torchelastic::AgentHold::attach(&mut ebpf) {
-                Ok(h) => {
-                    ef.hold_agents(h);
-                    crate::record::torchelastic::AGENT_HOLD_DESCRIBED.to_string()
-                }
-                Err(e) => format!("torchelastic's agent is not held at its wait: {e}"),
-            }
+        if gpu.holds() {
+            ef.allow_hold();
         } else {
-            "torchelastic's agent is not held at its wait: an attached recorder holds no one"
-                .to_string()
-        };
-        c.user(trainbpf_report::decode::UserBody::Note(said));
+            c.user(trainbpf_report::decode::UserBody::Note(
+                "torchelastic's agent is not held at its wait: an attached recorder holds no one"
+                    .into(),
+            ));
+        }
     }
 
     let (pid, child) = start_job(
@@ -564,7 +559,9 @@ impl Session {
 
 /// Job processes that mapped a driver library not yet probed: probed and
 /// continued at once (they are held until then), and the forced windows of
-/// the test switch that have run their length.
+/// the test switch that have run their length; torchelastic's agents
+/// whose worker's error file is in, continued (`hold_agents` attaches
+/// their hold when first needed).
 fn gpu_late(c: &mut Collector, gpu: &mut crate::record::gpu::GpuProbes, ebpf: &mut aya::Ebpf) {
     let now = mono_ns();
     let evs = std::mem::take(&mut c.gpu_maps);
@@ -573,11 +570,37 @@ fn gpu_late(c: &mut Collector, gpu: &mut crate::record::gpu::GpuProbes, ebpf: &m
     for (kind, bytes) in recs {
         c.writer.record(kind, &bytes);
     }
+    hold_agents(c, ebpf);
     for agent in std::mem::take(&mut c.agents_done) {
         if let Some(note) = gpu.release_agent(agent) {
             c.user(trainbpf_report::decode::UserBody::Note(note));
         }
     }
+}
+
+/// The agent's hold, attached at the first process torchelastic's agent
+/// waits on: its program runs at every wait on the machine, which a
+/// recording without torchelastic does not pay for.
+fn hold_agents(c: &mut Collector, ebpf: &mut aya::Ebpf) {
+    let Some(ef) = c.error_files.as_mut() else {
+        return;
+    };
+    if !ef.wants_hold() {
+        return;
+    }
+    let said = match crate::record::torchelastic::AgentHold::attach(ebpf) {
+        Ok(h) => {
+            let said = format!(
+                "{}: {}",
+                h.attached,
+                crate::record::torchelastic::AGENT_HOLD_DESCRIBED
+            );
+            ef.hold_agents(h);
+            said
+        }
+        Err(e) => format!("torchelastic's agent is not held at its wait: {e}"),
+    };
+    c.user(trainbpf_report::decode::UserBody::Note(said));
 }
 
 /// The spawned job's end; never, for an attached one.

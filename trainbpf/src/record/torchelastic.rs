@@ -164,8 +164,13 @@ pub struct ErrorFiles {
     /// Writes done on the collector's own thread, for `poll`.
     inline: Vec<Outcome>,
     recording: String,
-    /// The kernel's half of holding the agent, where it is held.
+    /// The kernel's half of holding the agent, once attached.
     hold: Option<AgentHold>,
+    /// Agents may be held (the recorder runs the job); attached at the
+    /// first process the agent waits on (`wants_hold`), so that a
+    /// recording without torchelastic costs no process's wait anything.
+    hold_allowed: bool,
+    hold_tried: bool,
     /// [`ENV_DELAY_MS`].
     delay: Option<Duration>,
 }
@@ -247,11 +252,27 @@ impl ErrorFiles {
             inline: Vec::new(),
             recording,
             hold: None,
+            hold_allowed: false,
+            hold_tried: false,
             delay: std::env::var(ENV_DELAY_MS)
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .map(Duration::from_millis),
         }
+    }
+
+    /// Agents may be held: see [`wants_hold`](ErrorFiles::wants_hold).
+    pub fn allow_hold(&mut self) {
+        self.hold_allowed = true;
+    }
+
+    /// Whether the hold is to be attached now: allowed, not tried yet, and
+    /// a process the agent waits on is known. Once true, then never again.
+    pub fn wants_hold(&mut self) -> bool {
+        let now =
+            self.hold_allowed && !self.hold_tried && self.targets.values().any(|e| !e.parents);
+        self.hold_tried |= now;
+        now
     }
 
     /// Agents are held from now on ([`AgentHold`]): every process already
