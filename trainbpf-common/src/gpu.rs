@@ -29,6 +29,10 @@ pub const MAP_NOT_HELD_FULL: u32 = 4;
 /// (`O_PATH`, write-only), so the mapping fails and the job could not read
 /// the file; said once per file.
 pub const MAP_NOT_READABLE: u32 = 5;
+/// Not held: the process was held already, by another thread's mapping or
+/// as torchelastic's agent; a second hold would take the first one's stop
+/// for someone else's and leave the process stopped.
+pub const MAP_NOT_HELD_BUSY: u32 = 6;
 
 /// `file.f_mode` bits (include/linux/fs.h, the same from 5.10 to 6.18):
 /// open for reading, and opened with `O_PATH`.

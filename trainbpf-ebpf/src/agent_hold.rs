@@ -38,12 +38,16 @@ use crate::{
 };
 
 const SIGSTOP: u32 = 19;
-const BPF_NOEXIST: u64 = 1;
 
 /// The OOM killer chose `tgid`: if its parent waits on it for an error
 /// file, that parent is held at its next wait.
 #[inline(always)]
 pub(crate) fn victim_marked(tgid: u32) {
+    // An entry outlives its process only until the exit is read: a pid
+    // reused outside the job marks no one.
+    if !in_job(tgid) {
+        return;
+    }
     // SAFETY: the value is copied out at once.
     if let Some(parent) = unsafe { ERRFILE_WAITED.get(&tgid) }.copied()
         && AGENT_WAIT.insert(&parent, &tgid, 0).is_ok()
@@ -101,7 +105,7 @@ fn agent_wait_here() -> u32 {
         ..Held::default()
     };
     // Held already (at a library's mapping): that hold stands.
-    if HELD.insert(&tgid, &hold, BPF_NOEXIST).is_err() {
+    if crate::gpu_late::claim(tgid, &hold).is_err() {
         return 0;
     }
     // The collector clears the mark, then looks for a hold: looked at

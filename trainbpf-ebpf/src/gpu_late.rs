@@ -232,8 +232,8 @@ fn try_late_mmap(ctx: &TracePointContext) -> Result<u32, u32> {
     };
     let held = if lc!(late_hold) == 0 {
         MAP_NOT_HELD_OFF
-    } else if HELD.insert(&tgid, &hold, 0).is_err() {
-        MAP_NOT_HELD_FULL
+    } else if let Err(why) = claim(tgid, &hold) {
+        why
         // SAFETY: the signal goes to the current thread, a job thread.
     } else if unsafe { bpf_send_signal_thread(SIGSTOP) } == 0 {
         if let Some(h) = HELD.get_ptr_mut(&tgid) {
@@ -252,6 +252,24 @@ fn try_late_mmap(ctx: &TracePointContext) -> Result<u32, u32> {
     fill(entry.as_mut_ptr(), now, fd, held, &key, file);
     entry.submit(BPF_RB_FORCE_WAKEUP);
     Ok(0)
+}
+
+/// Makes `tgid`'s hold. A live hold stands (another thread's mapping, or
+/// torchelastic's agent held at its wait): two holds in flight share one
+/// `sending` flag, and the second stop would be counted as someone
+/// else's, leaving the process stopped for good. An entry the watchdog
+/// timed out, kept for the collector to count, is replaced.
+#[inline(always)]
+pub(crate) fn claim(tgid: u32, hold: &Held) -> Result<(), u32> {
+    match HELD.insert(&tgid, hold, BPF_NOEXIST) {
+        Ok(()) => Ok(()),
+        // SAFETY: the value is read at once.
+        Err(EEXIST) if unsafe { HELD.get(&tgid) }.is_some_and(|h| h.timed_out_ns != 0) => {
+            HELD.insert(&tgid, hold, 0).map_err(|_| MAP_NOT_HELD_FULL)
+        }
+        Err(EEXIST) => Err(MAP_NOT_HELD_BUSY),
+        Err(_) => Err(MAP_NOT_HELD_FULL),
+    }
 }
 
 /// Writes the record of the current thread's mapping of `file`.

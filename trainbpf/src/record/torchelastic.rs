@@ -481,8 +481,10 @@ impl ErrorFiles {
         // The files are in: no agent waiting for one is held from now on
         // (the caller continues any held already).
         if let Some(h) = &mut self.hold {
-            for p in out.iter().filter_map(|o| o.agent) {
-                h.clear(p);
+            for o in &out {
+                if let Some(p) = o.agent {
+                    h.clear(p, o.pid);
+                }
             }
         }
         out

@@ -32,9 +32,10 @@ use super::{
 
 const BPF_NOEXIST: u64 = 1;
 
-/// Looks at an agent's hold whose SIGSTOP is being sent, 50 µs apart: the
-/// program sends it a few instructions after making the entry.
-const AGENT_SENDING_TRIES: u32 = 20;
+/// Looks at a hold whose SIGSTOP is being sent, 50 µs apart, before a
+/// SIGCONT: the program sends it a few instructions after making the
+/// entry.
+const SENDING_TRIES: u32 = 20;
 
 /// Test only: don't hold a process that maps a driver library late, and
 /// attach this many milliseconds after its mapping, so that a test can see
@@ -258,7 +259,7 @@ impl Late {
         let h = loop {
             match m.get(&tgid, 0) {
                 Ok(h) if h.reason == HOLD_AGENT && h.sending == 0 => break h,
-                Ok(h) if h.reason == HOLD_AGENT && tries < AGENT_SENDING_TRIES => {
+                Ok(h) if h.reason == HOLD_AGENT && tries < SENDING_TRIES => {
                     tries += 1;
                     std::thread::sleep(Duration::from_micros(50));
                 }
@@ -289,7 +290,18 @@ impl Late {
     pub fn release_all(&mut self) {
         let Some(m) = &mut self.held else { return };
         let held: Vec<(u32, Held)> = m.iter().filter_map(Result::ok).collect();
-        for (tgid, h) in held {
+        for (tgid, mut h) in held {
+            // A stop still being sent lands after a SIGCONT sent now, and
+            // its entry, removed here, would be the watchdog's no more.
+            let mut tries = 0;
+            while h.sending != 0 && tries < SENDING_TRIES {
+                tries += 1;
+                std::thread::sleep(Duration::from_micros(50));
+                match m.get(&tgid, 0) {
+                    Ok(now) => h = now,
+                    Err(_) => break,
+                }
+            }
             let _ = m.remove(&tgid);
             if h.other_stop == 0 && h.timed_out_ns == 0 {
                 let _ = continue_held(tgid, &h);

@@ -8,8 +8,8 @@ use std::path::Path;
 
 use aya::Ebpf;
 use trainbpf_common::{
-    CudaMapEvent, MAP_HELD, MAP_NOT_HELD_FULL, MAP_NOT_HELD_OFF, MAP_NOT_HELD_SIGNAL,
-    MAP_NOT_READABLE,
+    CudaMapEvent, MAP_HELD, MAP_NOT_HELD_BUSY, MAP_NOT_HELD_FULL, MAP_NOT_HELD_OFF,
+    MAP_NOT_HELD_SIGNAL, MAP_NOT_READABLE,
 };
 use trainbpf_report::{
     decode::gpu::{GpuAttach, GpuLate, GpuUserBody},
@@ -37,6 +37,10 @@ fn why_not_held(held: u32) -> Option<String> {
         }
         MAP_NOT_HELD_SIGNAL => "not held: the stop signal could not be sent".into(),
         MAP_NOT_HELD_FULL => "not held: too many processes held at once".into(),
+        MAP_NOT_HELD_BUSY => {
+            "not held: it was held already (another thread's mapping, or as torchelastic's agent)"
+                .into()
+        }
         other => format!("not held ({other})"),
     })
 }

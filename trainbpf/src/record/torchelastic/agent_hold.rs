@@ -70,10 +70,14 @@ impl AgentHold {
         let _ = self.waited.remove(&worker);
     }
 
-    /// The file `parent` waited for is written (or will not be): it is
-    /// held at no later wait. Whoever holds it now is continued next.
-    pub fn clear(&mut self, parent: u32) {
-        let _ = self.agents.remove(&parent);
+    /// The file of `worker`, which `parent` waited for, is written (or
+    /// will not be): the parent is held at no later wait, unless another
+    /// of its workers was killed since. Whoever holds it now is continued
+    /// next.
+    pub fn clear(&mut self, parent: u32, worker: u32) {
+        if self.agents.get(&parent, 0).is_ok_and(|w| w == worker) {
+            let _ = self.agents.remove(&parent);
+        }
         // Cleared, then the map looked at: a mark made meanwhile is seen
         // here, or sets the flag after this.
         let _ = self.any.set(0, 0, 0);
