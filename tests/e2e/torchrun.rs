@@ -359,11 +359,25 @@ fn agent_held(rec: &Path) -> Option<String> {
 /// as torchelastic does, and polls it (`Popen.poll`, a `waitpid` with
 /// `WNOHANG`) without pause; the moment the poll reports the worker's
 /// death it looks for the file, as torchelastic's `ProcessFailure` does.
+/// The worker leaks once the recorder has made its file ready (the hidden
+/// file beside it): a real worker spends seconds importing torch first,
+/// and the recorder knows it, from its exec's environment, within tens of
+/// milliseconds; a worker OOM-killed before that is not waited for.
 const AGENT: &str = r#"import json, os, subprocess, sys
 path = sys.argv[1]
 env = dict(os.environ, TORCHELASTIC_ERROR_FILE=path)
-leak = "b = []\nwhile True:\n    b.append(b'x' * (8 << 20))\n"
-w = subprocess.Popen([sys.executable, "-c", leak], env=env)
+work = """import os, sys, time
+d = os.path.dirname(os.environ["TORCHELASTIC_ERROR_FILE"])
+until = time.monotonic() + 30
+while not any(n.startswith(".trainbpf-") for n in os.listdir(d)):
+    if time.monotonic() > until:
+        sys.exit("no file made ready in 30 s")
+    time.sleep(0.001)
+b = []
+while True:
+    b.append(b"x" * (8 << 20))
+"""
+w = subprocess.Popen([sys.executable, "-c", work], env=env)
 polls = 0
 while w.poll() is None:
     polls += 1
@@ -382,13 +396,16 @@ fn an_agent_that_would_read_first_is_held_until_the_file_is_in() {
     let dir = TempDir::new("agent-held");
     std::fs::set_permissions(&dir.0, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
     std::fs::write(dir.path("agent.py"), AGENT).unwrap();
-    // The job's user's own directory, as torchrun makes one.
-    let errs = dir.path("errs");
-    std::fs::create_dir(&errs).unwrap();
-    std::os::unix::fs::chown(&errs, Some(65534), Some(65534)).unwrap();
+    // The job's user's own directory, as torchrun makes one per attempt.
+    let errs = |i: usize| {
+        let d = dir.path(&format!("errs{i}"));
+        std::fs::create_dir(&d).unwrap();
+        std::os::unix::fs::chown(&d, Some(65534), Some(65534)).unwrap();
+        d
+    };
     for i in 0..3 {
         let rec = dir.path(&format!("a{i}.rec"));
-        let file = errs.join(format!("error{i}.json"));
+        let file = errs(i).join("error.json");
         let out = Command::new(bin())
             .args(["record", "--memory-limit", "256M", "-o"])
             .arg(&rec)
@@ -438,7 +455,7 @@ fn an_agent_that_would_read_first_is_held_until_the_file_is_in() {
     // The job's root carries the variable itself: its parent is the
     // recorder, outside the job, which is never held.
     let rec = dir.path("root.rec");
-    let file = errs.join("root.json");
+    let file = errs(3).join("root.json");
     let out = Command::new(bin())
         .args(["record", "--memory-limit", "256M", "-o"])
         .arg(&rec)
@@ -454,4 +471,11 @@ fn an_agent_that_would_read_first_is_held_until_the_file_is_in() {
     assert!(!out.status.success());
     assert!(file.is_file(), "the root's own file is written");
     assert_eq!(agent_held(&rec), None, "the recorder is not held");
+    // No process of the job waits on one with a file: every wait on the
+    // machine is left as it was.
+    assert!(
+        !notes(&rec).iter().any(|n| n.contains("sched_process_wait")),
+        "{:#?}",
+        notes(&rec)
+    );
 }

@@ -41,7 +41,7 @@ mod probes;
 pub mod stack_maps;
 pub use ebpf_log::KernelLog;
 pub use features::{Features, Probe, Unavailable, probe_features};
-pub use probes::RSS_VIA_PAGES;
+pub use probes::{AGENT_WAIT_BTF, AGENT_WAIT_CLASSIC, RSS_VIA_PAGES};
 use probes::{attach_kill_context, attach_lifecycle, attach_memory, attach_printk, attach_victim};
 
 #[derive(Debug, thiserror::Error)]
@@ -175,6 +175,10 @@ pub struct Loaded {
     pub fallbacks: Vec<Fallback>,
     /// The programs' own log, with `--ebpf-log`.
     pub kernel_log: Option<KernelLog>,
+    /// torchelastic's agent hold, loaded and not attached (its attach
+    /// point), or why not; `None` where no process may be held
+    /// (`hold_late_cuda`).
+    pub agent_wait: Option<Result<&'static str, String>>,
 }
 
 /// The eBPF object, built by build.rs with aya-build.
@@ -407,6 +411,9 @@ pub fn load(t: &Tunables, page_size: u64) -> Result<Loaded, LoadError> {
     attach_lifecycle(&mut ebpf, &btf, &mut attach, &mut fell)?;
     attach_memory(&mut ebpf, &btf, &config, &mut attach, &mut fell);
     attach_printk(&mut ebpf, &config, &tracefs, &mut attach, &mut fell);
+    let agent_wait = t
+        .hold_late_cuda
+        .then(|| probes::load_agent_wait(&mut ebpf, &btf));
     let kernel_log = if t.ebpf_log {
         match KernelLog::open(&mut ebpf) {
             Ok(l) => {
@@ -463,6 +470,7 @@ pub fn load(t: &Tunables, page_size: u64) -> Result<Loaded, LoadError> {
         attach,
         fallbacks,
         kernel_log,
+        agent_wait,
     })
 }
 

@@ -273,6 +273,37 @@ pub(super) fn attach_printk(
     }
 }
 
+/// torchelastic's agent hold (record/torchelastic/agent_hold.rs), loaded
+/// now and attached only once a worker with an error file is seen: the
+/// load (the verifier, the BTF lookup) is done before the job starts, so
+/// that the attach at a worker's start is one system call, in time for a
+/// worker that is OOM-killed in its first tenth of a second. Returns the
+/// attach point of the program loaded.
+pub(super) fn load_agent_wait(ebpf: &mut Ebpf, btf: &Btf) -> Result<&'static str, String> {
+    let btf_err = match program::<BtfTracePoint>(ebpf, AGENT_WAIT_BTF.0)
+        .and_then(|p| p.load("sched_process_wait", btf).map_err(|e| why(&e)))
+    {
+        Ok(()) => return Ok(AGENT_WAIT_BTF.1),
+        Err(e) => e,
+    };
+    let p: &mut TracePoint = program(ebpf, AGENT_WAIT_CLASSIC.0)?;
+    p.load().map_err(|e| {
+        format!(
+            "{}: {btf_err}; {}: {}",
+            AGENT_WAIT_BTF.1,
+            AGENT_WAIT_CLASSIC.1,
+            why(&e)
+        )
+    })?;
+    Ok(AGENT_WAIT_CLASSIC.1)
+}
+
+/// The agent hold's programs and their attach points: the BTF
+/// tracepoint builds no trace record, so every wait on the machine pays
+/// less for it; the classic one is its fallback.
+pub const AGENT_WAIT_BTF: (&str, &str) = ("agent_wait_btf", "tp_btf:sched_process_wait");
+pub const AGENT_WAIT_CLASSIC: (&str, &str) = ("agent_wait", "sched:sched_process_wait");
+
 fn program<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T, String>
 where
     &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = ProgramError>,

@@ -76,6 +76,7 @@ pub(super) async fn collect(start: Start<'_>) -> Result<(Option<ExitStatus>, Fil
         attach,
         stacks,
         kernel_log,
+        agent_wait,
         ..
     } = loaded;
     let job_memcg = match (&target, cgroup) {
@@ -120,13 +121,24 @@ pub(super) async fn collect(start: Start<'_>) -> Result<(Option<ExitStatus>, Fil
     // torchelastic's agent is held at its wait on a killed worker only
     // where the hold is bounded by the watchdog (`hold_agents`).
     if let Some(ef) = &mut c.error_files {
-        if gpu.holds() {
-            ef.allow_hold();
-        } else {
-            c.user(trainbpf_report::decode::UserBody::Note(
-                "torchelastic's agent is not held at its wait: an attached recorder holds no one"
-                    .into(),
-            ));
+        let not = match (gpu.holds(), agent_wait) {
+            (true, Some(Ok(point))) => {
+                match crate::record::torchelastic::AgentHold::take(&mut ebpf, point) {
+                    Ok(h) => {
+                        ef.hold_with(h);
+                        None
+                    }
+                    Err(e) => Some(e),
+                }
+            }
+            (true, Some(Err(e))) => Some(e),
+            (_, None) => Some("an attached recorder holds no one".into()),
+            (false, Some(_)) => Some("no watchdog would bound the hold on this kernel".into()),
+        };
+        if let Some(why) = not {
+            c.user(trainbpf_report::decode::UserBody::Note(format!(
+                "torchelastic's agent is not held at its wait: {why}"
+            )));
         }
     }
 
@@ -344,6 +356,7 @@ impl Session {
             ..
         } = self;
         let mut last_flush = Instant::now();
+        let error_file_read = c.error_file_read();
         // Set once someone asked the job to stop (Ctrl-C, kill, systemd): the
         // recorder then does not wait for orphaned workers to finish too.
         let mut stopping = false;
@@ -357,6 +370,12 @@ impl Session {
                         c.flush()?;
                         last_flush = Instant::now();
                     }
+                }
+                // A worker whose agent may be held: the hold is attached
+                // and the worker marked now, not at the next tick.
+                () = error_file_read.notified() => {
+                    c.poll_identities();
+                    gpu_late(c, gpu, ebpf);
                 }
                 _ = tick.tick() => {
                     c.drain(rings);
@@ -585,22 +604,10 @@ fn hold_agents(c: &mut Collector, ebpf: &mut aya::Ebpf) {
     let Some(ef) = c.error_files.as_mut() else {
         return;
     };
-    if !ef.wants_hold() {
-        return;
+    if ef.wants_hold() {
+        let said = ef.attach_hold(ebpf);
+        c.user(trainbpf_report::decode::UserBody::Note(said));
     }
-    let said = match crate::record::torchelastic::AgentHold::attach(ebpf) {
-        Ok(h) => {
-            let said = format!(
-                "{}: {}",
-                h.attached,
-                crate::record::torchelastic::AGENT_HOLD_DESCRIBED
-            );
-            ef.hold_agents(h);
-            said
-        }
-        Err(e) => format!("torchelastic's agent is not held at its wait: {e}"),
-    };
-    c.user(trainbpf_report::decode::UserBody::Note(said));
 }
 
 /// The spawned job's end; never, for an attached one.

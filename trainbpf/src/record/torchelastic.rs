@@ -164,13 +164,14 @@ pub struct ErrorFiles {
     /// Writes done on the collector's own thread, for `poll`.
     inline: Vec<Outcome>,
     recording: String,
-    /// The kernel's half of holding the agent, once attached.
+    /// The kernel's half of holding the agent, where agents may be held
+    /// (the recorder runs the job): its program is attached at the first
+    /// process the agent waits on (`agent_hold.rs`).
     hold: Option<AgentHold>,
-    /// Agents may be held (the recorder runs the job); attached at the
-    /// first process the agent waits on (`wants_hold`), so that a
-    /// recording without torchelastic costs no process's wait anything.
-    hold_allowed: bool,
-    hold_tried: bool,
+    hold_on: bool,
+    /// Processes the agent waits on whose files are made ready once the
+    /// hold is attached: a file made ready says that the agent is held.
+    unprepared: Vec<u32>,
     /// [`ENV_DELAY_MS`].
     delay: Option<Duration>,
 }
@@ -252,38 +253,13 @@ impl ErrorFiles {
             inline: Vec::new(),
             recording,
             hold: None,
-            hold_allowed: false,
-            hold_tried: false,
+            hold_on: false,
+            unprepared: Vec::new(),
             delay: std::env::var(ENV_DELAY_MS)
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .map(Duration::from_millis),
         }
-    }
-
-    /// Agents may be held: see [`wants_hold`](ErrorFiles::wants_hold).
-    pub fn allow_hold(&mut self) {
-        self.hold_allowed = true;
-    }
-
-    /// Whether the hold is to be attached now: allowed, not tried yet, and
-    /// a process the agent waits on is known. Once true, then never again.
-    pub fn wants_hold(&mut self) -> bool {
-        let now =
-            self.hold_allowed && !self.hold_tried && self.targets.values().any(|e| !e.parents);
-        self.hold_tried |= now;
-        now
-    }
-
-    /// Agents are held from now on ([`AgentHold`]): every process already
-    /// known is marked.
-    pub fn hold_agents(&mut self, mut hold: AgentHold) {
-        for (&pid, e) in &self.targets {
-            if let (false, Some(&parent)) = (e.parents, self.parents.get(&pid)) {
-                hold.waited(pid, parent);
-            }
-        }
-        self.hold = Some(hold);
     }
 
     /// The writer for `owner`, started at its first file.
@@ -310,6 +286,14 @@ impl ErrorFiles {
         }
     }
 
+    /// Makes `tgid`'s file ready ahead of its kill, on its user's writer
+    /// thread.
+    fn prepare(&mut self, tgid: u32, target: Target) {
+        if let Some(tx) = self.writer(target.owner) {
+            let _ = tx.try_send(Job::Prepare { pid: tgid, target });
+        }
+    }
+
     /// Removes an unused ready file on its user's writer thread: the
     /// directory may be one whose operations wait.
     fn discard(&mut self, owner: Owner, r: Ready) {
@@ -331,17 +315,19 @@ impl ErrorFiles {
             .get(&tgid)
             .and_then(|p| self.targets.get(p))
             .is_some_and(|e| e.target.path == t.path);
-        // The process the agent waits on: its file made ready now, and
-        // its parent held at its wait if the OOM killer chooses it.
+        // The process the agent waits on: its parent held at its wait if
+        // the OOM killer chooses it, and its file made ready, once the
+        // hold is attached.
         if !parents {
-            if let Some(tx) = self.writer(t.owner) {
-                let _ = tx.try_send(Job::Prepare {
-                    pid: tgid,
-                    target: t.clone(),
-                });
-            }
+            let mut wait = false;
             if let (Some(h), Some(&parent)) = (&mut self.hold, self.parents.get(&tgid)) {
                 h.waited(tgid, parent);
+                wait = !self.hold_on;
+            }
+            if !wait {
+                self.prepare(tgid, t.clone());
+            } else if !self.unprepared.contains(&tgid) {
+                self.unprepared.push(tgid);
             }
         }
         self.targets.insert(

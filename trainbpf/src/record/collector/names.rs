@@ -86,10 +86,16 @@ impl Collector {
     }
 
     /// Records the identities and command lines read since the last time.
-    pub(super) fn poll_identities(&mut self) {
+    pub(in crate::record) fn poll_identities(&mut self) {
         for d in self.ident.poll() {
             self.write_read(d);
         }
+    }
+
+    /// Woken when a read names torchelastic's error file
+    /// (`Reader::error_file_read`).
+    pub(in crate::record) fn error_file_read(&self) -> std::sync::Arc<tokio::sync::Notify> {
+        self.ident.error_file_read.clone()
     }
 
     /// At the end: the reads still in flight, waited for briefly.

@@ -1,14 +1,17 @@
 //! The kernel's half of holding torchelastic's agent until a killed
 //! worker's error file is in (trainbpf-ebpf/src/agent_hold.rs): the
-//! program on `sched:sched_process_wait`, and the two maps the collector
-//! keeps. The hold itself is `HELD`'s, continued by the GPU module's
-//! hold code and bounded by its watchdog (`gpu::release_agent`).
+//! program on `sched:sched_process_wait`, loaded before the job starts and
+//! attached at the first worker, and the two maps the collector keeps.
+//! The hold itself is `HELD`'s, continued by the GPU module's hold code
+//! and bounded by its watchdog (`gpu::release_agent`).
 
 use aya::{
-    Btf, Ebpf,
+    Ebpf,
     maps::{Array, HashMap as BpfHashMap, MapData},
     programs::{BtfTracePoint, TracePoint},
 };
+
+use crate::loader::{AGENT_WAIT_BTF, AGENT_WAIT_CLASSIC};
 
 /// See the module docs.
 pub struct AgentHold {
@@ -18,17 +21,17 @@ pub struct AgentHold {
     agents: BpfHashMap<MapData, u32, u32>,
     /// Whether any is marked (`AGENT_ANY`).
     any: Array<MapData, u32>,
-    /// Where the program is attached, for the recording.
-    pub attached: &'static str,
+    /// The attach point of the program loaded, for the recording.
+    pub point: &'static str,
 }
 
 /// What the recording says of it, after where it is attached.
 pub const DESCRIBED: &str = "torchelastic's agent, waiting on a worker the OOM killer chose, is held (SIGSTOP) until the worker's error file is written";
 
 impl AgentHold {
-    /// Loads and attaches the program and takes its maps; `Err` says why
-    /// an agent is not held.
-    pub fn attach(ebpf: &mut Ebpf) -> Result<AgentHold, String> {
+    /// Takes the maps of the program the loader loaded at `point`
+    /// (`Loaded::agent_wait`); `Err` says why an agent is not held.
+    pub fn take(ebpf: &mut Ebpf, point: &'static str) -> Result<AgentHold, String> {
         let waited = ebpf
             .take_map("ERRFILE_WAITED")
             .and_then(|m| BpfHashMap::try_from(m).ok());
@@ -41,25 +44,30 @@ impl AgentHold {
         let (Some(waited), Some(agents), Some(any)) = (waited, agents, any) else {
             return Err("its maps are missing from the object".into());
         };
-        // The BTF tracepoint builds no trace record: every wait on the
-        // machine pays less for it.
-        let attached = match attach_btf(ebpf) {
-            Ok(()) => "tp_btf:sched_process_wait",
-            Err(btf) => {
-                attach_classic(ebpf).map_err(|e| format!("{btf}; {e}"))?;
-                "sched:sched_process_wait"
-            }
-        };
         Ok(AgentHold {
             waited,
             agents,
             any,
-            attached,
+            point,
         })
     }
 
+    /// Attaches the program loaded: from now on every wait on the machine
+    /// runs it, which a recording without torchelastic never pays for.
+    pub fn attach(&self, ebpf: &mut Ebpf) -> Result<(), String> {
+        let at = |e: aya::programs::ProgramError| format!("{}: {e}", self.point);
+        if self.point == AGENT_WAIT_BTF.1 {
+            let p: &mut BtfTracePoint = program(ebpf, AGENT_WAIT_BTF.0)?;
+            p.attach().map_err(at)?;
+        } else {
+            let p: &mut TracePoint = program(ebpf, AGENT_WAIT_CLASSIC.0)?;
+            p.attach("sched", "sched_process_wait").map_err(at)?;
+        }
+        Ok(())
+    }
+
     /// `worker`'s parent waits on it for its error file: held at its wait
-    /// if the OOM killer chooses `worker`.
+    /// if the OOM killer chooses `worker` (once attached).
     pub fn waited(&mut self, worker: u32, parent: u32) {
         let _ = self.waited.insert(worker, parent, 0);
     }
@@ -87,28 +95,56 @@ impl AgentHold {
     }
 }
 
-fn attach_btf(ebpf: &mut Ebpf) -> Result<(), String> {
-    let btf = Btf::from_sys_fs().map_err(|e| format!("the kernel's BTF: {e}"))?;
-    let p: &mut BtfTracePoint = ebpf
-        .program_mut("agent_wait_btf")
-        .ok_or("program agent_wait_btf missing from the object")?
-        .try_into()
-        .map_err(|e: aya::programs::ProgramError| e.to_string())?;
-    p.load("sched_process_wait", &btf)
-        .map_err(|e| format!("agent_wait_btf: {e}"))?;
-    p.attach()
-        .map_err(|e| format!("tp_btf:sched_process_wait: {e}"))?;
-    Ok(())
+impl super::ErrorFiles {
+    /// Agents may be held, by `hold`.
+    pub fn hold_with(&mut self, hold: AgentHold) {
+        self.hold = Some(hold);
+    }
+
+    /// Whether the hold is to be attached now: a process the agent waits
+    /// on is known, and it is not attached yet.
+    pub fn wants_hold(&self) -> bool {
+        self.hold.is_some() && !self.hold_on && !self.unprepared.is_empty()
+    }
+
+    /// Attaches the hold, then makes the files waiting for it ready;
+    /// returns what the recording says of it. Where it cannot be attached,
+    /// no agent is marked from now on.
+    pub fn attach_hold(&mut self, ebpf: &mut Ebpf) -> String {
+        let said = match self.hold.as_ref().map(|h| (h.attach(ebpf), h.point)) {
+            None => return String::new(),
+            Some((Ok(()), point)) => {
+                self.hold_on = true;
+                format!("{point}: {DESCRIBED}")
+            }
+            Some((Err(e), _)) => {
+                if let Some(mut h) = self.hold.take() {
+                    for &pid in self.targets.keys() {
+                        h.unwaited(pid);
+                    }
+                }
+                format!("torchelastic's agent is not held at its wait: {e}")
+            }
+        };
+        for pid in std::mem::take(&mut self.unprepared) {
+            let target = match self.targets.get(&pid) {
+                Some(e) if !e.parents && e.ready.is_none() && !self.fired.contains(&pid) => {
+                    e.target.clone()
+                }
+                _ => continue,
+            };
+            self.prepare(pid, target);
+        }
+        said
+    }
 }
 
-fn attach_classic(ebpf: &mut Ebpf) -> Result<(), String> {
-    let p: &mut TracePoint = ebpf
-        .program_mut("agent_wait")
-        .ok_or("program agent_wait missing from the object")?
+fn program<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T, String>
+where
+    &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
+{
+    ebpf.program_mut(name)
+        .ok_or_else(|| format!("program {name} missing from the object"))?
         .try_into()
-        .map_err(|e: aya::programs::ProgramError| e.to_string())?;
-    p.load().map_err(|e| format!("agent_wait: {e}"))?;
-    p.attach("sched", "sched_process_wait")
-        .map_err(|e| format!("sched:sched_process_wait: {e}"))?;
-    Ok(())
+        .map_err(|e: aya::programs::ProgramError| e.to_string())
 }

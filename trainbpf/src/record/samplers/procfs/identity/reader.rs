@@ -10,7 +10,10 @@
 
 use std::{
     collections::HashSet,
-    sync::mpsc::{self, Receiver, SyncSender, TryRecvError, TrySendError},
+    sync::{
+        Arc,
+        mpsc::{self, Receiver, SyncSender, TryRecvError, TrySendError},
+    },
     thread,
     time::{Duration, Instant},
 };
@@ -56,20 +59,26 @@ pub struct Reader {
     rx: Receiver<Done>,
     /// Asked and not yet answered.
     pending: usize,
+    /// Woken when a read names an error file: the hold of its agent is to
+    /// be attached and marked before the worker can be killed, not at the
+    /// collector's next look (`ErrorFiles::know`).
+    pub error_file_read: Arc<tokio::sync::Notify>,
 }
 
 impl Reader {
     pub fn start(readers: Readers) -> Reader {
         let (tx, req_rx) = mpsc::sync_channel::<Request>(MAX_QUEUED);
         let (done_tx, rx) = mpsc::sync_channel::<Done>(MAX_QUEUED);
+        let wake = Arc::new(tokio::sync::Notify::new());
+        let error_file_read = wake.clone();
         let spawned = thread::Builder::new()
             .name("trainbpf-identity".into())
             .spawn(move || {
                 let mut stalled = HashSet::new();
                 // Ends when the collector drops its sender.
                 while let Ok(req) = req_rx.recv() {
-                    let done = read_guarded(&readers, req, &mut stalled, &done_tx);
-                    if done_tx.send(done).is_err() {
+                    let done = read_guarded(&readers, req, &mut stalled, &done_tx, &wake);
+                    if !send(&done_tx, done, &wake) {
                         return;
                     }
                 }
@@ -78,6 +87,7 @@ impl Reader {
             tx: spawned.ok().map(|_| tx),
             rx,
             pending: 0,
+            error_file_read,
         }
     }
 
@@ -136,6 +146,17 @@ impl Reader {
     }
 }
 
+/// Hands a read back, waking the collector if it names an error file;
+/// false once the collector is gone.
+fn send(done_tx: &SyncSender<Done>, done: Done, wake: &tokio::sync::Notify) -> bool {
+    let named = done.error_file.is_some();
+    let sent = done_tx.send(done).is_ok();
+    if named {
+        wake.notify_one();
+    }
+    sent
+}
+
 /// One request, on a worker with a deadline; a process whose read stalled
 /// once is not read again.
 fn read_guarded(
@@ -143,6 +164,7 @@ fn read_guarded(
     req: Request,
     stalled: &mut HashSet<u32>,
     done: &SyncSender<Done>,
+    wake: &Arc<tokio::sync::Notify>,
 ) -> Done {
     let nothing = Done {
         ts: req.ts,
@@ -166,12 +188,12 @@ fn read_guarded(
     }
     // A read that was slow rather than stuck is still recorded, when it
     // comes (under the process and time it names).
-    let late = done.clone();
+    let (late, late_wake) = (done.clone(), wake.clone());
     match readers.run_or_late(
         DEADLINE,
         move || read(req),
         move |d| {
-            let _ = late.send(d);
+            send(&late, d, &late_wake);
         },
     ) {
         Ok(d) => d,
