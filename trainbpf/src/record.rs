@@ -17,6 +17,7 @@ mod error;
 pub mod forward;
 pub mod gpu;
 pub mod job;
+pub mod links;
 pub mod live;
 mod observe;
 mod options;

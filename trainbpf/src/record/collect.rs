@@ -561,6 +561,8 @@ impl Session {
         }
         c.finish()?;
         let _ = c.writer.get_ref().sync_all();
+        // The recording is whole: the probes go, together.
+        gpu.detach();
         // A read abandoned past its deadline may still wait in the kernel;
         // most such waits end with this process, but a page of a FUSE file
         // in the server's hands holds it until the server answers or goes.

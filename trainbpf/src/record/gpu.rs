@@ -130,6 +130,9 @@ pub struct GpuProbes {
     late: Option<late::Late>,
     /// Its windows and holds, for [`GpuLost`].
     late_lost: GpuLost,
+    /// The uprobes' and the late probe's links, detached together
+    /// ([`detach`](GpuProbes::detach)).
+    links: crate::record::links::Links,
 }
 
 /// Encoded GPU collector records, for the recording.
@@ -204,6 +207,7 @@ impl GpuProbes {
             attached_files: 0,
             late: None,
             late_lost: GpuLost::default(),
+            links: Default::default(),
         };
         match load_uprobes(ebpf) {
             Ok(()) => g.loaded = true,
@@ -218,7 +222,7 @@ impl GpuProbes {
         if g.loaded {
             // Before the first attach, so that every file tried is marked
             // in the kernel's map as it is.
-            let (l, r) = late::Late::start(ebpf, hold);
+            let (l, r) = late::Late::start(ebpf, hold, &mut g.links);
             match r {
                 Ok(detail) => source(&mut out, now, "late-mmap", true, detail),
                 Err(e) => source(
@@ -376,6 +380,11 @@ impl GpuProbes {
     /// watchdog (the recorder runs the job).
     pub fn holds(&self) -> bool {
         self.late.as_ref().is_some_and(late::Late::holds)
+    }
+
+    /// Detaches the probes, together (`record::links`).
+    pub fn detach(&mut self) {
+        self.links.detach_all();
     }
 
     /// The last counters, when the job has ended; windows still open

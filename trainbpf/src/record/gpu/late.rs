@@ -99,9 +99,13 @@ pub(super) struct Release {
 impl Late {
     /// Takes the maps, starts the hold's watchdog where the kernel holds
     /// (`hold`: the recorder runs the job), and attaches the two syscall
-    /// tracepoints; `Err` says why a late library would be found only by
-    /// the maps scan.
-    pub fn start(ebpf: &mut Ebpf, hold: bool) -> (Late, Result<String, String>) {
+    /// tracepoints (their links to `links`); `Err` says why a late library
+    /// would be found only by the maps scan.
+    pub fn start(
+        ebpf: &mut Ebpf,
+        hold: bool,
+        links: &mut crate::record::links::Links,
+    ) -> (Late, Result<String, String>) {
         let mut l = Late {
             seen: ebpf
                 .take_map("LIBCUDA_SEEN")
@@ -136,8 +140,10 @@ impl Late {
                     .try_into()
                     .map_err(|e| why(&e))?;
                 p.load().map_err(|e| format!("{prog}: {}", why(&e)))?;
-                p.attach("syscalls", tp)
+                let id = p
+                    .attach("syscalls", tp)
                     .map_err(|e| format!("syscalls:{tp}: {}", why(&e)))?;
+                links.keep(p.take_link(id).map_err(|e| why(&e))?);
             }
             Ok(())
         })();

@@ -164,7 +164,7 @@ impl GpuProbes {
                         a.missing.push(symbol.into());
                         continue;
                     };
-                    match attach_pair(ebpf, prog, offset, &target) {
+                    match attach_pair(ebpf, prog, offset, &target, &mut self.links) {
                         Ok(()) => a.attached.push(symbol.into()),
                         Err(e) => errors.push(format!("{symbol}: {e}")),
                     }

@@ -14,6 +14,7 @@ use aya::{
 
 use super::{CUDA_SYMBOLS, why};
 use crate::loader::kernel;
+use crate::record::links::Links;
 
 pub(super) fn load_uprobes(ebpf: &mut Ebpf) -> Result<(), String> {
     let mut seen = HashSet::new();
@@ -36,26 +37,30 @@ pub(super) fn load_uprobes(ebpf: &mut Ebpf) -> Result<(), String> {
 /// Attaches the return probe, then the entry probe, at `offset` in the file
 /// `target` (a descriptor's `/proc/self/fd/N`, which aya passes to the
 /// kernel as it is): an entry without its return would fill the pairing
-/// map with calls that never complete.
+/// map with calls that never complete. Both links go to `links`, detached
+/// with the others at the end.
 pub(super) fn attach_pair(
     ebpf: &mut Ebpf,
     prog: &str,
     offset: u64,
     target: &Path,
+    links: &mut Links,
 ) -> Result<(), String> {
     let at = || UProbeAttachLocation::AbsoluteOffset(offset);
     let ret_name = format!("{prog}_ret");
     let ret: &mut UProbe = uprobe_mut(ebpf, &ret_name)?;
-    let ret_link = ret
+    let ret_id = ret
         .attach(at(), target, UProbeScope::AllProcesses)
         .map_err(|e| why(&e))?;
+    let ret_link = ret.take_link(ret_id).map_err(|e| why(&e))?;
     let entry: &mut UProbe = uprobe_mut(ebpf, prog)?;
-    if let Err(e) = entry.attach(at(), target, UProbeScope::AllProcesses) {
-        if let Ok(ret) = uprobe_mut(ebpf, &ret_name) {
-            let _ = ret.detach(ret_link);
-        }
-        return Err(why(&e));
-    }
+    // On an error the return probe's link is dropped: detached.
+    let id = entry
+        .attach(at(), target, UProbeScope::AllProcesses)
+        .map_err(|e| why(&e))?;
+    let link = entry.take_link(id).map_err(|e| why(&e))?;
+    links.keep(ret_link);
+    links.keep(link);
     Ok(())
 }
 
