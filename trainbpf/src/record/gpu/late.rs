@@ -96,6 +96,22 @@ pub(super) struct Release {
     pub lives: bool,
 }
 
+/// `tgid`'s hold once its SIGSTOP is sent: a hold's own SIGSTOP is sent
+/// within the program that made the entry, which clears `sending` then,
+/// and a SIGCONT must come after it. Waited for 50 µs at a time, up to
+/// [`SENDING_TRIES`] times, then as it is; `None`: no hold.
+fn sent(m: &BpfHashMap<MapData, u32, Held>, tgid: u32) -> Option<Held> {
+    let mut tries = 0;
+    loop {
+        let h = m.get(&tgid, 0).ok()?;
+        if h.sending == 0 || tries >= SENDING_TRIES {
+            return Some(h);
+        }
+        tries += 1;
+        std::thread::sleep(Duration::from_micros(50));
+    }
+}
+
 impl Late {
     /// Takes the maps, starts the hold's watchdog where the kernel holds
     /// (`hold`: the recorder runs the job), and attaches the two syscall
@@ -259,20 +275,11 @@ impl Late {
         // Opened first, as in `release`: while the entry is there the
         // pidfd names the process held.
         let pidfd = Pidfd::open(tgid);
-        // The hold's own SIGSTOP is sent within the program that made the
-        // entry, which clears `sending` then: a SIGCONT must come after it.
-        let mut tries = 0;
-        let h = loop {
-            match m.get(&tgid, 0) {
-                Ok(h) if h.reason == HOLD_AGENT && h.sending == 0 => break h,
-                Ok(h) if h.reason == HOLD_AGENT && tries < SENDING_TRIES => {
-                    tries += 1;
-                    std::thread::sleep(Duration::from_micros(50));
-                }
-                // Still sending: its watchdog ends it. Not held, or held
-                // at a library's mapping: not ours to end.
-                _ => return None,
-            }
+        let h = match sent(m, tgid) {
+            Some(h) if h.reason == HOLD_AGENT && h.sending == 0 => h,
+            // Still sending: its watchdog ends it. Not held, or held at a
+            // library's mapping: not ours to end.
+            _ => return None,
         };
         let _ = m.remove(&tgid);
         let held_ms = super::mono_ns().saturating_sub(h.since_ns) as f64 / 1e6;
@@ -296,18 +303,10 @@ impl Late {
     pub fn release_all(&mut self) {
         let Some(m) = &mut self.held else { return };
         let held: Vec<(u32, Held)> = m.iter().filter_map(Result::ok).collect();
-        for (tgid, mut h) in held {
+        for (tgid, h) in held {
             // A stop still being sent lands after a SIGCONT sent now, and
             // its entry, removed here, would be the watchdog's no more.
-            let mut tries = 0;
-            while h.sending != 0 && tries < SENDING_TRIES {
-                tries += 1;
-                std::thread::sleep(Duration::from_micros(50));
-                match m.get(&tgid, 0) {
-                    Ok(now) => h = now,
-                    Err(_) => break,
-                }
-            }
+            let h = sent(m, tgid).unwrap_or(h);
             let _ = m.remove(&tgid);
             if h.other_stop == 0 && h.timed_out_ns == 0 {
                 let _ = continue_held(tgid, &h);
