@@ -44,11 +44,27 @@ fn victim_fields_equal_the_kernels_own_report() {
         Some(137),
         "record exits with the job's status"
     );
+    // A quiet start: where it records, and warnings only (this machine
+    // has no oom_kill_process probe, which changes nothing the report
+    // says); the probes chosen are the recording's, and -v's.
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("OOM kill via"),
-        "start-up line names the attach point: {stderr}"
+    let start: Vec<&str> = stderr
+        .lines()
+        .take_while(|l| !l.contains("OOM-killed"))
+        .filter(|l| !l.starts_with("trainbpf: warning:"))
+        .collect();
+    assert_eq!(
+        start,
+        [format!("trainbpf: recording to {}", rec.display())],
+        "{stderr}"
     );
+    let verbose = record(&dir.path("v.rec"), &["-v"], &["/bin/true"]);
+    let said = String::from_utf8_lossy(&verbose.stderr);
+    assert!(
+        said.contains("; OOM kill via tp_btf:mark_victim") && said.contains("\n  fallback: "),
+        "-v names the attach points and the fallbacks: {said}"
+    );
+    assert!(said.contains("trainbpf: GPU: "), "{said}");
 
     let r = report_json(&rec);
     assert_eq!(r["schema"], "trainbpf.report/1");

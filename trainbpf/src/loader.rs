@@ -547,8 +547,38 @@ fn load_object(
     Ok((ebpf, btf))
 }
 
-/// One line for `record`'s start-up message and the report: what is used,
-/// and what was given up.
+/// What a recording will miss for want of a probe, one line each, for
+/// `record`'s quiet start: the rest of [`describe`] is for `-v`.
+pub fn missing(attach: &Attach, stacks: bool) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut say = |what: Option<&String>, missed: &str| {
+        if what.is_none() {
+            out.push(format!("warning: {missed} (-v says why)"));
+        }
+    };
+    say(
+        attach.oom_victim.as_ref(),
+        "no OOM kill probe: kills are named only from the kernel log",
+    );
+    say(
+        attach.memory.as_ref(),
+        "no memory probe: no process's growth is recorded",
+    );
+    say(
+        attach.lifecycle.as_ref(),
+        "no process probe: forks, execs and exits are not recorded",
+    );
+    if stacks {
+        say(
+            attach.stacks.as_ref(),
+            "no growth stacks: the report names no line that grew memory",
+        );
+    }
+    out
+}
+
+/// One line for `record -v`'s start-up message and the report: what is
+/// used, and what was given up.
 pub fn describe(attach: &Attach, fallbacks: &[Fallback]) -> String {
     let mut s = format!(
         "OOM kill via {}",

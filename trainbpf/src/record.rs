@@ -187,11 +187,21 @@ pub fn run(mut opts: RecordOptions) -> Result<Outcome, RecordError> {
         what: format!("writing {}", opts.output.display()),
         source: io::Error::other(e.to_string()),
     })?;
-    eprintln!(
-        "trainbpf: recording to {}; {}",
-        opts.output.display(),
-        loader::describe(&loaded.attach, &loaded.fallbacks)
-    );
+    // One line, as perf says nothing unless asked: the probes chosen are
+    // in the recording (`report`, `doctor`), and said here with -v.
+    if opts.verbose {
+        eprintln!(
+            "trainbpf: recording to {}; {}",
+            opts.output.display(),
+            loader::describe(&loaded.attach, &loaded.fallbacks)
+        );
+    } else {
+        eprintln!("trainbpf: recording to {}", opts.output.display());
+        let stacks = opts.tunables.stack_every_bytes().is_some();
+        for w in loader::missing(&loaded.attach, stacks) {
+            eprintln!("trainbpf: {w}");
+        }
+    }
 
     let cgroup = match opts.memory_limit {
         Some(limit) => Some(MemCgroup::create(limit)?),
@@ -224,6 +234,7 @@ pub fn run(mut opts: RecordOptions) -> Result<Outcome, RecordError> {
             .unwrap_or_else(|_| opts.output.clone())
             .display()
             .to_string(),
+        verbose: opts.verbose,
     }))?;
     if !place.still_names(&recording) {
         eprintln!(

@@ -67,7 +67,13 @@ fn build(dir: &TempDir) -> Standins {
 /// `trainbpf record` with extra environment (which the job inherits).
 fn record_env(rec: &Path, env: &[(&str, &str)], cmd: &[&str]) -> Output {
     let mut c = Command::new(bin());
-    c.arg("record").arg("-o").arg(rec).arg("--").args(cmd);
+    // -v: what the GPU probes found is said at start.
+    c.arg("record")
+        .arg("-v")
+        .arg("-o")
+        .arg(rec)
+        .arg("--")
+        .args(cmd);
     // The machine's own settings must not leak into what is asserted.
     c.env_remove("TRAINBPF_LIBCUDA")
         .env_remove("TRAINBPF_LIBNVML")

@@ -44,6 +44,12 @@ pub struct Outputs {
     /// on the terminal while the job runs.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Say at start which probe each thing is seen through, what fell
+    /// back and why, and what the GPU probes found. Without it the start
+    /// is one line, and a warning only where the recording will miss
+    /// something; the recording keeps all of it (`report`, `doctor`).
+    #[arg(long, short)]
+    pub verbose: bool,
     /// Serve Prometheus metrics at http://ADDR/metrics while recording
     /// (e.g. 127.0.0.1:9464; :9464 listens on every interface): kills,
     /// deaths, the job's memory, lost events (docs/metrics.md).
@@ -152,6 +158,7 @@ impl RecordArgs {
             tunables,
             target,
             quiet: outputs.quiet,
+            verbose: outputs.verbose,
             leaks: super::leak_options(history.leak_span),
             flight: (history.max_size != 0).then(|| FlightOptions {
                 max_size: history.max_size,

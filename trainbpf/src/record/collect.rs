@@ -50,6 +50,8 @@ pub(super) struct Start<'a> {
     pub(super) outputs: crate::record::live::metrics::Setup,
     /// The recording's path, as `trainbpf report` takes it.
     pub(super) recording: String,
+    /// `-v`: what the GPU probes found is said at start too.
+    pub(super) verbose: bool,
 }
 
 pub(super) async fn collect(start: Start<'_>) -> Result<(Option<ExitStatus>, File), RecordError> {
@@ -66,6 +68,7 @@ pub(super) async fn collect(start: Start<'_>) -> Result<(Option<ExitStatus>, Fil
         flight,
         outputs,
         recording,
+        verbose,
     } = start;
     let Loaded {
         mut ebpf,
@@ -107,7 +110,7 @@ pub(super) async fn collect(start: Start<'_>) -> Result<(Option<ExitStatus>, Fil
     // from a known place is probed from its first call.
     // The kernel holds a late driver mapping only of a job the recorder
     // runs (the loader's `hold_late_cuda`).
-    let (gpu, records) = crate::record::gpu::GpuProbes::start(
+    let (mut gpu, records) = crate::record::gpu::GpuProbes::start(
         &mut ebpf,
         attach.printk.is_some(),
         matches!(target, Target::Run(_)),
@@ -117,7 +120,10 @@ pub(super) async fn collect(start: Start<'_>) -> Result<(Option<ExitStatus>, Fil
     for (kind, bytes) in records {
         c.writer.record(kind, &bytes);
     }
-    eprintln!("trainbpf: {}", gpu.describe());
+    gpu.set_verbose(verbose);
+    if verbose {
+        eprintln!("trainbpf: {}", gpu.describe());
+    }
     // torchelastic's agent is held at its wait on a killed worker only
     // where the hold is bounded by the watchdog (`hold_agents`).
     if let Some(ef) = &mut c.error_files {

@@ -133,6 +133,9 @@ pub struct GpuProbes {
     /// The uprobes' and the late probe's links, detached together
     /// ([`detach`](GpuProbes::detach)).
     links: crate::record::links::Links,
+    /// `record -v`: a library probed while the job runs is said on stderr
+    /// too, not only in the recording.
+    verbose: bool,
 }
 
 /// Encoded GPU collector records, for the recording.
@@ -208,6 +211,7 @@ impl GpuProbes {
             late: None,
             late_lost: GpuLost::default(),
             links: Default::default(),
+            verbose: false,
         };
         match load_uprobes(ebpf) {
             Ok(()) => g.loaded = true,
@@ -380,6 +384,11 @@ impl GpuProbes {
     /// watchdog (the recorder runs the job).
     pub fn holds(&self) -> bool {
         self.late.as_ref().is_some_and(late::Late::holds)
+    }
+
+    /// `record -v`: see the field.
+    pub fn set_verbose(&mut self, on: bool) {
+        self.verbose = on;
     }
 
     /// Detaches the probes, together (`record::links`).

@@ -13,6 +13,8 @@ pub struct RecordOptions {
     pub target: Target,
     /// No status line on the terminal.
     pub quiet: bool,
+    /// The probes and fallbacks said at start (`-v`).
+    pub verbose: bool,
     /// What the status line calls a leak.
     pub leaks: trainbpf_report::model::LeakOptions,
     /// Keep the recording under a size (`--max-size`); `None`: unbounded.

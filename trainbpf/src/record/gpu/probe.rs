@@ -185,7 +185,7 @@ impl GpuProbes {
                 a.error = Some(errors.join("; "));
             }
         }
-        if pid.is_some() {
+        if pid.is_some() && self.verbose {
             // The path is the job's to choose, escapes and all.
             eprintln!(
                 "trainbpf: GPU: {} (pid {} maps it): {} calls probed{}",
