@@ -9,6 +9,8 @@
 //   workload forks TOTAL MIB PARALLEL     W3: workers touch MIB and exit
 //   workload steady SECONDS               W4: training-like step loop
 //   workload grow TOTAL_MIB ROUND_MIB WORK W5: steady growth, new highs only
+//   workload syscalls N                   B2: getppid N times (a bystander)
+//   workload waits N                      B4: waitpid(-1, WNOHANG), no children
 #define _GNU_SOURCE
 #include <malloc.h>
 #include <pthread.h>
@@ -17,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -290,6 +293,26 @@ static int grow(unsigned long total_mib, unsigned long round_mib, unsigned long 
     return 0;
 }
 
+// ------------------------------------------------------------ B2, B4
+
+// A cheap system call in a loop: what a tracepoint on every system call
+// (or on every wait) adds to each, for a process outside the job. Through
+// syscall(2), so that no C library caches the answer.
+static int calls(const char *which, unsigned long n) {
+    int waits = !strcmp(which, "waits");
+    double t0 = now_s();
+    for (unsigned long i = 0; i < n; i++) {
+        if (waits)
+            waitpid(-1, NULL, WNOHANG);
+        else
+            syscall(SYS_getppid);
+    }
+    double t = now_s() - t0;
+    printf("elapsed_s=%.6f cpu_s=%.6f minflt=%ld ns_per_call=%.1f\n", t, cpu_s() - start_cpu,
+           minflt() - start_minflt, t * 1e9 / (double)n);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     start_minflt = minflt();
     start_cpu = cpu_s();
@@ -302,7 +325,9 @@ int main(int argc, char **argv) {
     if (argc == 5 && !strcmp(argv[1], "grow"))
         return grow(strtoul(argv[2], NULL, 10), strtoul(argv[3], NULL, 10),
                     strtoul(argv[4], NULL, 10));
+    if (argc == 3 && (!strcmp(argv[1], "syscalls") || !strcmp(argv[1], "waits")))
+        return calls(argv[1], strtoul(argv[2], NULL, 10));
     fprintf(stderr, "usage: workload faults THREADS PASSES MIB | forks TOTAL MIB PARALLEL | "
-                    "steady SECONDS | grow TOTAL_MIB ROUND_MIB WORK\n");
+                    "steady SECONDS | grow TOTAL_MIB ROUND_MIB WORK | syscalls N | waits N\n");
     return 2;
 }

@@ -83,7 +83,9 @@ enum Task {
         /// Only these workloads, by id: W1-1, W1-N, W3, W4, W5 (steady
         /// growth), W6 (Python-heavy), G1 (CUDA allocation loop on the
         /// stand-in driver), G2 (the same on the machine's driver, with a
-        /// GPU) (comma-separated).
+        /// GPU), B1 to B4 (a fault storm, a getppid loop, a fork storm and
+        /// a waitpid loop outside the job, beside a recorder tracing
+        /// `sleep`) (comma-separated).
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
     },

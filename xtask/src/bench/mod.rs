@@ -21,6 +21,7 @@
 //! process in a kernel map, plus `oom:mark_victim`), and
 //! `perf record -e exceptions:page_fault_user`.
 
+mod bystander;
 pub(crate) mod proc;
 mod report;
 
@@ -54,7 +55,7 @@ pub struct Options {
     /// Length of one W4 run, seconds; default 180 (2 with `smoke`).
     pub w4_secs: Option<u64>,
     /// Workload ids to run (`W1-1`, `W1-N`, `W3`, `W4`, `W5`, `W6`, `G1`,
-    /// `G2`); empty: all.
+    /// `G2`, and the bystanders `B1` to `B4`); empty: all.
     pub only: Vec<String>,
 }
 
@@ -107,6 +108,8 @@ enum Tool {
     TrainbpfNoStacks,
     Bpftrace,
     Perf,
+    /// A recorder tracing a sleeping job, the workload outside it.
+    Bystander,
 }
 
 impl Tool {
@@ -117,6 +120,7 @@ impl Tool {
             Tool::TrainbpfNoStacks => "trainbpf record --no-stacks",
             Tool::Bpftrace => "bpftrace",
             Tool::Perf => "perf record",
+            Tool::Bystander => "beside trainbpf record -- sleep",
         }
     }
 }
@@ -243,6 +247,7 @@ pub fn bench(opts: Options) -> Result<()> {
     };
     let nproc = thread::available_parallelism().map_or(1, |n| n.get());
     let mut plan = plan(opts.smoke, nproc, w4_secs, &tools);
+    plan.extend(bystander::plan(opts.smoke, nproc));
     if !has_gpu() {
         plan.retain(|w| w.id != "G2");
         notes.push("G2 skipped: no NVIDIA GPU (/dev/nvidiactl) on this machine".into());
@@ -611,6 +616,7 @@ impl Ctx {
             Tool::TrainbpfNoStacks => self.trainbpf(w, false),
             Tool::Bpftrace => self.bpftrace(w),
             Tool::Perf => self.perf(w),
+            Tool::Bystander => self.bystander(w),
         }
     }
 

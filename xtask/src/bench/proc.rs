@@ -161,6 +161,11 @@ pub(super) fn text(lines: &[Line]) -> String {
 }
 
 impl Finished {
+    /// How the process ended, for one whose success is not exit 0.
+    pub fn status(&self) -> ExitStatus {
+        self.status
+    }
+
     pub fn check(&self, what: &str) -> Result<()> {
         ensure!(
             self.status.success(),

@@ -210,7 +210,7 @@ pub(super) fn render(info: &RunInfo) -> String {
 
     let _ = writeln!(
         w,
-        "## Targets (issue 5){}\n",
+        "## Targets (issues 5 and 28){}\n",
         if info.smoke {
             ": not judged on a smoke run"
         } else {
@@ -324,6 +324,27 @@ pub(super) fn render(info: &RunInfo) -> String {
                 )
             }),
             s.map(|s| s.ratio <= 1.05),
+        );
+    }
+
+    // Issue 28: a process outside the job pays at most 1% for the
+    // recorder beside it.
+    for (id, what) in [
+        ("B1", "B1 fault storm outside the job ≤ 1.01×"),
+        ("B2", "B2 getppid loop outside the job ≤ 1.01×"),
+        ("B3", "B3 fork storm outside the job ≤ 1.01×"),
+        ("B4", "B4 waitpid loop outside the job ≤ 1.01×"),
+    ] {
+        let s = summaries.get(&(id, Tool::Bystander));
+        target(
+            what,
+            s.map(|s| {
+                format!(
+                    "{:.3}× (paired {:.3}×, its CPU {:.3}×)",
+                    s.ratio, s.paired, s.cpu_ratio
+                )
+            }),
+            s.map(|s| s.ratio <= 1.01),
         );
     }
 
