@@ -219,6 +219,14 @@ pub(super) fn render(info: &RunInfo) -> String {
     );
     let _ = writeln!(w, "| target | measured | met |\n|---|---|---|");
     let ours = |id: &'static str| summaries.get(&(id, Tool::Trainbpf));
+    // A ratio target's figures: the ratio it judges, the paired ratio, and
+    // the CPU ratio of whatever ran the work.
+    let ratios = |s: &Summary, cpu: &str| {
+        format!(
+            "{:.3}× (paired {:.3}×, {cpu} {:.3}×)",
+            s.ratio, s.paired, s.cpu_ratio
+        )
+    };
     let mut target = |what: &str, measured: Option<String>, met: Option<bool>| {
         let verdict = match (info.smoke, met) {
             (true, _) => "–",
@@ -235,12 +243,7 @@ pub(super) fn render(info: &RunInfo) -> String {
     let s = ours("W1-1");
     target(
         "W1 one thread ≤ 1.10×",
-        s.map(|s| {
-            format!(
-                "{:.3}× (paired {:.3}×, job CPU {:.3}×)",
-                s.ratio, s.paired, s.cpu_ratio
-            )
-        }),
+        s.map(|s| ratios(s, "job CPU")),
         s.map(|s| s.ratio <= 1.10),
     );
     let s = ours("W1-N");
@@ -260,12 +263,7 @@ pub(super) fn render(info: &RunInfo) -> String {
     let s = ours("W3");
     target(
         "W3 ≤ 1.05×",
-        s.map(|s| {
-            format!(
-                "{:.3}× (paired {:.3}×, job CPU {:.3}×)",
-                s.ratio, s.paired, s.cpu_ratio
-            )
-        }),
+        s.map(|s| ratios(s, "job CPU")),
         s.map(|s| s.ratio <= 1.05),
     );
     let s = ours("W4");
@@ -317,12 +315,7 @@ pub(super) fn render(info: &RunInfo) -> String {
         let s = ours(id);
         target(
             what,
-            s.map(|s| {
-                format!(
-                    "{:.3}× (paired {:.3}×, job CPU per step {:.3}×)",
-                    s.ratio, s.paired, s.cpu_ratio
-                )
-            }),
+            s.map(|s| ratios(s, "job CPU per step")),
             s.map(|s| s.ratio <= 1.05),
         );
     }
@@ -338,12 +331,7 @@ pub(super) fn render(info: &RunInfo) -> String {
         let s = summaries.get(&(id, Tool::Bystander));
         target(
             what,
-            s.map(|s| {
-                format!(
-                    "{:.3}× (paired {:.3}×, its CPU {:.3}×)",
-                    s.ratio, s.paired, s.cpu_ratio
-                )
-            }),
+            s.map(|s| ratios(s, "its CPU")),
             s.map(|s| s.ratio <= 1.01),
         );
     }
