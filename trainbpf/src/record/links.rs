@@ -19,10 +19,6 @@ impl Links {
         self.0.push(Box::new(link));
     }
 
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
@@ -30,6 +26,7 @@ impl Links {
     /// Detaches every link kept, in parallel; returns when all are.
     pub fn detach_all(&mut self) {
         let mut links = std::mem::take(&mut self.0);
+        // One or none: released here, as `links` goes.
         if links.len() <= 1 {
             return;
         }
