@@ -305,11 +305,15 @@ fn a_workers_own_error_file_is_left_alone() {
         "the job's own message: {shown}"
     );
     let r = report_json(&rec);
-    assert_eq!(
-        kills(&r).len(),
-        1,
-        "the leaking thread's process was killed"
+    let k = kills(&r);
+    let said = |k: &Value, who: &str| k["verdict"].as_str().is_some_and(|v| v.starts_with(who));
+    assert!(
+        said(&k[0], "rank 1 (pid "),
+        "the leaking thread's process was killed first: {k:#?}"
     );
+    // The kernel may kill rank 0 too, while rank 1's memory is still being
+    // freed (as in the Root Cause test); no one else.
+    assert!(k[1..].iter().all(|k| said(k, "rank 0 (pid ")), "{k:#?}");
     let file = field(&block, "error_file");
     let own: Value = serde_json::from_slice(&std::fs::read(file).unwrap()).unwrap();
     assert!(
