@@ -8,8 +8,10 @@
  *   map_job fd N MARKER MS        mmaps descriptor N, which it was handed;
  *   map_job read PATH MARKER MS   opens PATH for reading and mmaps it.
  *
- * It prints what mmap returned, creates MARKER, and sleeps MS
- * milliseconds (the probes, if any went on, stay on meanwhile).
+ * It prints what mmap returned, reads the mapping's first byte (as a
+ * loader reads the headers it mapped: the fault is what the late probe
+ * sees), creates MARKER, and sleeps MS milliseconds (the probes, if any
+ * went on, stay on meanwhile).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -39,6 +41,8 @@ int main(int argc, char **argv) {
     void *p = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE, fd, 0);
     printf("map_job: mmap of fd %d: %s\n", fd, p == MAP_FAILED ? strerror(errno) : "mapped");
     fflush(stdout);
+    if (p != MAP_FAILED)
+        (void)*(volatile const char *)p;
     int m = open(argv[3], O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (m < 0) {
         fprintf(stderr, "map_job: %s: %s\n", argv[3], strerror(errno));

@@ -137,6 +137,13 @@ pub struct Config {
     /// `file.f_mode`: a descriptor not open for reading (`O_PATH`,
     /// write-only) is never a reason to probe its file.
     pub file_f_mode: i64,
+    /// From a faulting mapping to its file's inode and a name of it (the
+    /// late driver library probe on the file fault tracepoints):
+    /// `address_space.host`, `inode.i_dentry` (the first of the inode's
+    /// dentries), and `dentry.d_u.d_alias` (the dentry's link in that list).
+    pub mapping_host: i64,
+    pub inode_dentry: i64,
+    pub dentry_alias: i64,
     /// `task_struct.start_boottime` (`real_start_time` before 5.5): what
     /// `/proc/PID/stat` shows as a process's start, so that a held
     /// process is continued only if its pid still names it.
@@ -231,6 +238,9 @@ impl Config {
         inode_sb: -1,
         sb_dev: -1,
         file_f_mode: -1,
+        mapping_host: -1,
+        inode_dentry: -1,
+        dentry_alias: -1,
         task_start_boottime: -1,
         mm_exe_file: -1,
         mm_start_code: -1,

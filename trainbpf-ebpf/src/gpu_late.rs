@@ -3,22 +3,30 @@
 //! The uprobes go on a library's inode, and a library found only when a job
 //! process maps it (a conda or container path, a `dlopen` at first use)
 //! would otherwise be probed a scan later, its first calls unseen. So the
-//! job's `mmap` of a file named `libcuda.so*` whose inode is not probed yet
-//! (`LIBCUDA_SEEN`) stops the mapping thread's process with SIGSTOP, sent
-//! here, in its own context: the stop takes effect on the way back from the
-//! syscall, before another user instruction runs, and every other thread
-//! of the process stops with it. The collector, woken by the record on the
-//! precious ring, attaches the probes to that file (uprobes registered
-//! after a mapping are installed into it) and continues the process, unless
-//! someone else stopped it meanwhile (`HELD`, kept by `signal_generate`).
+//! job's first touch of a mapped file named `libcuda.so*` whose inode is
+//! not probed yet (`LIBCUDA_SEEN`), seen by the file fault tracepoints
+//! (`late_fault`, `late_map_pages`), stops the touching thread's process
+//! with SIGSTOP, sent here, in its own context: the stop takes effect on
+//! the way back to user mode, before another user instruction runs, and
+//! every other thread of the process stops with it. The dynamic linker
+//! reads a library's dynamic section and relocates it through its mapping
+//! before running any of it, so the first touch comes before the first
+//! call. The collector, woken by the record on the precious ring, attaches
+//! the probes to that file (uprobes registered after a mapping are
+//! installed into it) and continues the process, unless someone else
+//! stopped it meanwhile (`HELD`, kept by `signal_generate`).
+//!
+//! On kernels without those tracepoints, the `mmap` system call's
+//! (`late_mmap`) holds at the mapping itself, through the descriptor
+//! mapped.
 //!
 //! Where the process could not be held (the test switch, a full map, a
-//! refused signal, a full ring) the window until the attach is counted
-//! instead: its calls into the NVIDIA driver (ioctls on `/dev/nvidia*`),
-//! per process, in `WINDOWS`.
+//! refused signal, a full ring) the window until the attach is kept
+//! instead, per process, in `WINDOWS`, with its calls into the NVIDIA
+//! driver (ioctls on `/dev/nvidia*`) where `late_ioctl` is attached.
 //!
-//! Only a mapping of a descriptor open for reading holds anyone:
-//! this program runs before `mmap` checks the descriptor, and
+//! At `mmap`, only a mapping of a descriptor open for reading holds anyone:
+//! that program runs before `mmap` checks the descriptor, and
 //! one opened `O_PATH` (no read permission needed) or write-only makes the
 //! mapping fail, on a file the job's user may not be able to read. Such a
 //! mapping is said once per file (`SEEN_UNREADABLE`) and nothing else.
@@ -33,10 +41,13 @@
 //! program can do this itself: one can signal only the task it runs in,
 //! and a stopped task runs nothing.
 //!
-//! Cost: a classic syscall tracepoint sets every task's syscall-trace flag,
-//! so each syscall takes the slow path; the programs themselves run only on
-//! `mmap` and `ioctl`, and end at their first test for anything else
-//! (anonymous mappings, other processes). BENCHMARKS.md has the figures.
+//! Cost: the fault programs run at every file fault on the machine and end
+//! at the job map's lookup for a process outside the job. A classic syscall
+//! tracepoint sets every task's syscall-trace flag, so each system call
+//! takes the slow path: `late_mmap`, and `late_ioctl` (a window's driver
+//! calls), are attached only where the fault tracepoints are missing, or
+//! where windows are the rule (an attached recorder). BENCHMARKS.md has
+//! the figures.
 
 use core::{
     intrinsics::{AtomicOrdering, atomic_xadd},
@@ -48,8 +59,8 @@ use aya_ebpf::{
         bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns,
         bpf_probe_read_kernel_str_bytes, bpf_send_signal_thread,
     },
-    macros::tracepoint,
-    programs::TracePointContext,
+    macros::{btf_tracepoint, tracepoint},
+    programs::{BtfTracePointContext, TracePointContext},
 };
 use trainbpf_common::*;
 
@@ -99,17 +110,20 @@ fn fd_file(fd: u64) -> u64 {
     rd::<u64>(arr, (fd & 0xffff_ffff) as i64 * 8).unwrap_or(0)
 }
 
-/// The first bytes of a file's name (its dentry's), NUL-padded.
+/// The first bytes of a dentry's name, NUL-padded.
 #[inline(always)]
-fn file_name(file: u64, buf: &mut [u8]) -> bool {
-    let Ok(dentry) = rd::<u64>(file, conf!(file_dentry)) else {
-        return false;
-    };
+fn dentry_name(dentry: u64, buf: &mut [u8]) -> bool {
     let Ok(name) = rd::<u64>(dentry, conf!(dentry_name)) else {
         return false;
     };
     // SAFETY: the read is bounded by the buffer and fails cleanly.
     unsafe { bpf_probe_read_kernel_str_bytes(name as *const u8, buf) }.is_ok()
+}
+
+/// A descriptor's file's dentry, or 0.
+#[inline(always)]
+fn file_dentry(file: u64) -> u64 {
+    rd::<u64>(file, conf!(file_dentry)).unwrap_or(0)
 }
 
 #[inline(always)]
@@ -160,8 +174,9 @@ fn try_late_mmap(ctx: &TracePointContext) -> Result<u32, u32> {
     if file == 0 {
         return Ok(0);
     }
+    let dentry = file_dentry(file);
     let mut head = [0u8; 16];
-    if !file_name(file, &mut head) || !starts_with(&head, b"libcuda.so") {
+    if !dentry_name(dentry, &mut head) || !starts_with(&head, b"libcuda.so") {
         return Ok(0);
     }
     let inode: u64 = rd(file, conf!(file_inode))?;
@@ -201,22 +216,107 @@ fn try_late_mmap(ctx: &TracePointContext) -> Result<u32, u32> {
             count_lost(KIND_CUDA_MAP, "late_mmap");
             return Ok(0);
         };
-        fill(entry.as_mut_ptr(), now, fd, MAP_NOT_READABLE, &key, file);
+        fill(
+            entry.as_mut_ptr(),
+            now,
+            fd as i32,
+            MAP_NOT_READABLE,
+            &key,
+            dentry,
+        );
         entry.submit(BPF_RB_FORCE_WAKEUP);
         return Ok(0);
     }
+    Ok(hold(tgid, &key, dentry, fd as i32, now, "late_mmap"))
+}
+
+/// `mm_filemap_fault(struct address_space *mapping, pgoff_t index)`: a
+/// page of a mapped file faulted in, where fault-around did not map it.
+/// With [`late_map_pages`], the first touch of any page of a mapping, in
+/// the touching thread's context: the dynamic linker reads a library's
+/// dynamic section and relocates it through its mapping before any of
+/// its code runs, so a hold here still comes before the library's first
+/// instruction. Unlike the `mmap` system call's tracepoint, these cost a
+/// process outside the job only its file faults, never its system calls.
+#[btf_tracepoint(function = "mm_filemap_fault")]
+pub fn late_fault(ctx: BtfTracePointContext) -> u32 {
+    try_late_fault(ctx.arg(0), "late_fault").unwrap_or(0)
+}
+
+/// `mm_filemap_map_pages(struct address_space *mapping, pgoff_t first,
+/// pgoff_t last)`: fault-around mapped pages already in the page cache.
+#[btf_tracepoint(function = "mm_filemap_map_pages")]
+pub fn late_map_pages(ctx: BtfTracePointContext) -> u32 {
+    try_late_fault(ctx.arg(0), "late_map_pages").unwrap_or(0)
+}
+
+fn try_late_fault(mapping: u64, prog: &'static str) -> Result<u32, u32> {
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    // As for `mmap`: the job's tree only.
+    // SAFETY: tested for presence only.
+    if unsafe { JOB.get(&tgid) }.is_none() {
+        return Ok(0);
+    }
+    let inode: u64 = rd(mapping, conf!(mapping_host))?;
+    // A name of the file: its inode's first dentry. A mapped file has one
+    // (the one it was opened by, or another hard link of it).
+    let first: u64 = rd(inode, conf!(inode_dentry))?;
+    if first == 0 || conf!(dentry_alias) < 0 {
+        return Ok(0);
+    }
+    let dentry = first.wrapping_sub(conf!(dentry_alias) as u64);
+    let mut head = [0u8; 16];
+    if !dentry_name(dentry, &mut head) || !starts_with(&head, b"libcuda.so") {
+        return Ok(0);
+    }
+    let ino: u64 = rd(inode, conf!(inode_ino))?;
+    let sb: u64 = rd(inode, conf!(inode_sb))?;
+    let dev: u32 = rd(sb, conf!(sb_dev))?;
+    let key = FileKey {
+        dev: dev as u64,
+        ino,
+    };
+    // SAFETY: the value is copied out at once.
+    if unsafe { LIBCUDA_SEEN.get(&key) }.copied() == Some(SEEN_TRIED) {
+        return Ok(0);
+    }
+    // Every page of the mapping faults here, not once per mapping as the
+    // system call does: a process already held or in a window for this
+    // file (faults from the kernel's side before its stop takes effect, or
+    // from its other threads while it runs unheld) adds nothing.
+    // SAFETY: the values are read at once.
+    if unsafe { HELD.get(&tgid) }
+        .is_some_and(|h| h.dev == key.dev && h.ino == ino && h.timed_out_ns == 0)
+        // SAFETY: as above.
+        || unsafe { WINDOWS.get(&tgid) }.is_some_and(|w| w.dev == key.dev && w.ino == ino)
+    {
+        return Ok(0);
+    }
+    // SAFETY: helper without preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    Ok(hold(tgid, &key, dentry, -1, now, prog))
+}
+
+/// A job process maps `key`, a driver library not probed yet (`dentry`:
+/// a name of it; `fd`: the descriptor mapped, or -1 where a fault found
+/// the mapping): its process is stopped until the collector probes the
+/// file, or, where it can't be, its window opened. The record goes on the
+/// precious ring either way.
+#[inline(always)]
+fn hold(tgid: u32, key: &FileKey, dentry: u64, fd: i32, now: u64, prog: &'static str) -> u32 {
+    let (dev, ino) = (key.dev, key.ino);
     let window = LateWindow {
         start_ns: now,
-        dev: dev as u64,
+        dev,
         ino,
         calls: 0,
     };
     // The record first: a process held with no record would wait for the
     // watchdog's limit.
     let Some(mut entry) = PRECIOUS.reserve::<CudaMapEvent>(0) else {
-        count_lost(KIND_CUDA_MAP, "late_mmap");
+        count_lost(KIND_CUDA_MAP, prog);
         let _ = WINDOWS.insert(&tgid, &window, BPF_NOEXIST);
-        return Ok(0);
+        return 0;
     };
     // SAFETY: helper without preconditions.
     let task = unsafe { bpf_get_current_task() };
@@ -226,7 +326,7 @@ fn try_late_mmap(ctx: &TracePointContext) -> Result<u32, u32> {
         since_ns: now,
         start_ns: leader_start_ns(task),
         start_boottime_ns: rd(leader, conf!(task_start_boottime)).unwrap_or(0),
-        dev: dev as u64,
+        dev,
         ino,
         ..Held::default()
     };
@@ -249,9 +349,9 @@ fn try_late_mmap(ctx: &TracePointContext) -> Result<u32, u32> {
     if held != MAP_HELD {
         let _ = WINDOWS.insert(&tgid, &window, BPF_NOEXIST);
     }
-    fill(entry.as_mut_ptr(), now, fd, held, &key, file);
+    fill(entry.as_mut_ptr(), now, fd, held, key, dentry);
     entry.submit(BPF_RB_FORCE_WAKEUP);
-    Ok(0)
+    0
 }
 
 /// Makes `tgid`'s hold. A live hold stands (another thread's mapping, or
@@ -272,9 +372,10 @@ pub(crate) fn claim(tgid: u32, hold: &Held) -> Result<(), u32> {
     }
 }
 
-/// Writes the record of the current thread's mapping of `file`.
+/// Writes the record of the current thread's mapping of the file `key`,
+/// named by `dentry`.
 #[inline(always)]
-fn fill(ev: *mut CudaMapEvent, now: u64, fd: u64, held: u32, key: &FileKey, file: u64) {
+fn fill(ev: *mut CudaMapEvent, now: u64, fd: i32, held: u32, key: &FileKey, dentry: u64) {
     let pid_tgid = bpf_get_current_pid_tgid();
     // SAFETY: helper without preconditions.
     let task = unsafe { bpf_get_current_task() };
@@ -288,14 +389,14 @@ fn fill(ev: *mut CudaMapEvent, now: u64, fd: u64, held: u32, key: &FileKey, file
         );
         (*ev).hdr.ts_ns = now;
         (*ev).tid = pid_tgid as u32;
-        (*ev).fd = fd as i32;
+        (*ev).fd = fd;
         (*ev).held = held;
         (*ev)._pad = 0;
         (*ev).dev = key.dev;
         (*ev).ino = key.ino;
         let name = &mut *core::ptr::addr_of_mut!((*ev).name);
         *name = [0; MAP_NAME_LEN];
-        file_name(file, name);
+        dentry_name(dentry, name);
     }
 }
 
@@ -325,7 +426,7 @@ fn try_late_ioctl(ctx: &TracePointContext) -> Result<u32, u32> {
         return Ok(0);
     }
     let mut head = [0u8; 8];
-    if !file_name(file, &mut head) || !starts_with(&head, b"nvidia") {
+    if !dentry_name(file_dentry(file), &mut head) || !starts_with(&head, b"nvidia") {
         return Ok(0);
     }
     // SAFETY: `w` points at the map's value; the add is atomic.

@@ -41,7 +41,7 @@ mod probes;
 pub mod stack_maps;
 pub use ebpf_log::KernelLog;
 pub use features::{Features, Probe, Unavailable, probe_features};
-pub use probes::{AGENT_WAIT_BTF, AGENT_WAIT_CLASSIC, RSS_VIA_PAGES};
+pub use probes::{AGENT_WAIT_BTF, AGENT_WAIT_CLASSIC, LATE_FAULTS, RSS_VIA_PAGES};
 use probes::{attach_kill_context, attach_lifecycle, attach_memory, attach_printk, attach_victim};
 
 #[derive(Debug, thiserror::Error)]
@@ -179,6 +179,10 @@ pub struct Loaded {
     /// point), or why not; `None` where no process may be held
     /// (`hold_late_cuda`).
     pub agent_wait: Option<Result<&'static str, String>>,
+    /// The late driver library probe on the file fault tracepoints,
+    /// loaded and not attached, or why not (the `mmap` and `ioctl` system
+    /// call tracepoints are its fallback).
+    pub late_faults: Result<(), String>,
 }
 
 /// The eBPF object, built by build.rs with aya-build.
@@ -414,6 +418,7 @@ pub fn load(t: &Tunables, page_size: u64) -> Result<Loaded, LoadError> {
     let agent_wait = t
         .hold_late_cuda
         .then(|| probes::load_agent_wait(&mut ebpf, &btf));
+    let late_faults = probes::load_late_faults(&mut ebpf, &btf);
     let kernel_log = if t.ebpf_log {
         match KernelLog::open(&mut ebpf) {
             Ok(l) => {
@@ -471,6 +476,7 @@ pub fn load(t: &Tunables, page_size: u64) -> Result<Loaded, LoadError> {
         fallbacks,
         kernel_log,
         agent_wait,
+        late_faults,
     })
 }
 

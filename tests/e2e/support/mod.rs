@@ -707,3 +707,6 @@ pub fn cc(args: &[&str]) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+mod bpf_links;
+pub use bpf_links::{Link, bpf_links_of};

@@ -338,6 +338,10 @@ impl KernelBtf {
         // (the descriptor's access mode, the start time that names the
         // process when it is continued).
         c.file_f_mode = self.offset("file", &["f_mode"]);
+        // A faulting mapping's file, for the fault tracepoints' late probe.
+        c.mapping_host = self.offset("address_space", &["host"]);
+        c.inode_dentry = self.offset("inode", &["i_dentry"]);
+        c.dentry_alias = self.offset("dentry", &["d_u", "d_alias"]);
         c.task_start_boottime = match self.offset("task_struct", &["start_boottime"]) {
             -1 => self.offset("task_struct", &["real_start_time"]),
             o => o,

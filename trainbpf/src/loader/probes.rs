@@ -298,6 +298,26 @@ pub(super) fn load_agent_wait(ebpf: &mut Ebpf, btf: &Btf) -> Result<&'static str
     Ok(AGENT_WAIT_CLASSIC.1)
 }
 
+/// Loads the late driver library probe's fault programs
+/// ([`LATE_FAULTS`]), to be attached by the GPU probes: a kernel without
+/// these tracepoints refuses them, and the system call
+/// tracepoints stand in.
+pub(super) fn load_late_faults(ebpf: &mut Ebpf, btf: &Btf) -> Result<(), String> {
+    for (prog, tp) in LATE_FAULTS {
+        program::<BtfTracePoint>(ebpf, prog)?
+            .load(tp, btf)
+            .map_err(|e| format!("tp_btf:{tp}: {}", why(&e)))?;
+    }
+    Ok(())
+}
+
+/// The late driver library probe's programs on the file fault
+/// tracepoints, and their tracepoints.
+pub const LATE_FAULTS: [(&str, &str); 2] = [
+    ("late_fault", "mm_filemap_fault"),
+    ("late_map_pages", "mm_filemap_map_pages"),
+];
+
 /// The agent hold's programs and their attach points: the BTF
 /// tracepoint builds no trace record, so every wait on the machine pays
 /// less for it; the classic one is its fallback.

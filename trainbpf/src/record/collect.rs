@@ -80,6 +80,7 @@ pub(super) async fn collect(start: Start<'_>) -> Result<(Option<ExitStatus>, Fil
         stacks,
         kernel_log,
         agent_wait,
+        late_faults,
         ..
     } = loaded;
     let job_memcg = match (&target, cgroup) {
@@ -114,6 +115,8 @@ pub(super) async fn collect(start: Start<'_>) -> Result<(Option<ExitStatus>, Fil
         &mut ebpf,
         attach.printk.is_some(),
         matches!(target, Target::Run(_)),
+        matches!(target, Target::Pid(_) | Target::Cgroup(_)),
+        late_faults,
         (&invoker).into(),
         mono_ns(),
     );

@@ -183,12 +183,16 @@ impl GpuProbes {
     /// the Xid tracepoint, the driver kprobes and NVML. `printk` says whether
     /// the kernel-log probe (which forwards `NVRM: Xid` lines) is attached;
     /// `hold`, whether the kernel holds a late mapping (the recorder runs
-    /// the job); `owner` is the job's user, whose credentials open what is
-    /// parsed.
+    /// the job); `windows`, whether an unheld late library's driver calls
+    /// are counted (an attached recorder of a tree or cgroup); `faults`,
+    /// the late probe's fault programs as the loader left them; `owner` is
+    /// the job's user, whose credentials open what is parsed.
     pub fn start(
         ebpf: &mut Ebpf,
         printk: bool,
         hold: bool,
+        windows: bool,
+        faults: Result<(), String>,
         owner: crate::util::safe_file::Owner,
         now: u64,
     ) -> (GpuProbes, Records) {
@@ -226,7 +230,7 @@ impl GpuProbes {
         if g.loaded {
             // Before the first attach, so that every file tried is marked
             // in the kernel's map as it is.
-            let (l, r) = late::Late::start(ebpf, hold, &mut g.links);
+            let (l, r) = late::Late::start(ebpf, hold, windows, faults, &mut g.links);
             match r {
                 Ok(detail) => source(&mut out, now, "late-mmap", true, detail),
                 Err(e) => source(

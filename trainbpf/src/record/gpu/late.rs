@@ -17,12 +17,14 @@ use std::time::Duration;
 use aya::{
     Ebpf,
     maps::{HashMap as BpfHashMap, MapData},
-    programs::TracePoint,
+    programs::{BtfTracePoint, TracePoint},
 };
 use trainbpf_common::{
     CudaMapEvent, FileKey, HOLD_AGENT, HOLD_LIBRARY, Held, LateWindow, MAP_HELD, SEEN_TRIED,
 };
 use trainbpf_report::decode::gpu::GpuLate;
+
+use crate::{loader::LATE_FAULTS, record::links::Links};
 
 use super::{
     held::{Pidfd, continue_held},
@@ -83,6 +85,44 @@ pub(super) struct Late {
     /// Ends holds that run too long, or outlive the recorder; dropped (and
     /// so told to end) with the recorder's GPU state.
     watchdog: Option<Watchdog>,
+    /// Whether the `ioctl` tracepoint counts a window's driver calls.
+    counts_calls: bool,
+}
+
+/// `tp_btf:mm_filemap_fault,mm_filemap_map_pages`'s list.
+fn faults_named() -> String {
+    LATE_FAULTS.map(|(_, tp)| tp).join(",")
+}
+
+/// Attaches the fault programs the loader loaded.
+fn attach_faults(ebpf: &mut Ebpf, links: &mut Links) -> Result<(), String> {
+    for (prog, tp) in LATE_FAULTS {
+        let p: &mut BtfTracePoint = ebpf
+            .program_mut(prog)
+            .ok_or_else(|| format!("program {prog} missing from the object"))?
+            .try_into()
+            .map_err(|e| why(&e))?;
+        let id = p
+            .attach()
+            .map_err(|e| format!("tp_btf:{tp}: {}", why(&e)))?;
+        links.keep(p.take_link(id).map_err(|e| why(&e))?);
+    }
+    Ok(())
+}
+
+/// Loads and attaches a system call tracepoint's program.
+fn attach_syscall(ebpf: &mut Ebpf, links: &mut Links, prog: &str, tp: &str) -> Result<(), String> {
+    let p: &mut TracePoint = ebpf
+        .program_mut(prog)
+        .ok_or_else(|| format!("program {prog} missing from the object"))?
+        .try_into()
+        .map_err(|e| why(&e))?;
+    p.load().map_err(|e| format!("{prog}: {}", why(&e)))?;
+    let id = p
+        .attach("syscalls", tp)
+        .map_err(|e| format!("syscalls:{tp}: {}", why(&e)))?;
+    links.keep(p.take_link(id).map_err(|e| why(&e))?);
+    Ok(())
 }
 
 /// What came of continuing a held process.
@@ -114,13 +154,19 @@ fn sent(m: &BpfHashMap<MapData, u32, Held>, tgid: u32) -> Option<Held> {
 
 impl Late {
     /// Takes the maps, starts the hold's watchdog where the kernel holds
-    /// (`hold`: the recorder runs the job), and attaches the two syscall
-    /// tracepoints (their links to `links`); `Err` says why a late library
-    /// would be found only by the maps scan.
+    /// (`hold`: the recorder runs the job), and attaches the probe (its
+    /// links to `links`): the fault programs where they loaded (`faults`),
+    /// else the `mmap` system call's tracepoint. `count_windows`: a recording
+    /// whose late libraries all leave windows (an attached recorder of a
+    /// process tree or cgroup), whose driver calls are worth counting
+    /// through the `ioctl` system call's tracepoint. `Err` says why a late
+    /// library would be found only by the maps scan.
     pub fn start(
         ebpf: &mut Ebpf,
         hold: bool,
-        links: &mut crate::record::links::Links,
+        count_windows: bool,
+        faults: Result<(), String>,
+        links: &mut Links,
     ) -> (Late, Result<String, String>) {
         let mut l = Late {
             seen: ebpf
@@ -136,8 +182,9 @@ impl Late {
             hold: env_ms(ENV_HOLD_MS),
             deferred: Vec::new(),
             watchdog: None,
+            counts_calls: false,
         };
-        let r = (|| -> Result<(), String> {
+        let r = (|| -> Result<String, String> {
             let (Some(held), Some(windows), Some(_)) = (&l.held, &l.windows, &l.seen) else {
                 return Err("the late-library maps are missing from the object".into());
             };
@@ -146,41 +193,56 @@ impl Late {
             if hold && l.forced.is_none() {
                 l.watchdog = Some(Watchdog::start(held, windows)?);
             }
-            for (prog, tp) in [
-                ("late_ioctl", "sys_enter_ioctl"),
-                ("late_mmap", "sys_enter_mmap"),
-            ] {
-                let p: &mut TracePoint = ebpf
-                    .program_mut(prog)
-                    .ok_or_else(|| format!("program {prog} missing from the object"))?
-                    .try_into()
-                    .map_err(|e| why(&e))?;
-                p.load().map_err(|e| format!("{prog}: {}", why(&e)))?;
-                let id = p
-                    .attach("syscalls", tp)
-                    .map_err(|e| format!("syscalls:{tp}: {}", why(&e)))?;
-                links.keep(p.take_link(id).map_err(|e| why(&e))?);
+            // Windows are the rule where no one is held: their driver calls
+            // are counted, at the price of a system call tracepoint.
+            let count = count_windows || l.forced.is_some();
+            let (point, why_not) = match faults.and_then(|()| attach_faults(ebpf, links)) {
+                Ok(()) => (format!("tp_btf:{}", faults_named()), None),
+                Err(e) => {
+                    attach_syscall(ebpf, links, "late_mmap", "sys_enter_mmap")?;
+                    ("syscalls:sys_enter_mmap".to_string(), Some(e))
+                }
+            };
+            if count || why_not.is_some() {
+                attach_syscall(ebpf, links, "late_ioctl", "sys_enter_ioctl")?;
+                l.counts_calls = true;
             }
-            Ok(())
+            let mut detail = point;
+            if let Some(e) = why_not {
+                detail += &format!(
+                    " (the file fault tracepoints: {e}; every system call on the machine takes the slow path while recording)"
+                );
+            }
+            if l.counts_calls {
+                detail += ", syscalls:sys_enter_ioctl (a window's driver calls)";
+            }
+            Ok(detail)
         })();
         let r = match r {
             Err(e) => {
                 l.seen = None;
                 Err(e)
             }
-            Ok(()) => Ok(match l.forced {
+            Ok(point) => Ok(match l.forced {
                 Some(d) => format!(
-                    "syscalls:sys_enter_mmap; test switch {ENV_FORCE_WINDOW_MS}: not held, probed {} ms after the mapping",
+                    "{point}; test switch {ENV_FORCE_WINDOW_MS}: not held, probed {} ms after the mapping",
                     d.as_millis()
                 ),
                 None if l.watchdog.is_some() => format!(
-                    "syscalls:sys_enter_mmap: a job process that maps an unprobed libcuda.so* through a readable descriptor is held (SIGSTOP) until its probes are on, {} s at most (the hold's watchdog ends it then, and every hold if the recorder dies)",
+                    "{point}: a job process that maps an unprobed libcuda.so* is held (SIGSTOP) until its probes are on, {} s at most (the hold's watchdog ends it then, and every hold if the recorder dies)",
                     HOLD_LIMIT.as_secs()
                 ),
-                None => "syscalls:sys_enter_mmap: an attached recorder holds no one; a late libcuda.so*'s calls before its probes are counted as a window".into(),
+                None => format!(
+                    "{point}: an attached recorder holds no one; a late libcuda.so*'s calls before its probes are a window"
+                ),
             }),
         };
         (l, r)
+    }
+
+    /// Whether a window's driver calls are counted (`sys_enter_ioctl`).
+    pub fn counts_calls(&self) -> bool {
+        self.counts_calls
     }
 
     /// Whether a hold has its watchdog: only then is anyone held.

@@ -45,9 +45,17 @@ fn why_not_held(held: u32) -> Option<String> {
     })
 }
 
-/// The path of the descriptor mapped, as the kernel names it now, or
-/// `name`, the file's own: shown only.
+/// The path of the descriptor mapped, as the kernel names it now (or,
+/// where a fault found the mapping, the path the process's maps give
+/// it), or `name`, the file's own: shown only.
 fn fd_path(ev: &CudaMapEvent, name: String) -> String {
+    if ev.fd < 0 {
+        let dev = user_dev(ev.dev);
+        return mapped_libcuda(ev.hdr.tgid)
+            .into_iter()
+            .find(|m| (m.dev, m.ino) == (dev, ev.ino))
+            .map_or(name, |m| m.name.display().to_string());
+    }
     std::fs::read_link(format!("/proc/{}/fd/{}", ev.tid, ev.fd))
         .map(|p| p.display().to_string())
         .unwrap_or(name)
@@ -110,13 +118,20 @@ impl GpuProbes {
     }
 
     /// The file a thread maps, held by a descriptor: through the
-    /// thread's own descriptor, or, once that is closed, the mapping.
-    /// Refused when the descriptor is not open for reading. The path is
-    /// the job's to choose: shown only, escaped when printed.
+    /// thread's own descriptor, or, once that is closed (or where a fault
+    /// found the mapping), the mapping. Refused when the descriptor is not
+    /// open for reading. The path is the job's to choose: shown only,
+    /// escaped when printed.
     fn mapped_file(&self, ev: &CudaMapEvent, name: &str) -> Result<(Pinned, String), NotOpened> {
         let (tgid, dev) = (ev.hdr.tgid, user_dev(ev.dev));
-        let fdinfo = std::fs::read_to_string(format!("/proc/{}/fdinfo/{}", ev.tid, ev.fd));
-        let by_fd = match fdinfo.as_deref().ok().and_then(not_readable) {
+        let fdinfo = (ev.fd >= 0)
+            .then(|| std::fs::read_to_string(format!("/proc/{}/fdinfo/{}", ev.tid, ev.fd)).ok())
+            .flatten();
+        let by_fd = match fdinfo.as_deref().and_then(not_readable) {
+            _ if ev.fd < 0 => Err(NotOpened {
+                why: format!("pid {tgid} maps it, and no mapping of it was found"),
+                unreadable: false,
+            }),
             Some(how) => Err(NotOpened {
                 why: format!("descriptor {} is not open for reading ({how})", ev.fd),
                 unreadable: true,
@@ -266,6 +281,13 @@ impl GpuProbes {
                 w.note = Some(
                     "the probes never went on: every call after the mapping unrecorded".into(),
                 );
+            }
+            if !l.counts_calls() {
+                let not = "its calls into the driver were not counted (a recording that holds attaches no system call tracepoint)";
+                w.note = Some(match w.note.take() {
+                    Some(n) => format!("{n}; {not}"),
+                    None => not.to_string(),
+                });
             }
             self.late_lost.windows += 1;
             self.late_lost.window_calls += w.calls;
