@@ -336,12 +336,16 @@ impl GpuProbes {
     /// One line for record's start-up message.
     pub fn describe(&self) -> String {
         format!(
-            "GPU: {} libcuda file(s) probed, NVML {}",
+            "GPU: {} libcuda file(s) probed, NVML {}{}",
             self.attached_files,
             if self.nvml.is_some() {
                 "sampled"
             } else {
                 "unavailable"
+            },
+            match self.late.as_ref().and_then(late::Late::point) {
+                Some(p) => format!("; a libcuda mapped later is seen by {p}"),
+                None => String::new(),
             }
         )
     }

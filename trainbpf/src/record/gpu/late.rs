@@ -87,6 +87,8 @@ pub(super) struct Late {
     watchdog: Option<Watchdog>,
     /// Whether the `ioctl` tracepoint counts a window's driver calls.
     counts_calls: bool,
+    /// What the probe is attached to, once it is.
+    point: Option<String>,
 }
 
 /// `tp_btf:mm_filemap_fault,mm_filemap_map_pages`'s list.
@@ -183,6 +185,7 @@ impl Late {
             deferred: Vec::new(),
             watchdog: None,
             counts_calls: false,
+            point: None,
         };
         let r = (|| -> Result<String, String> {
             let (Some(held), Some(windows), Some(_)) = (&l.held, &l.windows, &l.seen) else {
@@ -216,6 +219,7 @@ impl Late {
             if l.counts_calls {
                 detail += ", syscalls:sys_enter_ioctl (a window's driver calls)";
             }
+            l.point = Some(detail.clone());
             Ok(detail)
         })();
         let r = match r {
@@ -238,6 +242,12 @@ impl Late {
             }),
         };
         (l, r)
+    }
+
+    /// What the probe is attached to, and why not the fault tracepoints
+    /// where it fell back.
+    pub fn point(&self) -> Option<&str> {
+        self.point.as_deref()
     }
 
     /// Whether a window's driver calls are counted (`sys_enter_ioctl`).
