@@ -141,6 +141,9 @@ fn a_late_dlopen_is_held_with_no_system_call_tracepoint_attached() {
         libs[0].display()
     );
     let rec = dir.path("nosys.rec");
+    // Made on every way out, a failed assertion's too: the job then runs
+    // and the recorder ends with it.
+    let go = Go(go);
     let r = gpu_record_command(&rec, &[], &["/bin/sh", "-c", &script])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -161,7 +164,7 @@ fn a_late_dlopen_is_held_with_no_system_call_tracepoint_attached() {
         std::thread::sleep(Duration::from_millis(50));
     };
     eprintln!("the recorder's links: {links:?}");
-    std::fs::write(&go, b"").unwrap();
+    drop(go);
     let out = r.wait_with_output().expect("the recorder ends");
     print_output("trainbpf record", &out);
     assert_eq!(out.status.code(), Some(0));
@@ -194,6 +197,15 @@ fn a_late_dlopen_is_held_with_no_system_call_tracepoint_attached() {
         "{d}"
     );
     assert!(!d.contains("syscalls:"), "{d}");
+}
+
+/// The file a waiting job starts at, made when dropped.
+struct Go(std::path::PathBuf);
+
+impl Drop for Go {
+    fn drop(&mut self) {
+        let _ = std::fs::write(&self.0, b"");
+    }
 }
 
 /// A worker forked before the library is loaded maps it on its own: held
