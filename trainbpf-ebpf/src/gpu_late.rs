@@ -126,6 +126,26 @@ fn file_dentry(file: u64) -> u64 {
     rd::<u64>(file, conf!(file_dentry)).unwrap_or(0)
 }
 
+/// Whether `dentry`'s name starts `libcuda.so`.
+#[inline(always)]
+fn names_libcuda(dentry: u64) -> bool {
+    let mut head = [0u8; 16];
+    dentry_name(dentry, &mut head) && starts_with(&head, b"libcuda.so")
+}
+
+/// An inode's device and number, as `LIBCUDA_SEEN` and the records key
+/// a file.
+#[inline(always)]
+fn inode_key(inode: u64) -> Result<FileKey, u32> {
+    let ino: u64 = rd(inode, conf!(inode_ino))?;
+    let sb: u64 = rd(inode, conf!(inode_sb))?;
+    let dev: u32 = rd(sb, conf!(sb_dev))?;
+    Ok(FileKey {
+        dev: dev as u64,
+        ino,
+    })
+}
+
 #[inline(always)]
 fn starts_with(buf: &[u8], prefix: &[u8]) -> bool {
     if buf.len() < prefix.len() {
@@ -175,18 +195,10 @@ fn try_late_mmap(ctx: &TracePointContext) -> Result<u32, u32> {
         return Ok(0);
     }
     let dentry = file_dentry(file);
-    let mut head = [0u8; 16];
-    if !dentry_name(dentry, &mut head) || !starts_with(&head, b"libcuda.so") {
+    if !names_libcuda(dentry) {
         return Ok(0);
     }
-    let inode: u64 = rd(file, conf!(file_inode))?;
-    let ino: u64 = rd(inode, conf!(inode_ino))?;
-    let sb: u64 = rd(inode, conf!(inode_sb))?;
-    let dev: u32 = rd(sb, conf!(sb_dev))?;
-    let key = FileKey {
-        dev: dev as u64,
-        ino,
-    };
+    let key = inode_key(rd(file, conf!(file_inode))?)?;
     // SAFETY: the value is copied out at once.
     let seen = unsafe { LIBCUDA_SEEN.get(&key) }.copied();
     if seen == Some(SEEN_TRIED) {
@@ -265,17 +277,10 @@ fn try_late_fault(mapping: u64, prog: &'static str) -> Result<u32, u32> {
         return Ok(0);
     }
     let dentry = first.wrapping_sub(conf!(dentry_alias) as u64);
-    let mut head = [0u8; 16];
-    if !dentry_name(dentry, &mut head) || !starts_with(&head, b"libcuda.so") {
+    if !names_libcuda(dentry) {
         return Ok(0);
     }
-    let ino: u64 = rd(inode, conf!(inode_ino))?;
-    let sb: u64 = rd(inode, conf!(inode_sb))?;
-    let dev: u32 = rd(sb, conf!(sb_dev))?;
-    let key = FileKey {
-        dev: dev as u64,
-        ino,
-    };
+    let key = inode_key(inode)?;
     // SAFETY: the value is copied out at once.
     if unsafe { LIBCUDA_SEEN.get(&key) }.copied() == Some(SEEN_TRIED) {
         return Ok(0);
@@ -286,9 +291,9 @@ fn try_late_fault(mapping: u64, prog: &'static str) -> Result<u32, u32> {
     // from its other threads while it runs unheld) adds nothing.
     // SAFETY: the values are read at once.
     if unsafe { HELD.get(&tgid) }
-        .is_some_and(|h| h.dev == key.dev && h.ino == ino && h.timed_out_ns == 0)
+        .is_some_and(|h| h.dev == key.dev && h.ino == key.ino && h.timed_out_ns == 0)
         // SAFETY: as above.
-        || unsafe { WINDOWS.get(&tgid) }.is_some_and(|w| w.dev == key.dev && w.ino == ino)
+        || unsafe { WINDOWS.get(&tgid) }.is_some_and(|w| w.dev == key.dev && w.ino == key.ino)
     {
         return Ok(0);
     }
