@@ -2,4 +2,5 @@
 
 mod late;
 mod ledger;
+mod links;
 mod probing;

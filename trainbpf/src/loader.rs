@@ -21,6 +21,7 @@
 //! attaches the probes in that order, one step per group, and
 //! `loader/features.rs` is `doctor`'s trial of each program type.
 
+use crate::util::phases::Phases;
 use aya::{
     Btf, Ebpf, EbpfLoader,
     maps::{HashMap, MapData, PerCpuArray, RingBuf},
@@ -39,10 +40,12 @@ mod gpu_config;
 pub mod kernel;
 mod probes;
 pub mod stack_maps;
+mod uprobe_multi;
 pub use ebpf_log::KernelLog;
 pub use features::{Features, Probe, Unavailable, probe_features};
 pub use probes::{AGENT_WAIT_BTF, AGENT_WAIT_CLASSIC, LATE_FAULTS, RSS_VIA_PAGES};
 use probes::{attach_kill_context, attach_lifecycle, attach_memory, attach_printk, attach_victim};
+pub use uprobe_multi::UprobeMulti;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -183,6 +186,9 @@ pub struct Loaded {
     /// loaded and not attached, or why not (the `mmap` and `ioctl` system
     /// call tracepoints are its fallback).
     pub late_faults: Result<(), String>,
+    /// The CUDA uprobes loaded for multi links, or why not (aya's
+    /// perf-event uprobes are their fallback).
+    pub cuda_multi: Result<UprobeMulti, String>,
 }
 
 /// The eBPF object, built by build.rs with aya-build.
@@ -370,10 +376,12 @@ fn btf_facts(t: &Tunables, page_size: u64) -> Result<Facts, LoadError> {
     }
 }
 
-pub fn load(t: &Tunables, page_size: u64) -> Result<Loaded, LoadError> {
+/// Loads and attaches the probes; `startup` gets the parts of the time.
+pub fn load(t: &Tunables, page_size: u64, startup: &mut Phases) -> Result<Loaded, LoadError> {
     // Mounted first, here: the child reads tracepoint layouts from it.
     let tracefs = kernel::ensure_tracefs();
     let (mut config, mark_victim_task) = btf_facts(t, page_size)?;
+    startup.mark("kernel BTF");
     // Signals sent to the recorder are kept too: it passes them on to the
     // job, and the kernel's record of who sent them is the evidence. Set
     // here, not in `config`, which may run in a child.
@@ -394,6 +402,7 @@ pub fn load(t: &Tunables, page_size: u64) -> Result<Loaded, LoadError> {
         t.stack_every_bytes().is_some(),
     )
     .map_err(|e| LoadError::Object(e.to_string()))?;
+    startup.mark("object and maps");
 
     let mut attach = Attach::default();
     let mut fallbacks = Vec::new();
@@ -419,6 +428,10 @@ pub fn load(t: &Tunables, page_size: u64) -> Result<Loaded, LoadError> {
         .hold_late_cuda
         .then(|| probes::load_agent_wait(&mut ebpf, &btf));
     let late_faults = probes::load_late_faults(&mut ebpf, &btf);
+    startup.mark_programs("probes");
+    // Before any map is taken out: the programs are relocated to them.
+    let cuda_multi = UprobeMulti::load(&ebpf, OBJECT, &btf);
+    startup.mark_programs("CUDA programs");
     let kernel_log = if t.ebpf_log {
         match KernelLog::open(&mut ebpf) {
             Ok(l) => {
@@ -465,6 +478,7 @@ pub fn load(t: &Tunables, page_size: u64) -> Result<Loaded, LoadError> {
     } else {
         None
     };
+    startup.mark("maps taken");
     Ok(Loaded {
         ebpf,
         events,
@@ -477,6 +491,7 @@ pub fn load(t: &Tunables, page_size: u64) -> Result<Loaded, LoadError> {
         kernel_log,
         agent_wait,
         late_faults,
+        cuda_multi,
     })
 }
 

@@ -97,6 +97,7 @@ fn open_output(path: &Path, invoker: &Invoker) -> Result<(File, Place), RecordEr
 }
 
 pub fn run(mut opts: RecordOptions) -> Result<Outcome, RecordError> {
+    let mut startup = crate::util::phases::Phases::new();
     let invoker = Invoker::detect().map_err(job::JobError::from)?;
     let euid = nix::unistd::Uid::effective().as_raw();
     if let Some(missing) = missing_capabilities(effective_caps(), &invoker, euid) {
@@ -170,7 +171,8 @@ pub fn run(mut opts: RecordOptions) -> Result<Outcome, RecordError> {
     if opts.tunables.stack_every_bytes().is_some() {
         stacks::start_namer();
     }
-    let loaded = loader::load(&opts.tunables, page_size)?;
+    startup.mark("set-up");
+    let loaded = loader::load(&opts.tunables, page_size, &mut startup)?;
     let mut header = recording_header(&loaded, &opts.tunables, page_size, unprotected);
     if let Some(h) = &opts.hostname {
         header.hostname = h.clone();
@@ -235,6 +237,7 @@ pub fn run(mut opts: RecordOptions) -> Result<Outcome, RecordError> {
             .display()
             .to_string(),
         verbose: opts.verbose,
+        startup,
     }))?;
     if !place.still_names(&recording) {
         eprintln!(

@@ -6,6 +6,7 @@ pub mod clock;
 pub mod elf_image;
 pub mod invoker;
 pub mod mounts;
+pub mod phases;
 pub mod placeholders;
 pub mod safe_file;
 pub mod trust;

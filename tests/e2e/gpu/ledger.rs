@@ -19,14 +19,14 @@ use serde_json::Value;
 const MIB: u64 = 1 << 20;
 
 /// The stand-in libraries (in `lib/`, under their real sonames) and the job.
-struct Standins {
-    lib: PathBuf,
-    libcuda: PathBuf,
-    job: PathBuf,
+pub(super) struct Standins {
+    pub(super) lib: PathBuf,
+    pub(super) libcuda: PathBuf,
+    pub(super) job: PathBuf,
     gpu_dir: PathBuf,
 }
 
-fn build(dir: &TempDir) -> Standins {
+pub(super) fn build(dir: &TempDir) -> Standins {
     let lib = dir.path("lib");
     let gpu_dir = dir.path("gpu");
     std::fs::create_dir_all(&lib).unwrap();
@@ -129,7 +129,7 @@ fn kind(p: &Value, k: &str) -> (u64, u64, u64, u64, u64) {
 
 /// The ledger of the stand-in job, exact. Shared by the tests that find the
 /// library different ways.
-fn assert_ledger(r: &Value) {
+pub(super) fn assert_ledger(r: &Value) {
     let root = u(&r["job"]["pid"]);
     let main = gpu_proc(r, root);
     assert_eq!(main["is_root"], true);

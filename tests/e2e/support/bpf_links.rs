@@ -10,6 +10,9 @@ const BPF_LINK_GET_FD_BY_ID: libc::c_long = 30;
 /// `enum bpf_link_type`.
 const BPF_LINK_TYPE_RAW_TRACEPOINT: u32 = 1;
 const BPF_LINK_TYPE_PERF_EVENT: u32 = 7;
+const BPF_LINK_TYPE_UPROBE_MULTI: u32 = 12;
+/// `BPF_F_UPROBE_MULTI_RETURN`.
+const UPROBE_MULTI_RETURN: u32 = 1;
 /// `enum bpf_perf_event_type`.
 const BPF_PERF_EVENT_TRACEPOINT: u32 = 5;
 
@@ -20,6 +23,9 @@ pub enum Link {
     Raw(String),
     /// A classic tracepoint, through a perf event.
     Tracepoint(String),
+    /// A `uprobe_multi` link: how many offsets it probes, and whether they
+    /// are return probes.
+    UprobeMulti { count: u32, ret: bool },
     /// Anything else (uprobes, kprobes, tracing programs), by its
     /// `bpf_link_type`.
     Other(u32),
@@ -77,6 +83,12 @@ fn link_info(id: u32) -> Option<Link> {
             fill(&mut info, 24, &mut name);
             query(&mut info, &mut attr).then(|| Link::Tracepoint(text(&name)))
         }
+        // `uprobe_multi`: path, offsets, ref_ctr_offsets and cookies (8
+        // bytes each, at 16), then path_size, count and flags.
+        BPF_LINK_TYPE_UPROBE_MULTI => Some(Link::UprobeMulti {
+            count: word(&info, 52),
+            ret: word(&info, 56) & UPROBE_MULTI_RETURN != 0,
+        }),
         other => Some(Link::Other(other)),
     }
 }

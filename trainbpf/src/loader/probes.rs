@@ -2,6 +2,7 @@
 //! and saying why: one step per group of probes, in the order `load` runs
 //! them, then the one-program helpers they share.
 
+use crate::util::phases;
 use aya::{
     Btf, Ebpf,
     programs::{BtfTracePoint, FEntry, KProbe, ProgramError, TracePoint},
@@ -281,13 +282,13 @@ pub(super) fn attach_printk(
 /// attach point of the program loaded.
 pub(super) fn load_agent_wait(ebpf: &mut Ebpf, btf: &Btf) -> Result<&'static str, String> {
     let btf_err = match program::<BtfTracePoint>(ebpf, AGENT_WAIT_BTF.0)
-        .and_then(|p| p.load("sched_process_wait", btf).map_err(|e| why(&e)))
+        .and_then(|p| phases::verify(|| p.load("sched_process_wait", btf)).map_err(|e| why(&e)))
     {
         Ok(()) => return Ok(AGENT_WAIT_BTF.1),
         Err(e) => e,
     };
     let p: &mut TracePoint = program(ebpf, AGENT_WAIT_CLASSIC.0)?;
-    p.load().map_err(|e| {
+    phases::verify(|| p.load()).map_err(|e| {
         format!(
             "{}: {btf_err}; {}: {}",
             AGENT_WAIT_BTF.1,
@@ -340,22 +341,22 @@ pub const RSS_VIA_PAGES: &str =
 
 fn attach_fentry(ebpf: &mut Ebpf, btf: &Btf, prog: &str, func: &str) -> Result<(), String> {
     let p: &mut FEntry = program(ebpf, prog)?;
-    p.load(func, btf).map_err(|e| why(&e))?;
-    p.attach().map_err(|e| why(&e))?;
+    phases::verify(|| p.load(func, btf)).map_err(|e| why(&e))?;
+    phases::attach(|| p.attach()).map_err(|e| why(&e))?;
     Ok(())
 }
 
 fn attach_kprobe(ebpf: &mut Ebpf, prog: &str, func: &str) -> Result<(), String> {
     let p: &mut KProbe = program(ebpf, prog)?;
-    p.load().map_err(|e| why(&e))?;
-    p.attach(func, 0).map_err(|e| why(&e))?;
+    phases::verify(|| p.load()).map_err(|e| why(&e))?;
+    phases::attach(|| p.attach(func, 0)).map_err(|e| why(&e))?;
     Ok(())
 }
 
 fn attach_tp_btf(ebpf: &mut Ebpf, btf: &Btf, prog: &str, tp: &str) -> Result<(), String> {
     let p: &mut BtfTracePoint = program(ebpf, prog)?;
-    p.load(tp, btf).map_err(|e| why(&e))?;
-    p.attach().map_err(|e| why(&e))?;
+    phases::verify(|| p.load(tp, btf)).map_err(|e| why(&e))?;
+    phases::attach(|| p.attach()).map_err(|e| why(&e))?;
     Ok(())
 }
 
@@ -363,12 +364,12 @@ fn attach_tp_btf(ebpf: &mut Ebpf, btf: &Btf, prog: &str, tp: &str) -> Result<(),
 fn attach_cache(ebpf: &mut Ebpf, btf: &Btf, add: &str, del: &str) -> Result<(), String> {
     for (prog, tp) in [("cache_add", add), ("cache_del", del)] {
         let p: &mut BtfTracePoint = program(ebpf, prog)?;
-        p.load(tp, btf).map_err(|e| why(&e))?;
+        phases::verify(|| p.load(tp, btf)).map_err(|e| why(&e))?;
     }
     let p: &mut BtfTracePoint = program(ebpf, "cache_add")?;
-    let first = p.attach().map_err(|e| why(&e))?;
+    let first = phases::attach(|| p.attach()).map_err(|e| why(&e))?;
     let p: &mut BtfTracePoint = program(ebpf, "cache_del")?;
-    if let Err(e) = p.attach() {
+    if let Err(e) = phases::attach(|| p.attach()) {
         let p: &mut BtfTracePoint = program(ebpf, "cache_add")?;
         let _ = p.detach(first);
         return Err(why(&e));
@@ -387,7 +388,7 @@ fn attach_tp(
         return Err(format!("tracefs unavailable: {e}"));
     }
     let p: &mut TracePoint = program(ebpf, prog)?;
-    p.load().map_err(|e| why(&e))?;
-    p.attach(category, name).map_err(|e| why(&e))?;
+    phases::verify(|| p.load()).map_err(|e| why(&e))?;
+    phases::attach(|| p.attach(category, name)).map_err(|e| why(&e))?;
     Ok(())
 }

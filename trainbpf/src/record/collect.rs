@@ -27,7 +27,7 @@ use super::{
 use crate::{
     loader::Loaded,
     record::job::{self, MemCgroup},
-    util::{clock::mono_ns, invoker::Invoker},
+    util::{clock::mono_ns, invoker::Invoker, phases::Phases},
 };
 
 /// The kernel's map of the job's processes.
@@ -52,6 +52,8 @@ pub(super) struct Start<'a> {
     pub(super) recording: String,
     /// `-v`: what the GPU probes found is said at start too.
     pub(super) verbose: bool,
+    /// The start-up's parts so far, said with `-v`.
+    pub(super) startup: Phases,
 }
 
 pub(super) async fn collect(start: Start<'_>) -> Result<(Option<ExitStatus>, File), RecordError> {
@@ -69,6 +71,7 @@ pub(super) async fn collect(start: Start<'_>) -> Result<(Option<ExitStatus>, Fil
         outputs,
         recording,
         verbose,
+        mut startup,
     } = start;
     let Loaded {
         mut ebpf,
@@ -81,6 +84,7 @@ pub(super) async fn collect(start: Start<'_>) -> Result<(Option<ExitStatus>, Fil
         kernel_log,
         agent_wait,
         late_faults,
+        cuda_multi,
         ..
     } = loaded;
     let job_memcg = match (&target, cgroup) {
@@ -116,13 +120,17 @@ pub(super) async fn collect(start: Start<'_>) -> Result<(Option<ExitStatus>, Fil
         attach.printk.is_some(),
         matches!(target, Target::Run(_)),
         matches!(target, Target::Pid(_) | Target::Cgroup(_)),
-        late_faults,
+        crate::record::gpu::Preloaded {
+            faults: late_faults,
+            multi: cuda_multi,
+        },
         (&invoker).into(),
         mono_ns(),
     );
     for (kind, bytes) in records {
         c.writer.record(kind, &bytes);
     }
+    startup.mark_programs("GPU probes");
     gpu.set_verbose(verbose);
     if verbose {
         eprintln!("trainbpf: {}", gpu.describe());
@@ -154,6 +162,7 @@ pub(super) async fn collect(start: Start<'_>) -> Result<(Option<ExitStatus>, Fil
     let (pid, child) = start_job(
         &mut c, &mut job, &target, &attached, &invoker, job_adj, cgroup,
     )?;
+    startup.mark("job started");
 
     // The kernel programs submit routine records without waking us (a
     // wake-up per record cost the job a context switch each): this tick
@@ -175,11 +184,29 @@ pub(super) async fn collect(start: Start<'_>) -> Result<(Option<ExitStatus>, Fil
         pid,
         child,
         kernel_log,
+        startup: verbose.then(|| (startup, Instant::now())),
+        verbose,
     };
     let (status, stopping) = s.until_the_job_ends().await?;
+    let mut exit = Phases::new();
     s.c.status.clear();
     s.follow_orphans(stopping).await?;
-    s.close(status)
+    exit.mark("orphans followed");
+    s.close(status, exit)
+}
+
+/// `-v`: the start-up's parts, once the rings first hold records (`n`
+/// read), with how long after the job's start that was.
+fn said_started(startup: &mut Option<(Phases, Instant)>, n: usize) {
+    if n > 0
+        && let Some((p, job)) = startup.take()
+    {
+        eprintln!(
+            "trainbpf: started the job in {}; its first records read {} later",
+            p.line(),
+            crate::util::phases::ms(job.elapsed())
+        );
+    }
 }
 
 /// An attached job's interpreters, located before its processes are the
@@ -340,6 +367,9 @@ struct Session {
     child: Option<tokio::process::Child>,
     /// The kernel programs' own log, with `--ebpf-log`.
     kernel_log: Option<crate::loader::KernelLog>,
+    /// `-v`: the start-up's parts and the job's start, until said.
+    startup: Option<(Phases, Instant)>,
+    verbose: bool,
 }
 
 impl Session {
@@ -362,6 +392,7 @@ impl Session {
             attached,
             child,
             kernel_log,
+            startup,
             ..
         } = self;
         let mut last_flush = Instant::now();
@@ -373,7 +404,7 @@ impl Session {
             tokio::select! {
                 r = rings.readable() => {
                     r.map_err(io_err("ring buffer"))?;
-                    c.drain(rings);
+                    said_started(startup, c.drain(rings));
                     gpu_late(c, gpu, ebpf);
                     if c.writer.pending() > FLUSH_BYTES {
                         c.flush()?;
@@ -387,7 +418,7 @@ impl Session {
                     gpu_late(c, gpu, ebpf);
                 }
                 _ = tick.tick() => {
-                    c.drain(rings);
+                    said_started(startup, c.drain(rings));
                     gpu_late(c, gpu, ebpf);
                     c.poll_lost(counters);
                     c.kernel_log(kernel_log.as_mut());
@@ -542,22 +573,30 @@ impl Session {
     }
 
     /// The last records, the job's end, and the recording's last flush.
-    fn close(self, status: Option<ExitStatus>) -> Result<(Option<ExitStatus>, File), RecordError> {
+    fn close(
+        self,
+        status: Option<ExitStatus>,
+        mut exit: Phases,
+    ) -> Result<(Option<ExitStatus>, File), RecordError> {
         let Session {
             mut c,
             mut rings,
             counters,
             mut gpu,
-            mut ebpf,
+            ebpf,
             pid,
             mut kernel_log,
+            verbose,
             ..
         } = self;
+        let mut ebpf = ebpf;
         c.drain(&mut rings);
         gpu_late(&mut c, &mut gpu, &mut ebpf);
+        exit.mark("last records drained");
         c.finish_identities();
         c.finish_shm();
         c.finish_stacks();
+        exit.mark("names and stacks finished");
         c.poll_lost(&counters);
         c.kernel_log(kernel_log.as_mut());
         c.live_tick(true);
@@ -570,8 +609,15 @@ impl Session {
         }
         c.finish()?;
         let _ = c.writer.get_ref().sync_all();
+        exit.mark("recording written");
         // The recording is whole: the probes go, together.
         gpu.detach();
+        exit.mark("CUDA probes detached");
+        drop(ebpf);
+        exit.mark("other probes detached");
+        if verbose {
+            eprintln!("trainbpf: left the job's end in {}", exit.line());
+        }
         // A read abandoned past its deadline may still wait in the kernel;
         // most such waits end with this process, but a page of a FUSE file
         // in the server's hands holds it until the server answers or goes.

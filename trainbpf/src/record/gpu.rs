@@ -106,6 +106,14 @@ pub const CUDA_SYMBOLS: [(&str, &str); 23] = [
 /// The driver's host-page allocator, probed where kprobes exist.
 const NV_KPROBES: [&str; 2] = ["nv_alloc_pages", "nv_free_pages"];
 
+/// The GPU programs as the loader left them, loaded and not attached.
+pub struct Preloaded {
+    /// The late probe's fault programs, or why not.
+    pub faults: Result<(), String>,
+    /// The CUDA uprobes for multi links, or why not.
+    pub multi: Result<crate::loader::UprobeMulti, String>,
+}
+
 /// The recorder's GPU state while the job runs.
 pub struct GpuProbes {
     /// (st_dev, st_ino) of every library file tried, probed or not.
@@ -120,6 +128,9 @@ pub struct GpuProbes {
     owner: crate::util::safe_file::Owner,
     /// The uprobe programs loaded (the verifier accepted them).
     loaded: bool,
+    /// The same programs loaded for multi links, where the kernel has
+    /// them; `Err` says why aya's perf-event uprobes are used instead.
+    multi: Result<crate::loader::UprobeMulti, String>,
     counters: Option<PerCpuArray<MapData, GpuCounters>>,
     lost: GpuLost,
     nvml: Option<Nvml>,
@@ -184,15 +195,15 @@ impl GpuProbes {
     /// the kernel-log probe (which forwards `NVRM: Xid` lines) is attached;
     /// `hold`, whether the kernel holds a late mapping (the recorder runs
     /// the job); `windows`, whether an unheld late library's driver calls
-    /// are counted (an attached recorder of a tree or cgroup); `faults`,
-    /// the late probe's fault programs as the loader left them; `owner` is
-    /// the job's user, whose credentials open what is parsed.
+    /// are counted (an attached recorder of a tree or cgroup); `loaded`,
+    /// what the loader left of the GPU programs; `owner` is the job's user,
+    /// whose credentials open what is parsed.
     pub fn start(
         ebpf: &mut Ebpf,
         printk: bool,
         hold: bool,
         windows: bool,
-        faults: Result<(), String>,
+        loaded: Preloaded,
         owner: crate::util::safe_file::Owner,
         now: u64,
     ) -> (GpuProbes, Records) {
@@ -204,6 +215,7 @@ impl GpuProbes {
             over_cap_said: false,
             owner,
             loaded: false,
+            multi: loaded.multi,
             counters: ebpf
                 .take_map("GPU_COUNTERS")
                 .and_then(|m| PerCpuArray::try_from(m).ok()),
@@ -217,7 +229,12 @@ impl GpuProbes {
             links: Default::default(),
             verbose: false,
         };
-        match load_uprobes(ebpf) {
+        // aya's programs are loaded only where the multi ones are not.
+        match g
+            .multi
+            .as_ref()
+            .map_or_else(|_| load_uprobes(ebpf), |_| Ok(()))
+        {
             Ok(()) => g.loaded = true,
             Err(e) => source(
                 &mut out,
@@ -230,7 +247,7 @@ impl GpuProbes {
         if g.loaded {
             // Before the first attach, so that every file tried is marked
             // in the kernel's map as it is.
-            let (l, r) = late::Late::start(ebpf, hold, windows, faults, &mut g.links);
+            let (l, r) = late::Late::start(ebpf, hold, windows, loaded.faults, &mut g.links);
             match r {
                 Ok(detail) => source(&mut out, now, "late-mmap", true, detail),
                 Err(e) => source(
@@ -255,8 +272,9 @@ impl GpuProbes {
             }
             let detail = if g.attached_files > 0 {
                 format!(
-                    "{} libcuda file(s) probed; job processes' maps are scanned every second for others",
-                    g.attached_files
+                    "{} libcuda file(s) probed by {}; job processes' maps are scanned every second for others",
+                    g.attached_files,
+                    g.links_kind()
                 )
             } else {
                 format!(
@@ -336,7 +354,7 @@ impl GpuProbes {
     /// One line for record's start-up message.
     pub fn describe(&self) -> String {
         format!(
-            "GPU: {} libcuda file(s) probed, NVML {}{}",
+            "GPU: {} libcuda file(s) probed, NVML {}{}; driver calls probed by {}",
             self.attached_files,
             if self.nvml.is_some() {
                 "sampled"
@@ -346,8 +364,17 @@ impl GpuProbes {
             match self.late.as_ref().and_then(late::Late::point) {
                 Some(p) => format!("; a libcuda mapped later is seen by {p}"),
                 None => String::new(),
-            }
+            },
+            self.links_kind(),
         )
+    }
+
+    /// How the driver calls are probed, and why, where it is the fallback.
+    fn links_kind(&self) -> String {
+        match &self.multi {
+            Ok(_) => "one uprobe_multi link per program and file".into(),
+            Err(e) => format!("one perf-event uprobe per call: {e}"),
+        }
     }
 
     /// Once a second: new libraries in the job's maps, an NVML sample, the

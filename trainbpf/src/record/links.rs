@@ -1,10 +1,11 @@
 //! Probe links taken out of their programs (`take_link`), so that they
-//! are detached together at the recorder's end. A uprobe's or a classic
-//! tracepoint's link is a perf event, whose release waits for the tracing
-//! grace periods (about 110 ms here); dropped one after another with
-//! their programs, the CUDA probes on one driver library (44 links) held
-//! the recorder 5 s past the job's end. Released on threads of their own,
-//! the waits overlap.
+//! are detached together at the recorder's end. A link's release may wait
+//! for the tracing grace periods (about 90 ms here). Released on threads of
+//! their own, the waits of `uprobe_multi` links (loader/uprobe_multi.rs)
+//! overlap: the CUDA probes on one driver library go in about 80 ms. A
+//! perf-event uprobe's release waits under the kernel's `event_mutex`, so
+//! where those stand in (before 6.6) the threads take turns, 44 links in
+//! about 4 s.
 
 /// Threads that release links at once; more links share them.
 const MAX_THREADS: usize = 64;

@@ -22,6 +22,7 @@
 //! `perf record -e exceptions:page_fault_user`.
 
 mod bystander;
+mod lifecycle;
 pub(crate) mod proc;
 mod report;
 
@@ -55,7 +56,8 @@ pub struct Options {
     /// Length of one W4 run, seconds; default 180 (2 with `smoke`).
     pub w4_secs: Option<u64>,
     /// Workload ids to run (`W1-1`, `W1-N`, `W3`, `W4`, `W5`, `W6`, `G1`,
-    /// `G2`, and the bystanders `B1` to `B4`); empty: all.
+    /// `G2`, the bystanders `B1` to `B4`, and `L1`, start-up and exit);
+    /// empty: all.
     pub only: Vec<String>,
 }
 
@@ -252,8 +254,10 @@ pub fn bench(opts: Options) -> Result<()> {
         plan.retain(|w| w.id != "G2");
         notes.push("G2 skipped: no NVIDIA GPU (/dev/nvidiactl) on this machine".into());
     }
+    let l1 = opts.only.is_empty() || opts.only.iter().any(|id| id.eq_ignore_ascii_case("L1"));
     if !opts.only.is_empty() {
-        let known: Vec<&str> = plan.iter().map(|w| w.id).collect();
+        let mut known: Vec<&str> = plan.iter().map(|w| w.id).collect();
+        known.push("L1");
         for id in &opts.only {
             ensure!(
                 known.iter().any(|k| k.eq_ignore_ascii_case(id)),
@@ -312,7 +316,10 @@ pub fn bench(opts: Options) -> Result<()> {
             .with_context(|| format!("writing {}", out.display()))?;
     }
 
-    let md = render_now(&results, &notes);
+    let mut md = render_now(&results, &notes);
+    if l1 {
+        md.push_str(&lifecycle::measure(&ctx, runs)?);
+    }
     fs::write(&out, &md).with_context(|| format!("writing {}", out.display()))?;
     println!("{md}");
     eprintln!("bench: written to {}", out.display());

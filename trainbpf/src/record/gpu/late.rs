@@ -12,6 +12,7 @@
 //! is reported with the calls into the NVIDIA driver the kernel counted in
 //! it. [`ENV_FORCE_WINDOW_MS`] forces such a window, for tests.
 
+use crate::util::phases;
 use std::time::Duration;
 
 use aya::{
@@ -104,9 +105,7 @@ fn attach_faults(ebpf: &mut Ebpf, links: &mut Links) -> Result<(), String> {
             .ok_or_else(|| format!("program {prog} missing from the object"))?
             .try_into()
             .map_err(|e| why(&e))?;
-        let id = p
-            .attach()
-            .map_err(|e| format!("tp_btf:{tp}: {}", why(&e)))?;
+        let id = phases::attach(|| p.attach()).map_err(|e| format!("tp_btf:{tp}: {}", why(&e)))?;
         links.keep(p.take_link(id).map_err(|e| why(&e))?);
     }
     Ok(())
@@ -119,9 +118,8 @@ fn attach_syscall(ebpf: &mut Ebpf, links: &mut Links, prog: &str, tp: &str) -> R
         .ok_or_else(|| format!("program {prog} missing from the object"))?
         .try_into()
         .map_err(|e| why(&e))?;
-    p.load().map_err(|e| format!("{prog}: {}", why(&e)))?;
-    let id = p
-        .attach("syscalls", tp)
+    phases::verify(|| p.load()).map_err(|e| format!("{prog}: {}", why(&e)))?;
+    let id = phases::attach(|| p.attach("syscalls", tp))
         .map_err(|e| format!("syscalls:{tp}: {}", why(&e)))?;
     links.keep(p.take_link(id).map_err(|e| why(&e))?);
     Ok(())

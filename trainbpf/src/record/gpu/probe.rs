@@ -16,7 +16,12 @@ use aya::{
 };
 use trainbpf_report::decode::gpu::{GpuAttach, GpuUserBody};
 
-use super::{CUDA_SYMBOLS, GpuProbes, Records, pinned::Pinned, rec, uprobes::attach_pair};
+use super::{
+    CUDA_SYMBOLS, GpuProbes, Records,
+    pinned::Pinned,
+    rec,
+    uprobes::{attach_multi, attach_pair},
+};
 
 /// Library files found through the job that one run tries, at most. A job
 /// maps one driver (two with a forward-compatibility copy, a few across
@@ -159,14 +164,32 @@ impl GpuProbes {
             }
             Ok(offsets) => {
                 let target = file.proc_path();
-                for ((symbol, prog), offset) in CUDA_SYMBOLS.into_iter().zip(offsets) {
-                    let Some(offset) = offset else {
-                        a.missing.push(symbol.into());
-                        continue;
-                    };
-                    match attach_pair(ebpf, prog, offset, &target, &mut self.links) {
-                        Ok(()) => a.attached.push(symbol.into()),
-                        Err(e) => errors.push(format!("{symbol}: {e}")),
+                let found: Vec<_> = CUDA_SYMBOLS
+                    .into_iter()
+                    .zip(offsets)
+                    .filter_map(|((symbol, prog), offset)| match offset {
+                        Some(o) => Some((symbol, prog, o)),
+                        None => {
+                            a.missing.push(symbol.into());
+                            None
+                        }
+                    })
+                    .collect();
+                if let Ok(m) = &self.multi {
+                    attach_multi(
+                        m,
+                        &found,
+                        &target,
+                        &mut a.attached,
+                        &mut errors,
+                        &mut self.links,
+                    );
+                } else {
+                    for (symbol, prog, offset) in found {
+                        match attach_pair(ebpf, prog, offset, &target, &mut self.links) {
+                            Ok(()) => a.attached.push(symbol.into()),
+                            Err(e) => errors.push(format!("{symbol}: {e}")),
+                        }
                     }
                 }
             }

@@ -2,6 +2,7 @@
 //! return probe before its entry), the NVIDIA Xid tracepoint, and the
 //! driver's page kprobes where the kernel has them.
 
+use crate::util::phases;
 use std::{collections::HashSet, fs, path::Path};
 
 use aya::{
@@ -13,7 +14,7 @@ use aya::{
 };
 
 use super::{CUDA_SYMBOLS, why};
-use crate::loader::kernel;
+use crate::loader::{UprobeMulti, kernel};
 use crate::record::links::Links;
 
 pub(super) fn load_uprobes(ebpf: &mut Ebpf) -> Result<(), String> {
@@ -28,7 +29,7 @@ pub(super) fn load_uprobes(ebpf: &mut Ebpf) -> Result<(), String> {
                 .ok_or_else(|| format!("program {name} missing from the object"))?
                 .try_into()
                 .map_err(|e: ProgramError| why(&e))?;
-            p.load().map_err(|e| format!("{name}: {}", why(&e)))?;
+            phases::verify(|| p.load()).map_err(|e| format!("{name}: {}", why(&e)))?;
         }
     }
     Ok(())
@@ -49,19 +50,57 @@ pub(super) fn attach_pair(
     let at = || UProbeAttachLocation::AbsoluteOffset(offset);
     let ret_name = format!("{prog}_ret");
     let ret: &mut UProbe = uprobe_mut(ebpf, &ret_name)?;
-    let ret_id = ret
-        .attach(at(), target, UProbeScope::AllProcesses)
+    let ret_id = phases::attach(|| ret.attach(at(), target, UProbeScope::AllProcesses))
         .map_err(|e| why(&e))?;
     let ret_link = ret.take_link(ret_id).map_err(|e| why(&e))?;
     let entry: &mut UProbe = uprobe_mut(ebpf, prog)?;
     // On an error the return probe's link is dropped: detached.
-    let id = entry
-        .attach(at(), target, UProbeScope::AllProcesses)
+    let id = phases::attach(|| entry.attach(at(), target, UProbeScope::AllProcesses))
         .map_err(|e| why(&e))?;
     let link = entry.take_link(id).map_err(|e| why(&e))?;
     links.keep(ret_link);
     links.keep(link);
     Ok(())
+}
+
+/// Attaches each program once for all of its calls `found` in the file
+/// `target` (symbol, program, offset): a multi link holding the return
+/// probes, then one holding the entries, for the reason `attach_pair`
+/// gives. The symbols probed go to `attached`, failures to `errors`.
+pub(super) fn attach_multi(
+    m: &UprobeMulti,
+    found: &[(&str, &str, u64)],
+    target: &Path,
+    attached: &mut Vec<String>,
+    errors: &mut Vec<String>,
+    links: &mut Links,
+) {
+    // Programs in the order of their first call; `_ptsz` variants share
+    // their base call's program.
+    let mut progs: Vec<(&str, Vec<&str>, Vec<u64>)> = Vec::new();
+    for &(symbol, prog, offset) in found {
+        match progs.iter_mut().find(|(p, _, _)| *p == prog) {
+            Some((_, symbols, offsets)) => {
+                symbols.push(symbol);
+                offsets.push(offset);
+            }
+            None => progs.push((prog, vec![symbol], vec![offset])),
+        }
+    }
+    for (prog, symbols, offsets) in progs {
+        let r = m
+            .attach(&format!("{prog}_ret"), target, &offsets)
+            // On an error the return link is dropped: detached.
+            .and_then(|ret| Ok((ret, m.attach(prog, target, &offsets)?)));
+        match r {
+            Ok((ret, entry)) => {
+                links.keep(ret);
+                links.keep(entry);
+                attached.extend(symbols.iter().map(|s| s.to_string()));
+            }
+            Err(e) => errors.push(format!("{}: {e}", symbols.join(", "))),
+        }
+    }
 }
 
 pub(super) fn uprobe_mut<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut UProbe, String> {
@@ -93,8 +132,8 @@ pub(super) fn attach_xid(ebpf: &mut Ebpf, printk: bool) -> (bool, String) {
             .ok_or("program nvidia_dev_xid missing from the object")?
             .try_into()
             .map_err(|e: ProgramError| why(&e))?;
-        p.load().map_err(|e| why(&e))?;
-        p.attach("nvidia", "nvidia_dev_xid").map_err(|e| why(&e))?;
+        phases::verify(|| p.load()).map_err(|e| why(&e))?;
+        phases::attach(|| p.attach("nvidia", "nvidia_dev_xid")).map_err(|e| why(&e))?;
         Ok(())
     })();
     match r {
@@ -115,7 +154,7 @@ pub(super) fn attach_nv_kprobe(ebpf: &mut Ebpf, sym: &str) -> (bool, String) {
         Ok(p) => p,
         Err(e) => return (false, e),
     };
-    if let Err(e) = p.load() {
+    if let Err(e) = phases::verify(|| p.load()) {
         return (false, format!("the program did not load: {}", why(&e)));
     }
     if !kernel::kprobes_available() {
@@ -132,7 +171,7 @@ pub(super) fn attach_nv_kprobe(ebpf: &mut Ebpf, sym: &str) -> (bool, String) {
             ),
         );
     }
-    match p.attach(sym, 0) {
+    match phases::attach(|| p.attach(sym, 0)) {
         Ok(_) => (true, format!("kprobe:{sym}")),
         Err(e) => (false, why(&e)),
     }

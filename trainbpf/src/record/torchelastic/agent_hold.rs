@@ -5,6 +5,7 @@
 //! The hold itself is `HELD`'s, continued by the GPU module's hold code
 //! and bounded by its watchdog (`gpu::release_agent`).
 
+use crate::util::phases;
 use aya::{
     Ebpf,
     maps::{Array, HashMap as BpfHashMap, MapData},
@@ -58,10 +59,10 @@ impl AgentHold {
         let at = |e: aya::programs::ProgramError| format!("{}: {e}", self.point);
         if self.point == AGENT_WAIT_BTF.1 {
             let p: &mut BtfTracePoint = program(ebpf, AGENT_WAIT_BTF.0)?;
-            p.attach().map_err(at)?;
+            phases::attach(|| p.attach()).map_err(at)?;
         } else {
             let p: &mut TracePoint = program(ebpf, AGENT_WAIT_CLASSIC.0)?;
-            p.attach("sched", "sched_process_wait").map_err(at)?;
+            phases::attach(|| p.attach("sched", "sched_process_wait")).map_err(at)?;
         }
         Ok(())
     }
