@@ -25,6 +25,7 @@ mod bystander;
 mod lifecycle;
 pub(crate) mod proc;
 mod report;
+mod scale;
 
 use std::{
     collections::BTreeMap,
@@ -56,8 +57,8 @@ pub struct Options {
     /// Length of one W4 run, seconds; default 180 (2 with `smoke`).
     pub w4_secs: Option<u64>,
     /// Workload ids to run (`W1-1`, `W1-N`, `W3`, `W4`, `W5`, `W6`, `G1`,
-    /// `G2`, the bystanders `B1` to `B4`, and `L1`, start-up and exit);
-    /// empty: all.
+    /// `G2`, the bystanders `B1` to `B4`, `L1`, start-up and exit, and
+    /// `A1`, `record --all` on a crowded node); empty: all.
     pub only: Vec<String>,
 }
 
@@ -254,10 +255,12 @@ pub fn bench(opts: Options) -> Result<()> {
         plan.retain(|w| w.id != "G2");
         notes.push("G2 skipped: no NVIDIA GPU (/dev/nvidiactl) on this machine".into());
     }
-    let l1 = opts.only.is_empty() || opts.only.iter().any(|id| id.eq_ignore_ascii_case("L1"));
+    let chosen =
+        |id: &str| opts.only.is_empty() || opts.only.iter().any(|o| o.eq_ignore_ascii_case(id));
+    let (l1, a1) = (chosen("L1"), chosen("A1"));
     if !opts.only.is_empty() {
         let mut known: Vec<&str> = plan.iter().map(|w| w.id).collect();
-        known.push("L1");
+        known.extend(["L1", "A1"]);
         for id in &opts.only {
             ensure!(
                 known.iter().any(|k| k.eq_ignore_ascii_case(id)),
@@ -319,6 +322,10 @@ pub fn bench(opts: Options) -> Result<()> {
     let mut md = render_now(&results, &notes);
     if l1 {
         md.push_str(&lifecycle::measure(&ctx, runs)?);
+    }
+    if a1 {
+        let crowd = scale::build(&scratch.0)?;
+        md.push_str(&ctx.scale(opts.smoke, &crowd)?);
     }
     fs::write(&out, &md).with_context(|| format!("writing {}", out.display()))?;
     println!("{md}");

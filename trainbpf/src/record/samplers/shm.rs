@@ -8,7 +8,11 @@
 //! cost (a job with thousands of processes and files takes longer to look
 //! at), so looking costs at most 1% of a core; a kill or a signal brings
 //! the next look forward, but never closer than 10 times a look's cost to
-//! the one before, so that a storm of kills costs a tenth of a core at most.
+//! the one before. Those early looks come from a budget of
+//! [`TRIGGER_BURST`], refilled at one per 100 times a look's cost: the
+//! first kills of a storm are looked at as they come, and a node where
+//! processes are killed a hundred times a second (`record --all`) pays 1%
+//! of a core for them, not the tenth of a core it paid before the budget.
 
 pub mod look;
 
@@ -31,6 +35,9 @@ const COST_TIMES: u32 = 100;
 /// look's cost, and by [`MIN_GAP`].
 const TRIGGER_COST_TIMES: u32 = 10;
 const MIN_GAP: Duration = Duration::from_millis(20);
+/// Looks brought forward that may come one after another (each still
+/// [`TRIGGER_COST_TIMES`] apart) before the budget runs dry.
+const TRIGGER_BURST: f64 = 3.0;
 
 struct Request {
     pids: Vec<u32>,
@@ -53,6 +60,8 @@ pub struct ShmSampler {
     last: Option<Instant>,
     cost: Duration,
     every: Duration,
+    /// Looks that may still be brought forward, and when that was counted.
+    budget: (f64, Instant),
 }
 
 impl ShmSampler {
@@ -88,6 +97,7 @@ impl ShmSampler {
             last: None,
             cost: Duration::ZERO,
             every: EVERY,
+            budget: (TRIGGER_BURST, Instant::now()),
         }
     }
 
@@ -104,9 +114,21 @@ impl ShmSampler {
     /// then.
     pub fn tick(&mut self, pids: impl FnOnce() -> Vec<u32>) -> Option<Done> {
         let done = self.take();
+        let now = Instant::now();
+        self.budget = (refill(self.budget, self.cost, now), now);
         if !self.busy
-            && let Some(trigger) = next(self.last, self.every, self.cost, self.due, Instant::now())
+            && let Some((trigger, early)) = next(
+                self.last,
+                self.every,
+                self.cost,
+                self.due,
+                self.budget.0 >= 1.0,
+                now,
+            )
         {
+            if early {
+                self.budget.0 -= 1.0;
+            }
             self.ask(pids(), trigger);
         }
         done
@@ -170,22 +192,37 @@ fn interval(cost: Duration) -> Duration {
     EVERY.max(cost * COST_TIMES)
 }
 
-/// Whether to look now, and why: the first look at once, then on the timer,
-/// and a due trigger once far enough from the last look.
+/// The budget of early looks `(left, counted at)` at `now`: one more per
+/// [`COST_TIMES`] times a look's `cost`, up to [`TRIGGER_BURST`].
+fn refill((left, at): (f64, Instant), cost: Duration, now: Instant) -> f64 {
+    let per = (cost * COST_TIMES).as_secs_f64();
+    let gained = if per > 0.0 {
+        now.saturating_duration_since(at).as_secs_f64() / per
+    } else {
+        TRIGGER_BURST
+    };
+    (left + gained).min(TRIGGER_BURST)
+}
+
+/// Whether to look now, and why, and whether before the timer (a look
+/// brought forward): the first look at once, then on the timer, and a due
+/// trigger once far enough from the last look, if the budget has one
+/// (`early_ok`).
 fn next(
     last: Option<Instant>,
     every: Duration,
     cost: Duration,
     due: Option<ShmTrigger>,
+    early_ok: bool,
     now: Instant,
-) -> Option<ShmTrigger> {
+) -> Option<(ShmTrigger, bool)> {
     let Some(last) = last else {
-        return Some(due.unwrap_or_default());
+        return Some((due.unwrap_or_default(), false));
     };
     let since = now.saturating_duration_since(last);
     match due {
-        Some(t) if since >= MIN_GAP.max(cost * TRIGGER_COST_TIMES) => Some(t),
-        _ if since >= every => Some(due.unwrap_or_default()),
+        _ if since >= every => Some((due.unwrap_or_default(), false)),
+        Some(t) if early_ok && since >= MIN_GAP.max(cost * TRIGGER_COST_TIMES) => Some((t, true)),
         _ => None,
     }
 }
@@ -206,23 +243,67 @@ mod tests {
         let ms = Duration::from_millis;
         let cost = ms(5);
         let every = interval(cost);
+        let timer = Some((ShmTrigger::Timer, false));
         // The first look at once.
-        assert_eq!(next(None, every, cost, None, t0), Some(ShmTrigger::Timer));
+        assert_eq!(next(None, every, cost, None, true, t0), timer);
         // The timer waits its interval.
-        assert_eq!(next(Some(t0), every, cost, None, t0 + ms(400)), None);
+        assert_eq!(next(Some(t0), every, cost, None, true, t0 + ms(400)), None);
         assert_eq!(
-            next(Some(t0), every, cost, None, t0 + ms(1000)),
-            Some(ShmTrigger::Timer)
+            next(Some(t0), every, cost, None, true, t0 + ms(1000)),
+            timer
         );
-        // A bus error 60 ms after a look is looked at then (10 × 5 ms)...
+        // A bus error 60 ms after a look is looked at then (10 × 5 ms),
+        // early...
         let due = Some(ShmTrigger::Signal);
-        assert_eq!(next(Some(t0), every, cost, due, t0 + ms(60)), due);
+        let early = Some((ShmTrigger::Signal, true));
+        assert_eq!(next(Some(t0), every, cost, due, true, t0 + ms(60)), early);
         // ...but not closer than that to the last one.
-        assert_eq!(next(Some(t0), every, cost, due, t0 + ms(30)), None);
+        assert_eq!(next(Some(t0), every, cost, due, true, t0 + ms(30)), None);
+        // On the timer, it is no early look.
+        assert_eq!(
+            next(Some(t0), every, cost, due, true, t0 + ms(1000)),
+            Some((ShmTrigger::Signal, false))
+        );
+        // None early with the budget dry: the timer's, with its reason.
+        assert_eq!(next(Some(t0), every, cost, due, false, t0 + ms(60)), None);
+        assert_eq!(
+            next(Some(t0), every, cost, due, false, t0 + ms(1000)),
+            Some((ShmTrigger::Signal, false))
+        );
         // A cheap look: 20 ms apart at least.
         let cheap = Duration::from_micros(200);
-        assert_eq!(next(Some(t0), EVERY, cheap, due, t0 + ms(10)), None);
-        assert_eq!(next(Some(t0), EVERY, cheap, due, t0 + ms(25)), due);
+        assert_eq!(next(Some(t0), EVERY, cheap, due, true, t0 + ms(10)), None);
+        assert_eq!(next(Some(t0), EVERY, cheap, due, true, t0 + ms(25)), early);
+    }
+
+    #[test]
+    fn early_looks_come_from_a_budget_refilled_at_a_hundred_times_their_cost() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        // A 50 ms look (a node of thousands of processes): one early look
+        // more each 5 s, three at most.
+        let cost = ms(50);
+        assert_eq!(refill((0.0, t0), cost, t0 + ms(2500)), 0.5);
+        assert_eq!(refill((0.0, t0), cost, t0 + ms(5000)), 1.0);
+        assert_eq!(refill((2.5, t0), cost, t0 + ms(60_000)), TRIGGER_BURST);
+        // A kill storm of 100 a second for 30 s: the early looks' cost.
+        let (mut budget, mut last, mut spent) = ((TRIGGER_BURST, t0), Some(t0), Duration::ZERO);
+        for i in 1..=3000u64 {
+            let now = t0 + ms(10 * i);
+            budget = (refill(budget, cost, now), now);
+            let due = Some(ShmTrigger::Kill);
+            if let Some((_, early)) = next(last, interval(cost), cost, due, budget.0 >= 1.0, now) {
+                if early {
+                    budget.0 -= 1.0;
+                }
+                last = Some(now);
+                spent += cost;
+            }
+        }
+        // The timer's 1% and the early looks' 1%, plus the first burst.
+        assert!(spent <= ms(30_000) / 50 + cost * 3, "{spent:?}");
+        // Without the budget it was a tenth of a core: 3 s of 30.
+        assert!(spent >= ms(30_000) / 100, "{spent:?}");
     }
 
     /// The look runs on the sampler's thread and comes back stamped, with
