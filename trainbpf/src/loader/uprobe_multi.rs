@@ -39,6 +39,9 @@ use aya_obj::{
     },
 };
 
+/// Test switch: the perf-event uprobes, as on a kernel before 6.6.
+pub const ENV_OFF: &str = "TRAINBPF_TEST_NO_UPROBE_MULTI";
+
 /// The uprobe programs of the object, loaded for multi links.
 pub struct UprobeMulti {
     progs: HashMap<String, Prog>,
@@ -56,6 +59,10 @@ impl UprobeMulti {
     /// taken out. `Err` says why not, for the fallback's line: a kernel
     /// without multi links, or a program it refused.
     pub fn load(ebpf: &Ebpf, object: &[u8], btf: &Btf) -> Result<UprobeMulti, String> {
+        // A test's way to the fallback on a kernel that has multi links.
+        if std::env::var_os(ENV_OFF).is_some() {
+            return Err(format!("turned off by {ENV_OFF}"));
+        }
         if btf
             .id_by_type_name_kind("bpf_uprobe_multi_link", BtfKind::Struct)
             .is_err()
