@@ -85,7 +85,9 @@ enum Task {
         /// stand-in driver), G2 (the same on the machine's driver, with a
         /// GPU), B1 to B4 (a fault storm, a getppid loop, a fork storm and
         /// a waitpid loop outside the job, beside a recorder tracing
-        /// `sleep`) (comma-separated).
+        /// `sleep`), L1 (the recorder's start-up and exit, in parts), A1
+        /// (`record --all` beside 10,000 processes and 1,000 forks a
+        /// second) (comma-separated).
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
     },
