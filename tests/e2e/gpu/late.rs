@@ -199,15 +199,6 @@ fn a_late_dlopen_is_held_with_no_system_call_tracepoint_attached() {
     assert!(!d.contains("syscalls:"), "{d}");
 }
 
-/// The file a waiting job starts at, made when dropped.
-struct Go(std::path::PathBuf);
-
-impl Drop for Go {
-    fn drop(&mut self) {
-        let _ = std::fs::write(&self.0, b"");
-    }
-}
-
 /// A worker forked before the library is loaded maps it on its own: held
 /// and covered the same way; its parent never touches the driver.
 #[test]

@@ -7,9 +7,11 @@
 
 use std::{
     collections::HashSet,
-    process::{Command, Stdio},
-    time::{Duration, Instant},
+    process::{Command, Output, Stdio},
+    time::Duration,
 };
+
+use serde_json::Value;
 
 use super::ledger::{assert_ledger, build};
 use crate::support::*;
@@ -23,11 +25,15 @@ const PERF_EVENT: u32 = 7;
 const PROGRAMS: usize = 19;
 const CALLS: u32 = 22;
 
-#[test]
-fn the_driver_calls_are_probed_by_one_multi_link_per_program() {
-    require_root();
-    let _g = serial();
-    let dir = TempDir::new("gpu-multi");
+/// Records the stand-in job (with `env` added) once the recorder holds
+/// links that `linked` accepts, read from the kernel while the job waits
+/// to start; returns the recorder's output, those links and the recording.
+fn record_once_linked(
+    name: &str,
+    env: &[(&str, &str)],
+    linked: impl Fn(&[Link]) -> bool,
+) -> (Output, Vec<Link>, Value) {
+    let dir = TempDir::new(name);
     let s = build(&dir);
     let go = dir.path("go");
     let libcuda = s.libcuda.to_str().unwrap();
@@ -36,7 +42,7 @@ fn the_driver_calls_are_probed_by_one_multi_link_per_program() {
         go.display(),
         s.job.display(),
     );
-    let rec = dir.path("multi.rec");
+    let rec = dir.path("links.rec");
     let mut c = Command::new(bin());
     c.args(["record", "-v", "-o"])
         .arg(&rec)
@@ -44,6 +50,7 @@ fn the_driver_calls_are_probed_by_one_multi_link_per_program() {
         .env_remove("TRAINBPF_TEST_FORCE_GPU_WINDOW_MS")
         .env("TRAINBPF_LIBCUDA", libcuda)
         .env("LD_LIBRARY_PATH", &s.lib)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -53,27 +60,44 @@ fn the_driver_calls_are_probed_by_one_multi_link_per_program() {
     let r = c.spawn().expect("start the recorder");
     // The library is probed before the job starts: once its links are all
     // there, none is missing.
-    let t0 = Instant::now();
-    let links = loop {
+    let links = poll(Duration::from_secs(20), || {
         let l = bpf_links_of(r.id());
-        let multi = l
-            .iter()
-            .filter(|l| matches!(l, Link::UprobeMulti { .. }))
-            .count();
-        if multi >= 2 * PROGRAMS {
-            break l;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "no multi links after 20 s: {l:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+        linked(&l).then_some(l)
+    })
+    .unwrap_or_else(|| panic!("not linked after 20 s: {:?}", bpf_links_of(r.id())));
     eprintln!("the recorder's links: {links:?}");
     drop(go);
     let out = r.wait_with_output().expect("the recorder ends");
     print_output("trainbpf record", &out);
     assert_eq!(out.status.code(), Some(0), "the job checks every return");
+    // Entries and returns pair up: the ledger is exact.
+    let r = report_json(&rec);
+    assert_ledger(&r);
+    (out, links, r)
+}
+
+/// The `libcuda` source's detail in the report.
+fn libcuda_source(r: &Value) -> &str {
+    r["gpu"]["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["source"] == "libcuda")
+        .expect("the libcuda source")["detail"]
+        .as_str()
+        .unwrap()
+}
+
+fn count(links: &[Link], f: impl Fn(&Link) -> bool) -> usize {
+    links.iter().filter(|l| f(l)).count()
+}
+
+#[test]
+fn the_driver_calls_are_probed_by_one_multi_link_per_program() {
+    require_root();
+    let _g = serial();
+    let multi = |l: &Link| matches!(l, Link::UprobeMulti { .. });
+    let (out, links, r) = record_once_linked("gpu-multi", &[], |l| count(l, multi) >= 2 * PROGRAMS);
 
     // Each program twice, its entries and its returns; every call the
     // library exports is in exactly one link of each.
@@ -91,18 +115,8 @@ fn the_driver_calls_are_probed_by_one_multi_link_per_program() {
     assert_eq!(shared, HashSet::from([2]), "{entries:?}");
     // No uprobe or kprobe through a perf event (there are no kprobes here).
     assert!(!links.contains(&Link::Other(PERF_EVENT)), "{links:?}");
-
-    // Entries and returns pair up: the ledger is exact.
-    let r = report_json(&rec);
-    assert_ledger(&r);
     assert_eq!(u(&r["gpu"]["attach"][0]["attached"]), u64::from(CALLS));
-    let src = r["gpu"]["sources"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["source"] == "libcuda")
-        .expect("the libcuda source");
-    let d = src["detail"].as_str().unwrap();
+    let d = libcuda_source(&r);
     assert!(
         d.contains("probed by one uprobe_multi link per program and file"),
         "{d}"
@@ -121,78 +135,21 @@ fn the_driver_calls_are_probed_by_one_multi_link_per_program() {
 fn perf_event_uprobes_stand_in_where_multi_links_are_missing() {
     require_root();
     let _g = serial();
-    let dir = TempDir::new("gpu-no-multi");
-    let s = build(&dir);
-    let go = dir.path("go");
-    let libcuda = s.libcuda.to_str().unwrap();
-    let script = format!(
-        "while [ ! -e '{}' ]; do sleep 0.05; done; exec '{}' '{libcuda}'",
-        go.display(),
-        s.job.display(),
-    );
-    let rec = dir.path("perf.rec");
-    let mut c = Command::new(bin());
-    c.args(["record", "-v", "-o"])
-        .arg(&rec)
-        .args(["--", "/bin/sh", "-c", &script])
-        .env_remove("TRAINBPF_TEST_FORCE_GPU_WINDOW_MS")
-        .env("TRAINBPF_TEST_NO_UPROBE_MULTI", "1")
-        .env("TRAINBPF_LIBCUDA", libcuda)
-        .env("LD_LIBRARY_PATH", &s.lib)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let go = Go(go);
-    let r = c.spawn().expect("start the recorder");
-    let t0 = Instant::now();
-    let links = loop {
-        let l = bpf_links_of(r.id());
-        let perf = l.iter().filter(|l| **l == Link::Other(PERF_EVENT)).count();
-        if perf >= 2 * CALLS as usize {
-            break l;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "no perf-event uprobes after 20 s: {l:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    drop(go);
-    let out = r.wait_with_output().expect("the recorder ends");
-    print_output("trainbpf record", &out);
-    assert_eq!(out.status.code(), Some(0), "the job checks every return");
-    assert!(
-        !links.iter().any(|l| matches!(l, Link::UprobeMulti { .. })),
-        "{links:?}"
+    let perf = |l: &Link| *l == Link::Other(PERF_EVENT);
+    let (_, links, r) = record_once_linked(
+        "gpu-no-multi",
+        &[("TRAINBPF_TEST_NO_UPROBE_MULTI", "1")],
+        |l| count(l, perf) >= 2 * CALLS as usize,
     );
     assert_eq!(
-        links
-            .iter()
-            .filter(|l| **l == Link::Other(PERF_EVENT))
-            .count(),
-        2 * CALLS as usize,
+        count(&links, |l| matches!(l, Link::UprobeMulti { .. })),
+        0,
         "{links:?}"
     );
-    let r = report_json(&rec);
-    assert_ledger(&r);
-    let src = r["gpu"]["sources"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["source"] == "libcuda")
-        .expect("the libcuda source");
-    let d = src["detail"].as_str().unwrap();
+    assert_eq!(count(&links, perf), 2 * CALLS as usize, "{links:?}");
+    let d = libcuda_source(&r);
     assert!(
         d.contains("one perf-event uprobe per call: turned off by TRAINBPF_TEST_NO_UPROBE_MULTI"),
         "{d}"
     );
-}
-
-/// The file a waiting job starts at, made when dropped.
-struct Go(std::path::PathBuf);
-
-impl Drop for Go {
-    fn drop(&mut self) {
-        let _ = std::fs::write(&self.0, b"");
-    }
 }
