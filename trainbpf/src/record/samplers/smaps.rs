@@ -4,8 +4,15 @@
 //! that drains the ring buffers those seconds were records lost. The
 //! collector asks for a round and picks the answer up on a later tick; one
 //! round at a time, so nothing queues up behind a slow one.
+//!
+//! The read waits on the process's memory map's lock, which the job can
+//! hold as long as it likes: each read is made on a worker with a
+//! deadline (`procfs::guard`), and a process whose read stalled once is
+//! not read again, so that one wedged process does not end the sampling
+//! of the others.
 
 use std::{
+    collections::HashSet,
     sync::mpsc::{self, Receiver, SyncSender, TryRecvError},
     thread,
     time::{Duration, Instant},
@@ -13,10 +20,16 @@ use std::{
 
 use trainbpf_report::decode::samples::Smaps;
 
+use crate::record::samplers::procfs::guard::{DEADLINE, Readers, STATS, Stall};
+
+/// Processes remembered as stalled.
+const MAX_STALLED: usize = 4096;
+
 /// One round's answer.
 pub struct Sampled {
     pub procs: Vec<Smaps>,
-    /// Wall time the `smaps_rollup` reads took.
+    /// Wall time the `smaps_rollup` reads took, less the reads abandoned
+    /// past their deadline (no cost to pace the rounds by).
     pub cost: Duration,
 }
 
@@ -34,9 +47,10 @@ impl Sampler {
         let spawned = thread::Builder::new()
             .name("trainbpf-procfs".into())
             .spawn(move || {
+                let (readers, mut stalled) = (Readers::new(), HashSet::new());
                 // Ends when the collector drops its sender.
                 while let Ok(pids) = req_rx.recv() {
-                    if res_tx.send(sample(&pids)).is_err() {
+                    if res_tx.send(sample(&pids, &readers, &mut stalled)).is_err() {
                         return;
                     }
                 }
@@ -81,15 +95,31 @@ impl Sampler {
     }
 }
 
-fn sample(pids: &[u32]) -> Sampled {
+fn sample(pids: &[u32], readers: &Readers, stalled: &mut HashSet<u32>) -> Sampled {
     let started = Instant::now();
-    let procs = pids
-        .iter()
-        .filter_map(|&t| crate::record::samplers::procfs::smaps(t))
-        .collect();
+    let mut waited = Duration::ZERO;
+    let mut procs = Vec::new();
+    for &t in pids {
+        if stalled.contains(&t) {
+            continue;
+        }
+        let asked = Instant::now();
+        match readers.run(DEADLINE, move || crate::record::samplers::procfs::smaps(t)) {
+            Ok(s) => procs.extend(s),
+            Err(e) => {
+                if matches!(e, Stall::TimedOut(_)) {
+                    waited += asked.elapsed();
+                    if stalled.len() < MAX_STALLED {
+                        stalled.insert(t);
+                    }
+                }
+                STATS.note(|| format!("pid {t}: its USS and PSS (smaps_rollup): {e}"));
+            }
+        }
+    }
     Sampled {
         procs,
-        cost: started.elapsed(),
+        cost: started.elapsed().saturating_sub(waited),
     }
 }
 

@@ -32,9 +32,9 @@ pub const DEADLINE: Duration = Duration::from_secs(2);
 /// large library's DWARF takes seconds the first time.
 pub const FILES_DEADLINE: Duration = Duration::from_secs(15);
 /// Workers of one pool that may be blocked in an abandoned read at once
-/// (each a thread with its stack; the recorder has two pools, the
-/// identities' and the stacks'): past this, the pool refuses reads until
-/// one of them returns.
+/// (each a thread with its stack; the recorder has four pools, the
+/// identities', the stacks', the shared-memory looks' and the USS/PSS
+/// samples'): past this, the pool refuses reads until one of them returns.
 pub const MAX_STUCK: usize = 4;
 /// Idle workers kept for the next read.
 const MAX_IDLE: usize = 2;
