@@ -293,6 +293,7 @@ impl Builder {
                 ..
             } => {
                 self.identities.on_fork(ts, child, parent);
+                self.attribution.on_fork(child.tgid, parent.tgid);
                 self.on_fork(ts, child, parent, comm)
             }
             Event::Exec {
@@ -301,7 +302,10 @@ impl Builder {
                 filename,
                 truncated,
                 ..
-            } => self.on_exec(ts, proc, comm, filename, truncated),
+            } => {
+                self.attribution.on_exec(proc.tgid);
+                self.on_exec(ts, proc, comm, filename, truncated)
+            }
             Event::Exit {
                 proc,
                 comm,

@@ -10,7 +10,7 @@
 //! the job cgroup's usage, and set beside USS/PSS and the shared-memory
 //! objects the recorder listed.
 
-use std::collections::HashMap;
+use std::{borrow::Cow, collections::HashMap};
 
 use crate::decode::{
     CgroupPressure, Pressure, ProcInfo, ProcKey, ShmKind, ShmLook, ShmObject, Smaps, SmapsSample,
@@ -117,6 +117,11 @@ pub(super) fn role(comm: &str, info: Option<&ProcInfo>) -> Option<String> {
 #[derive(Default)]
 pub(super) struct Attribution {
     info: HashMap<u32, ProcInfo>,
+    /// A forked process's parent, until it execs: the recorder reads no
+    /// command line at a fork (a fork runs its parent's program, and a node
+    /// forking a thousand times a second must not cost a /proc read each),
+    /// so the child's is its parent's.
+    forked: HashMap<u32, u32>,
     smaps: HashMap<u32, Smaps>,
     pub(crate) smaps_rounds: u64,
     pub(crate) smaps_cost_us: u64,
@@ -135,12 +140,30 @@ pub(super) struct Attribution {
 const MAX_INFO: usize = 4096;
 /// Shared-memory objects followed; the report lists the biggest 50.
 const MAX_SHM: usize = 16384;
+/// Forks followed back to a parent's command line (8 bytes each).
+const MAX_FORKED: usize = 1 << 16;
+/// Forks of forks followed up to this many generations.
+const MAX_FORK_DEPTH: usize = 16;
 
 impl Attribution {
     pub(super) fn on_proc_info(&mut self, i: ProcInfo) {
         if self.info.len() < MAX_INFO || self.info.contains_key(&i.tgid) {
             self.info.insert(i.tgid, i);
         }
+    }
+
+    /// A fork: `child` runs its parent's program until it execs. What was
+    /// read of an earlier process under its pid is not this one's.
+    pub(super) fn on_fork(&mut self, child: u32, parent: u32) {
+        self.info.remove(&child);
+        if self.forked.len() < MAX_FORKED || self.forked.contains_key(&child) {
+            self.forked.insert(child, parent);
+        }
+    }
+
+    /// An exec: its own command line is read there.
+    pub(super) fn on_exec(&mut self, pid: u32) {
+        self.forked.remove(&pid);
     }
 
     pub(super) fn on_smaps(&mut self, s: SmapsSample) {
@@ -181,8 +204,27 @@ impl Attribution {
         self.smaps.get(&tgid)
     }
 
-    pub(super) fn info_of(&self, tgid: u32) -> Option<&ProcInfo> {
-        self.info.get(&tgid)
+    /// Its command line and rank as read, or, for a fork that did not
+    /// exec, its parent's command line (no rank: the rank is the
+    /// parent's own, and its forked helpers are not ranks).
+    pub(super) fn info_of(&self, tgid: u32) -> Option<Cow<'_, ProcInfo>> {
+        if let Some(i) = self.info.get(&tgid) {
+            return Some(Cow::Borrowed(i));
+        }
+        let mut pid = tgid;
+        for _ in 0..MAX_FORK_DEPTH {
+            pid = *self.forked.get(&pid)?;
+            if let Some(i) = self.info.get(&pid) {
+                return Some(Cow::Owned(ProcInfo {
+                    tgid,
+                    cmdline: i.cmdline.clone(),
+                    rank: None,
+                    local_rank: None,
+                    ppid: None,
+                }));
+            }
+        }
+        None
     }
 
     /// Shared-memory objects seen, biggest first, each once.

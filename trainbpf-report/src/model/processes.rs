@@ -326,7 +326,7 @@ impl Builder {
         // sampler read decides only where no identity was recorded.
         let rank = match self.identities.get(&key) {
             Some(i) => i.rank.is_some() && !i.inherited,
-            None => attribution::role(&g.comm, info).is_some(),
+            None => attribution::role(&g.comm, info.as_deref()).is_some(),
         };
         attribution::role(&g.comm, None)
             .or_else(|| rank.then(|| "torchrun ranks".to_string()))

@@ -386,7 +386,7 @@ pub(super) fn rank(v: &mut [Trend]) {
 /// A process's role, as `Builder::role_of` in the model gives it.
 pub(super) fn role(pid: u32, comm: &str, attr: &Attribution) -> Option<String> {
     let info = attr.info_of(pid);
-    attribution::role(comm, info).or_else(|| {
+    attribution::role(comm, info.as_deref()).or_else(|| {
         let cmd = info?.cmdline.join(" ");
         (!cmd.is_empty()).then(|| format!("`{}`", crate::model::truncate_chars(&cmd, 60)))
     })

@@ -581,6 +581,45 @@ fn torchrun_ranks_and_command_lines_group_like_the_rest_of_the_model() {
     assert_eq!(role(8, "python3", &attr), None);
 }
 
+/// The recorder reads no command line at a fork: a forked process takes
+/// its parent's (through forks of forks), but not its parent's rank, until
+/// it execs; a pid used again drops what was read of its earlier process.
+#[test]
+fn a_fork_takes_its_parents_command_line_until_it_execs() {
+    let mut attr = Attribution::default();
+    attr.on_proc_info(ProcInfo {
+        tgid: 5,
+        cmdline: vec!["python3".into(), "train.py".into()],
+        rank: Some(0),
+        local_rank: Some(0),
+        ppid: None,
+    });
+    attr.on_fork(6, 5);
+    attr.on_fork(7, 6);
+    let train = Some("`python3 train.py`");
+    assert_eq!(role(5, "python3", &attr).as_deref(), Some("torchrun ranks"));
+    assert_eq!(role(6, "python3", &attr).as_deref(), train);
+    assert_eq!(role(7, "python3", &attr).as_deref(), train);
+    let seven = attr.info_of(7).unwrap();
+    assert_eq!((seven.tgid, seven.rank, seven.local_rank), (7, None, None));
+    // An exec: its own line, once read; none until then.
+    attr.on_exec(6);
+    assert_eq!(role(6, "sh", &attr), None);
+    attr.on_proc_info(ProcInfo {
+        tgid: 6,
+        cmdline: vec!["sh".into(), "-c".into(), "nvidia-smi".into()],
+        rank: None,
+        local_rank: None,
+        ppid: None,
+    });
+    assert_eq!(role(6, "sh", &attr).as_deref(), Some("`sh -c nvidia-smi`"));
+    // Its fork follows it.
+    assert_eq!(role(7, "sh", &attr).as_deref(), Some("`sh -c nvidia-smi`"));
+    // Pid 6 used again, by a fork of 5: 5's line, not the old 6's.
+    attr.on_fork(6, 5);
+    assert_eq!(role(6, "python3", &attr).as_deref(), train);
+}
+
 #[test]
 fn series_stay_bounded_over_a_long_run() {
     let p = key(700, 0.0);

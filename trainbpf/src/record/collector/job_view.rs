@@ -19,15 +19,19 @@ impl Observe for Collector {
                 if self.job.len() < MAX_JOB_PROCS {
                     self.job.insert(proc.tgid);
                 }
-                // Command line (and at an exec who it is), for grouping:
-                // asked for now, while the process exists (a worker may
-                // live a second), and recorded when read.
-                let how = if matches!(t.event, Event::Exec { .. }) {
-                    Ident::Exec
+                // At an exec, its command line and who it is, for
+                // grouping: asked for now, while the process exists (a
+                // worker may live a second), and recorded when read. A fork
+                // runs its parent's program: the model gives it the
+                // parent's, and nothing is read (a node forking a thousand
+                // times a second would pay a /proc read and two thread
+                // hand-offs for each).
+                let (how, info) = if matches!(t.event, Event::Exec { .. }) {
+                    (Ident::Exec, true)
                 } else {
-                    Ident::Fork
+                    (Ident::Fork, false)
                 };
-                self.identify(how, *proc, t.ts_ns, true);
+                self.identify(how, *proc, t.ts_ns, info);
             }
             Event::Exit {
                 proc, exit_code, ..

@@ -42,9 +42,9 @@ impl Collector {
 
     /// Asks who a process is (rank, run, Slurm step, container) at its
     /// exec, and at the first record of one whose exec the recorder did
-    /// not see; and, with `info`, its command line (at a fork and an
-    /// exec). A fork is its parent until it execs: the model passes the
-    /// parent's on, and no identity is read. The reads run off this thread
+    /// not see; and, with `info`, its command line (at an exec). A fork is
+    /// its parent until it execs: the model passes the parent's identity
+    /// and command line on, and nothing is read. The reads run off this thread
     /// (`procfs::identity::Reader`) and are recorded when they come
     /// (`poll_identities`), the identity stamped with the kernel record's
     /// time, so that it sorts with the exec it belongs to.
