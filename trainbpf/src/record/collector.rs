@@ -63,6 +63,9 @@ pub(super) struct Collector {
     /// Looks at shared memory and /dev/shm off the draining thread: on a
     /// timer, and when a kill or a fatal signal is seen.
     shm: crate::record::samplers::shm::ShmSampler,
+    /// Which processes' maps each look reads, holders of shared memory
+    /// first (`observe`).
+    pub(super) shm_pick: crate::record::samplers::shm::pick::Picker,
     last_procfs: Instant,
     procfs_every: Duration,
     /// The terminal's status line (live/status.rs).
@@ -121,6 +124,7 @@ impl Collector {
             root_exit: None,
             sampler: crate::record::samplers::smaps::Sampler::start(),
             shm: crate::record::samplers::shm::ShmSampler::start(),
+            shm_pick: Default::default(),
             status,
             last_procfs: Instant::now(),
             procfs_every: PROCFS_EVERY,
@@ -311,10 +315,8 @@ impl Collector {
     /// Records a finished shared-memory look, stamped when it began, and
     /// asks for the next when it is time (`samplers/shm.rs`). Never waits.
     fn poll_shm(&mut self) {
-        let job = &self.job;
-        let done = self
-            .shm
-            .tick(|| job.iter().take(MAX_SHM_PIDS).copied().collect());
+        let (job, pick) = (&self.job, &mut self.shm_pick);
+        let done = self.shm.tick(|| shm_pids(job, pick));
         if let Some(d) = done {
             let (kind, bytes) = decode::encode_user(d.ts_ns, UserBody::ShmLook(d.look));
             self.writer.record(kind, &bytes);
@@ -324,9 +326,11 @@ impl Collector {
     /// At the end: the shared-memory look still in flight or due (a bus
     /// error just before the job ended), waited for briefly.
     pub(super) fn finish_shm(&mut self) {
-        let job = &self.job;
-        let pids = || job.iter().take(MAX_SHM_PIDS).copied().collect();
-        for d in self.shm.finish(Duration::from_secs(1), pids) {
+        let (job, pick) = (&self.job, &mut self.shm_pick);
+        for d in self
+            .shm
+            .finish(Duration::from_secs(1), || shm_pids(job, pick))
+        {
             let (kind, bytes) = decode::encode_user(d.ts_ns, UserBody::ShmLook(d.look));
             self.writer.record(kind, &bytes);
         }
@@ -502,5 +506,18 @@ const MAX_SMAPS_PER_ROUND: usize = 512;
 /// do not send each other by the thousand (SIGUSR1, SIGALRM and real-time
 /// signals do not bring a shared-memory look forward).
 const ENDING_SIGNALS: [u32; 14] = [1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 15, 24, 25, 31];
-/// Job processes whose maps and fds one shared-memory look reads.
+/// Job processes whose /dev/shm one shared-memory look finds.
 const MAX_SHM_PIDS: usize = 4096;
+
+/// The job's processes for a shared-memory look, and the slice of them
+/// whose maps and descriptors it reads.
+fn shm_pids(
+    job: &std::collections::HashSet<u32>,
+    pick: &mut crate::record::samplers::shm::pick::Picker,
+) -> crate::record::samplers::shm::Pids {
+    use crate::record::samplers::shm::{Pids, pick::MAX_SCAN};
+    Pids {
+        job: job.iter().take(MAX_SHM_PIDS).copied().collect(),
+        scan: pick.pick(job, MAX_SCAN),
+    }
+}

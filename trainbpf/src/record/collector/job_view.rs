@@ -38,6 +38,7 @@ impl Observe for Collector {
             } => {
                 self.job.remove(&proc.tgid);
                 self.identified.remove(&proc.tgid);
+                self.shm_pick.gone(proc.tgid);
                 if let Some(ef) = &mut self.error_files {
                     ef.on_exit(proc.tgid);
                 }
@@ -49,8 +50,16 @@ impl Observe for Collector {
             // who it is, at its first memory record. Every memory cgroup a
             // process allocates in is named once (a bounded few): a memcg
             // OOM's growers are those charged to it.
-            Event::Mem(MemSample { proc, memcg_id, .. }) => {
+            Event::Mem(MemSample {
+                proc,
+                memcg_id,
+                rss,
+                ..
+            }) => {
                 self.identify(Ident::Mem, *proc, t.ts_ns, false);
+                if self.job.contains(&proc.tgid) {
+                    self.shm_pick.saw(proc.tgid, rss.shmem_kb);
+                }
                 if self.known_cgroups.len() < MAX_NAMED_CGROUPS {
                     self.name_cgroup(*memcg_id);
                 }

@@ -4,17 +4,25 @@
 //!
 //! The thread that drains the ring buffers only pokes this one through a
 //! channel and picks the answer up later; it never waits for a look. The
-//! timer's interval is [`EVERY`], stretched to 100 times what the last look
-//! cost (a job with thousands of processes and files takes longer to look
-//! at), so looking costs at most 1% of a core; a kill or a signal brings
-//! the next look forward, but never closer than 10 times a look's cost to
-//! the one before. Those early looks come from a budget of
-//! [`TRIGGER_BURST`], refilled at one per 100 times a look's cost: the
-//! first kills of a storm are looked at as they come, and a node where
-//! processes are killed a hundred times a second (`record --all`) pays 1%
-//! of a core for them, not the tenth of a core it paid before the budget.
+//! timer's interval is [`EVERY`], stretched to [`COST_TIMES`] times what the
+//! last look cost (a job with thousands of processes and files takes
+//! longer to look at), so that looking on the timer costs at most a quarter
+//! of 1% of a core: the whole recorder's target on a crowded node is 1%. A
+//! kill or a signal brings the next look forward, but never closer than 10
+//! times a look's cost to the one before. Those early looks are paid from
+//! a budget of time that grows by one [`COST_TIMES`]th of the time that
+//! passes, up to [`TRIGGER_BURST`] looks' worth at the last look's cost: a
+//! job's first kill is looked at as it comes, and a node where processes
+//! are killed a hundred times a second (`record --all`) pays a quarter of
+//! 1% of a core for them, not the tenth of a core it paid before the
+//! budget. Kept as time, the budget a job saved while its looks were cheap
+//! buys few of the dear ones it grows into. A big job's maps and
+//! descriptors are read a slice per look (`pick.rs`), so that one look
+//! costs about the same however crowded the node.
 
 pub mod look;
+pub mod pick;
+mod read;
 
 use std::{
     sync::mpsc::{self, Receiver, SyncSender, TryRecvError},
@@ -30,17 +38,24 @@ use look::ShmLooker;
 /// seconds is seen.
 pub const EVERY: Duration = Duration::from_secs(1);
 /// The interval is at least this many times a look's cost.
-const COST_TIMES: u32 = 100;
+const COST_TIMES: u32 = 400;
 /// A triggered look follows the last one by at least this many times a
 /// look's cost, and by [`MIN_GAP`].
 const TRIGGER_COST_TIMES: u32 = 10;
 const MIN_GAP: Duration = Duration::from_millis(20);
 /// Looks brought forward that may come one after another (each still
-/// [`TRIGGER_COST_TIMES`] apart) before the budget runs dry.
+/// [`TRIGGER_COST_TIMES`] apart) before the budget runs dry, at most.
 const TRIGGER_BURST: f64 = 3.0;
 
+/// The job's processes, and those of them whose maps and descriptors a
+/// look reads (`pick.rs`).
+pub struct Pids {
+    pub job: Vec<u32>,
+    pub scan: Vec<u32>,
+}
+
 struct Request {
-    pids: Vec<u32>,
+    pids: Pids,
     trigger: ShmTrigger,
 }
 
@@ -61,7 +76,7 @@ pub struct ShmSampler {
     cost: Duration,
     every: Duration,
     /// Looks that may still be brought forward, and when that was counted.
-    budget: (f64, Instant),
+    budget: (Duration, Instant),
 }
 
 impl ShmSampler {
@@ -76,12 +91,15 @@ impl ShmSampler {
                 while let Ok(req) = req_rx.recv() {
                     let ts_ns = crate::util::clock::mono_ns();
                     let started = Instant::now();
-                    let (objects, fs) = looker.look(&req.pids);
+                    let (objects, fs) = looker.look(&req.pids.job, &req.pids.scan);
+                    // Reads abandoned past their deadline are no cost to
+                    // pace the looks by: a wedged job would stop them.
+                    let cost = started.elapsed().saturating_sub(looker.waited);
                     let look = ShmLook {
                         objects,
                         fs,
                         trigger: req.trigger,
-                        cost_us: started.elapsed().as_micros() as u64,
+                        cost_us: cost.as_micros() as u64,
                         interval_ms: 0,
                     };
                     if res_tx.send(Done { ts_ns, look }).is_err() {
@@ -97,7 +115,7 @@ impl ShmSampler {
             last: None,
             cost: Duration::ZERO,
             every: EVERY,
-            budget: (TRIGGER_BURST, Instant::now()),
+            budget: (Duration::ZERO, Instant::now()),
         }
     }
 
@@ -112,7 +130,7 @@ impl ShmSampler {
     /// The finished look, if any (never waits), and a new one asked for
     /// when it is time; `pids` (the job's live processes) is called only
     /// then.
-    pub fn tick(&mut self, pids: impl FnOnce() -> Vec<u32>) -> Option<Done> {
+    pub fn tick(&mut self, pids: impl FnOnce() -> Pids) -> Option<Done> {
         let done = self.take();
         let now = Instant::now();
         self.budget = (refill(self.budget, self.cost, now), now);
@@ -122,12 +140,12 @@ impl ShmSampler {
                 self.every,
                 self.cost,
                 self.due,
-                self.budget.0 >= 1.0,
+                self.budget.0 >= self.cost,
                 now,
             )
         {
             if early {
-                self.budget.0 -= 1.0;
+                self.budget.0 = self.budget.0.saturating_sub(self.cost);
             }
             self.ask(pids(), trigger);
         }
@@ -137,7 +155,7 @@ impl ShmSampler {
     /// At the end of the recording: the look in flight, and a last one
     /// (what the job left in /dev/shm; the look a bus error just before the
     /// end asked for), waiting up to `limit` in all.
-    pub fn finish(&mut self, limit: Duration, pids: impl FnOnce() -> Vec<u32>) -> Vec<Done> {
+    pub fn finish(&mut self, limit: Duration, pids: impl FnOnce() -> Pids) -> Vec<Done> {
         let until = Instant::now() + limit;
         self.due = self.due.or(Some(ShmTrigger::Timer));
         let mut out = Vec::new();
@@ -159,7 +177,7 @@ impl ShmSampler {
         out
     }
 
-    fn ask(&mut self, pids: Vec<u32>, trigger: ShmTrigger) {
+    fn ask(&mut self, pids: Pids, trigger: ShmTrigger) {
         let Some(tx) = &self.tx else { return };
         if tx.try_send(Request { pids, trigger }).is_ok() {
             self.busy = true;
@@ -192,16 +210,13 @@ fn interval(cost: Duration) -> Duration {
     EVERY.max(cost * COST_TIMES)
 }
 
-/// The budget of early looks `(left, counted at)` at `now`: one more per
-/// [`COST_TIMES`] times a look's `cost`, up to [`TRIGGER_BURST`].
-fn refill((left, at): (f64, Instant), cost: Duration, now: Instant) -> f64 {
-    let per = (cost * COST_TIMES).as_secs_f64();
-    let gained = if per > 0.0 {
-        now.saturating_duration_since(at).as_secs_f64() / per
-    } else {
-        TRIGGER_BURST
-    };
-    (left + gained).min(TRIGGER_BURST)
+/// The budget of early looks `(left, counted at)` at `now`: one
+/// [`COST_TIMES`]th of the time since, up to [`TRIGGER_BURST`] looks at
+/// `cost`. A look is early when the budget holds its cost: at the start
+/// (no look's cost known), the first is.
+fn refill((left, at): (Duration, Instant), cost: Duration, now: Instant) -> Duration {
+    let gained = now.saturating_duration_since(at) / COST_TIMES;
+    (left + gained).min(cost.mul_f64(TRIGGER_BURST))
 }
 
 /// Whether to look now, and why, and whether before the timer (a look
@@ -232,9 +247,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_interval_is_a_hundred_times_a_looks_cost_and_at_least_a_second() {
+    fn the_interval_is_four_hundred_times_a_looks_cost_and_at_least_a_second() {
         assert_eq!(interval(Duration::from_micros(300)), EVERY);
-        assert_eq!(interval(Duration::from_millis(40)), Duration::from_secs(4));
+        assert_eq!(interval(Duration::from_millis(40)), Duration::from_secs(16));
     }
 
     #[test]
@@ -248,10 +263,7 @@ mod tests {
         assert_eq!(next(None, every, cost, None, true, t0), timer);
         // The timer waits its interval.
         assert_eq!(next(Some(t0), every, cost, None, true, t0 + ms(400)), None);
-        assert_eq!(
-            next(Some(t0), every, cost, None, true, t0 + ms(1000)),
-            timer
-        );
+        assert_eq!(next(Some(t0), every, cost, None, true, t0 + every), timer);
         // A bus error 60 ms after a look is looked at then (10 × 5 ms),
         // early...
         let due = Some(ShmTrigger::Signal);
@@ -261,13 +273,13 @@ mod tests {
         assert_eq!(next(Some(t0), every, cost, due, true, t0 + ms(30)), None);
         // On the timer, it is no early look.
         assert_eq!(
-            next(Some(t0), every, cost, due, true, t0 + ms(1000)),
+            next(Some(t0), every, cost, due, true, t0 + every),
             Some((ShmTrigger::Signal, false))
         );
         // None early with the budget dry: the timer's, with its reason.
         assert_eq!(next(Some(t0), every, cost, due, false, t0 + ms(60)), None);
         assert_eq!(
-            next(Some(t0), every, cost, due, false, t0 + ms(1000)),
+            next(Some(t0), every, cost, due, false, t0 + every),
             Some((ShmTrigger::Signal, false))
         );
         // A cheap look: 20 ms apart at least.
@@ -277,33 +289,47 @@ mod tests {
     }
 
     #[test]
-    fn early_looks_come_from_a_budget_refilled_at_a_hundred_times_their_cost() {
+    fn early_looks_come_from_a_budget_refilled_at_four_hundred_times_their_cost() {
         let t0 = Instant::now();
         let ms = Duration::from_millis;
         // A 50 ms look (a node of thousands of processes): one early look
-        // more each 5 s, three at most.
+        // more each 20 s, three at most.
         let cost = ms(50);
-        assert_eq!(refill((0.0, t0), cost, t0 + ms(2500)), 0.5);
-        assert_eq!(refill((0.0, t0), cost, t0 + ms(5000)), 1.0);
-        assert_eq!(refill((2.5, t0), cost, t0 + ms(60_000)), TRIGGER_BURST);
+        let none = Duration::ZERO;
+        assert_eq!(refill((none, t0), cost, t0 + ms(10_000)), ms(25));
+        assert_eq!(refill((none, t0), cost, t0 + ms(20_000)), cost);
+        assert_eq!(refill((ms(125), t0), cost, t0 + ms(60_000)), cost * 3);
+        // What a job saved while its looks cost 1 ms buys at most three of
+        // those: none of a 50 ms one.
+        let saved = refill((none, t0), ms(1), t0 + ms(60_000));
+        assert_eq!(saved, ms(3));
+        assert!(refill((saved, t0), cost, t0) < cost);
         // A kill storm of 100 a second for 30 s: the early looks' cost.
-        let (mut budget, mut last, mut spent) = ((TRIGGER_BURST, t0), Some(t0), Duration::ZERO);
+        let (mut budget, mut last, mut spent) = ((none, t0), Some(t0), none);
         for i in 1..=3000u64 {
             let now = t0 + ms(10 * i);
             budget = (refill(budget, cost, now), now);
             let due = Some(ShmTrigger::Kill);
-            if let Some((_, early)) = next(last, interval(cost), cost, due, budget.0 >= 1.0, now) {
+            if let Some((_, early)) = next(last, interval(cost), cost, due, budget.0 >= cost, now) {
                 if early {
-                    budget.0 -= 1.0;
+                    budget.0 -= cost;
                 }
                 last = Some(now);
                 spent += cost;
             }
         }
-        // The timer's 1% and the early looks' 1%, plus the first burst.
-        assert!(spent <= ms(30_000) / 50 + cost * 3, "{spent:?}");
+        // The timer's quarter of 1% and the early looks' quarter.
+        assert!(spent <= ms(30_000) / 200, "{spent:?}");
         // Without the budget it was a tenth of a core: 3 s of 30.
-        assert!(spent >= ms(30_000) / 100, "{spent:?}");
+        assert!(spent >= ms(30_000) / 400, "{spent:?}");
+    }
+
+    fn me() -> Pids {
+        let me = std::process::id();
+        Pids {
+            job: vec![me],
+            scan: vec![me],
+        }
     }
 
     /// The look runs on the sampler's thread and comes back stamped, with
@@ -311,11 +337,10 @@ mod tests {
     #[test]
     fn looks_come_back_with_their_cost() {
         let mut s = ShmSampler::start();
-        let me = std::process::id();
-        assert!(s.tick(|| vec![me]).is_none() || !s.busy);
+        assert!(s.tick(me).is_none() || !s.busy);
         let deadline = Instant::now() + Duration::from_secs(10);
         let got = loop {
-            if let Some(d) = s.tick(|| vec![me]) {
+            if let Some(d) = s.tick(me) {
                 break d;
             }
             assert!(Instant::now() < deadline, "the look never came back");
@@ -326,11 +351,11 @@ mod tests {
         assert!(got.ts_ns > 0);
         // A signal asks again soon, without waiting for the timer.
         s.trigger(ShmTrigger::Signal);
-        let got = s.finish(Duration::from_secs(10), || vec![me]);
+        let got = s.finish(Duration::from_secs(10), me);
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].look.trigger, ShmTrigger::Signal);
         // And the end always gets a last look: what the job left behind.
-        let got = s.finish(Duration::from_secs(10), || vec![me]);
+        let got = s.finish(Duration::from_secs(10), me);
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].look.trigger, ShmTrigger::Timer);
     }

@@ -9,31 +9,34 @@
 //! planted at its /dev/shm resolves inside the job's root, never to the
 //! recorder's files. Files in it are read with `fstatat(AT_SYMLINK_NOFOLLOW)`
 //! relative to that directory, so no path the job controls is followed.
+//!
+//! Every read the job can make wait (its maps, behind its memory map's
+//! lock; its /dev/shm, which may be a filesystem that does not answer) is
+//! made on a worker with a deadline (`read.rs`, `procfs::guard`), and a
+//! process or directory whose read stalled once is not read again: a
+//! wedged job costs one abandoned read, not the looks that follow.
 
 use std::{
     collections::{HashMap, HashSet},
+    ffi::CString,
     fs,
-    os::{
-        fd::{AsFd, OwnedFd},
-        unix::fs::MetadataExt,
-    },
+    os::fd::OwnedFd,
+    sync::Arc,
+    time::{Duration, Instant},
 };
 
-use nix::{
-    fcntl::{OFlag, OpenHow, ResolveFlag, openat2},
-    sys::stat::{FileStat, Mode},
-};
-use trainbpf_report::decode::samples::{ShmFs, ShmKind, ShmObject};
+use trainbpf_report::decode::samples::{ShmFs, ShmObject};
 
-use crate::record::samplers::procfs::{maps_line, parse_sysvipc, shm_mappings};
+use super::read::{self, Fs, Key};
+use crate::record::samplers::procfs::{
+    guard::{DEADLINE, Readers, STATS, Stall},
+    parse_sysvipc,
+};
 
 /// Mount namespaces and roots followed at once: a job has one or a few.
 const MAX_NAMESPACES: usize = 16;
-/// Files listed per /dev/shm: a job that makes millions of them must not
-/// make each look take seconds.
-const MAX_FILES: usize = 4096;
-
-type Key = (ShmKind, u64, u64);
+/// Processes and directories remembered as stalled.
+const MAX_STALLED: usize = 4096;
 
 /// Remembers owners across looks, so an object keeps the first process
 /// seen with it after that process exits, and the job's /dev/shm
@@ -45,17 +48,32 @@ pub struct ShmLooker {
     /// By where a process stands ([`View`]): the /dev/shm directory last
     /// opened from there.
     dirs: HashMap<View, OwnedFd>,
+    /// The looks' own workers: a stalled read here never costs the
+    /// identities or the stacks theirs.
+    readers: Readers,
+    /// Processes whose maps, and places whose /dev/shm, stalled a read.
+    stalled: HashSet<u32>,
+    stalled_dirs: HashSet<View>,
+    /// What the last look spent waiting on reads it abandoned: not its
+    /// cost (which paces the looks).
+    pub waited: Duration,
 }
 
 impl ShmLooker {
     /// The objects, biggest first, and the /dev/shm filesystems: the
-    /// recorder's own and each the job's processes (`job`) see.
-    pub fn look(&mut self, job: &[u32]) -> (Vec<ShmObject>, Vec<ShmFs>) {
+    /// recorder's own and each the job's processes (`job`) see; the maps
+    /// and descriptors read are those of `scan` (`pick.rs`: all of a small
+    /// job, a slice of a big one).
+    pub fn look(&mut self, job: &[u32], scan: &[u32]) -> (Vec<ShmObject>, Vec<ShmFs>) {
+        self.waited = Duration::ZERO;
         let mut objs: HashMap<Key, ShmObject> = HashMap::new();
         let mut pids: Vec<u32> = job.to_vec();
         pids.sort_unstable();
         pids.dedup();
         let fs = self.filesystems(&pids, &mut objs);
+        let mut pids: Vec<u32> = scan.to_vec();
+        pids.sort_unstable();
+        pids.dedup();
         if let Ok(t) = fs::read_to_string("/proc/sysvipc/shm") {
             for o in parse_sysvipc(&t) {
                 if let Some(p) = o.owner_tgid {
@@ -64,10 +82,28 @@ impl ShmLooker {
                 objs.insert((o.kind, 0, o.id), o);
             }
         }
+        // What was found so far, for the workers: they stat only objects
+        // not in it.
+        let known: Arc<HashSet<Key>> = Arc::new(objs.keys().copied().collect());
         // Sorted so that "first seen" means the lowest pid, the likeliest
         // creator, when several appear in one look.
-        for &pid in &pids {
-            for key in mapped_or_held(pid, &mut objs) {
+        for pid in pids {
+            if self.stalled.contains(&pid) {
+                continue;
+            }
+            let known = known.clone();
+            let what = || format!("pid {pid}: its maps and descriptors");
+            let Ok((seen, found)) = self.guarded(what, move || read::mapped_or_held(pid, &known))
+            else {
+                if self.stalled.len() < MAX_STALLED {
+                    self.stalled.insert(pid);
+                }
+                continue;
+            };
+            for (key, o) in found {
+                objs.insert(key, o);
+            }
+            for key in seen {
                 if let Some(o) = objs.get_mut(&key) {
                     o.mappers += 1;
                 }
@@ -88,6 +124,23 @@ impl ShmLooker {
         (out, fs)
     }
 
+    /// `f` on a worker, waited for [`DEADLINE`] at most. `Err` when it
+    /// was not made or not waited for, said in the recording's notes
+    /// (`what` names it); a stalled read is counted there too.
+    fn guarded<T: Send + 'static>(
+        &mut self,
+        what: impl FnOnce() -> String,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, Stall> {
+        let t = Instant::now();
+        self.readers.run(DEADLINE, f).inspect_err(|e| {
+            if matches!(e, Stall::TimedOut(_)) {
+                self.waited += t.elapsed();
+            }
+            STATS.note(|| format!("{}, for shared memory: {e}", what()));
+        })
+    }
+
     /// Lists each /dev/shm once (by device) into `objs`, and says what
     /// each holds. A namespace whose processes are all gone gets this one
     /// last look through the directory kept from before, then is let go:
@@ -102,15 +155,20 @@ impl ShmLooker {
                 seen.1 |= job;
                 continue;
             }
-            if now.len() >= MAX_NAMESPACES {
+            if now.len() >= MAX_NAMESPACES || self.stalled_dirs.contains(&ns) {
                 continue;
             }
             // Opened again on each look: the job may mount over /dev/shm
             // at any time. A process that cannot be read (exiting) leaves
             // the namespace to the next one in it.
-            if let Some(dir) = open_shm_dir(pid) {
-                self.dirs.insert(ns, dir);
-                now.push((ns, job));
+            let what = || format!("pid {pid}: its /dev/shm");
+            match self.guarded(what, move || read::open_shm_dir(pid)) {
+                Ok(Some(dir)) => {
+                    self.dirs.insert(ns, dir);
+                    now.push((ns, job));
+                }
+                Ok(None) => {}
+                Err(_) => self.stall_dir(ns),
             }
         }
         let mut out: Vec<ShmFs> = Vec::new();
@@ -122,33 +180,39 @@ impl ShmLooker {
             .collect();
         let order = now.iter().copied().chain(gone.iter().map(|&ns| (ns, true)));
         for (ns, job) in order {
-            let Some(dir) = self.dirs.get(&ns) else {
+            let Some(dir) = self.dirs.get(&ns).and_then(|d| d.try_clone().ok()) else {
                 continue;
             };
-            let Ok(st) = nix::sys::stat::fstat(dir) else {
-                continue;
-            };
-            let dev = st.st_dev;
-            if let Some(f) = out.iter_mut().find(|f| f.dev == dev) {
-                f.job |= job;
-                continue;
+            let listed: Vec<u64> = out.iter().map(|f| f.dev).collect();
+            let what = || "a /dev/shm of the job".to_string();
+            match self.guarded(what, move || read::describe(&dir, &listed)) {
+                Ok(Some(Fs::Listed(dev))) => {
+                    if let Some(f) = out.iter_mut().find(|f| f.dev == dev) {
+                        f.job |= job;
+                    }
+                }
+                Ok(Some(Fs::New(mut f, found))) => {
+                    f.job = job;
+                    out.push(f);
+                    objs.extend(found);
+                }
+                Ok(None) => {}
+                Err(_) => self.stall_dir(ns),
             }
-            let Ok(vfs) = nix::sys::statvfs::fstatvfs(dir) else {
-                continue;
-            };
-            let frsize = vfs.fragment_size();
-            out.push(ShmFs {
-                dev,
-                size_kb: vfs.blocks().saturating_mul(frsize) / 1024,
-                free_kb: vfs.blocks_free().saturating_mul(frsize) / 1024,
-                job,
-            });
-            list(dir, dev, objs);
         }
         for ns in gone {
             self.dirs.remove(&ns);
         }
         out
+    }
+
+    /// A place whose /dev/shm stalled a read: not opened again, and its
+    /// directory let go.
+    fn stall_dir(&mut self, ns: View) {
+        self.dirs.remove(&ns);
+        if self.stalled_dirs.len() < MAX_STALLED {
+            self.stalled_dirs.insert(ns);
+        }
     }
 }
 
@@ -158,142 +222,36 @@ impl ShmLooker {
 type View = (u64, u64, u64);
 
 fn view(pid: u32) -> Option<View> {
-    let ns = fs::metadata(format!("/proc/{pid}/ns/mnt")).ok()?;
-    // The kernel's link to its root, followed on purpose.
-    let root = fs::metadata(format!("/proc/{pid}/root")).ok()?;
-    Some((ns.ino(), root.dev(), root.ino()))
+    let ns = cached_stat(&format!("/proc/{pid}/ns/mnt"))?;
+    // The kernel's link to its root, followed on purpose; its attributes
+    // as the kernel holds them, so that a root on a filesystem that does
+    // not answer is never asked.
+    let root = cached_stat(&format!("/proc/{pid}/root"))?;
+    Some((ns.1, root.0, root.1))
 }
 
-/// The process's /dev/shm, resolved inside its own root.
-fn open_shm_dir(pid: u32) -> Option<OwnedFd> {
-    // The kernel's link to the process's root: a magic link, followed on
-    // purpose; nothing below it is resolved outside that root.
-    let root = nix::fcntl::open(
-        format!("/proc/{pid}/root").as_str(),
-        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )
-    .ok()?;
-    let how = OpenHow::new()
-        .flags(OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC)
-        .resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS);
-    openat2(&root, "dev/shm", how).ok()
-}
-
-/// The regular files in one /dev/shm, at most [`MAX_FILES`].
-fn list(dir: &OwnedFd, dev: u64, objs: &mut HashMap<Key, ShmObject>) {
-    // A fresh open file description: the kept one's offset stays put.
-    let Ok(mut d) = nix::dir::Dir::openat(
-        dir.as_fd(),
-        ".",
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    ) else {
-        return;
+/// `(device, inode)` of `path` without asking its filesystem
+/// (`AT_STATX_DONT_SYNC`): the path is the kernel's, under /proc.
+fn cached_stat(path: &str) -> Option<(u64, u64)> {
+    let c = CString::new(path).ok()?;
+    // SAFETY: all-zero is a valid statx buffer.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a buffer of ours.
+    let r = unsafe {
+        libc::statx(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            libc::AT_STATX_DONT_SYNC,
+            libc::STATX_INO,
+            &mut st,
+        )
     };
-    let names: Vec<std::ffi::CString> = d
-        .iter()
-        .flatten()
-        .filter(|e| !matches!(e.file_name().to_bytes(), b"." | b".."))
-        .take(MAX_FILES)
-        .map(|e| e.file_name().to_owned())
-        .collect();
-    for name in names {
-        let Ok(st) = nix::sys::stat::fstatat(
-            dir.as_fd(),
-            name.as_c_str(),
-            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
-        ) else {
-            continue;
-        };
-        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-            continue;
-        }
-        let name = format!("/dev/shm/{}", name.to_string_lossy());
-        objs.insert(
-            (ShmKind::Posix, dev, st.st_ino),
-            object(ShmKind::Posix, name, dev, &st),
-        );
-    }
-}
-
-fn object(kind: ShmKind, name: String, dev: u64, st: &FileStat) -> ShmObject {
-    ShmObject {
-        kind,
-        name,
-        id: st.st_ino,
-        size_kb: st.st_size.max(0) as u64 / 1024,
-        resident_kb: (st.st_blocks.max(0) as u64).saturating_mul(512) / 1024,
-        owner_tgid: None,
-        mappers: 0,
-        dev,
-    }
-}
-
-/// The objects one process maps (its /proc/PID/maps) or holds (memfds
-/// among its fds), each once; adds those no listing found: memfds, and
-/// /dev/shm files unlinked while still mapped (their pages live on).
-fn mapped_or_held(pid: u32, objs: &mut HashMap<Key, ShmObject>) -> HashSet<Key> {
-    let mut seen = HashSet::new();
-    if let Ok(maps) = fs::read_to_string(format!("/proc/{pid}/maps")) {
-        for (kind, ino, path) in shm_mappings(&maps) {
-            let line = maps.lines().find_map(|l| {
-                let m = maps_line(l)?;
-                (m.inode == ino && m.path == path).then_some(m)
-            });
-            let dev = match (kind, line) {
-                (ShmKind::Posix, Some(m)) => m.dev,
-                _ => 0,
-            };
-            let key = (kind, dev, ino);
-            if !seen.insert(key) || objs.contains_key(&key) || kind == ShmKind::Sysv {
-                continue;
-            }
-            let name = path.trim_end_matches(" (deleted)").to_string();
-            // Its size from the mapping's own file: the kernel's link,
-            // never a path the job named.
-            let st = line.and_then(|m| {
-                nix::sys::stat::stat(
-                    format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end).as_str(),
-                )
-                .ok()
-            });
-            let o = match st {
-                Some(st) => object(kind, name, dev, &st),
-                None => ShmObject {
-                    kind,
-                    name,
-                    id: ino,
-                    size_kb: 0,
-                    resident_kb: 0,
-                    owner_tgid: None,
-                    mappers: 0,
-                    dev,
-                },
-            };
-            objs.insert(key, o);
-        }
-    }
-    if let Ok(fds) = fs::read_dir(format!("/proc/{pid}/fd")) {
-        for fd in fds.flatten() {
-            let Ok(target) = fs::read_link(fd.path()) else {
-                continue;
-            };
-            let t = target.to_string_lossy();
-            if !t.starts_with("/memfd:") {
-                continue;
-            }
-            // The fd's own file, through the kernel's link.
-            let Ok(st) = nix::sys::stat::stat(&fd.path()) else {
-                continue;
-            };
-            let key = (ShmKind::Memfd, 0, st.st_ino);
-            seen.insert(key);
-            let name = t.trim_end_matches(" (deleted)").to_string();
-            objs.insert(key, object(ShmKind::Memfd, name, 0, &st));
-        }
-    }
-    seen
+    (r == 0).then(|| {
+        (
+            libc::makedev(st.stx_dev_major, st.stx_dev_minor),
+            st.stx_ino,
+        )
+    })
 }
 
 #[cfg(test)]
@@ -332,7 +290,8 @@ mod tests {
         // SAFETY: within the mapping just made.
         unsafe { std::ptr::write_bytes(p.cast::<u8>(), 1, 1 << 20) };
         let mut l = ShmLooker::default();
-        let (objs, fs) = l.look(&[std::process::id()]);
+        let me = [std::process::id()];
+        let (objs, fs) = l.look(&me, &me);
         let _ = fs::remove_file(&path);
         // SAFETY: the mapping made above.
         unsafe { libc::munmap(p, 1 << 20) };
