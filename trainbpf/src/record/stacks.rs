@@ -141,6 +141,11 @@ impl StackCollector {
         self.exited.push(proc);
     }
 
+    /// Exits whose keys wait for the next drain.
+    pub fn exits_waiting(&self) -> usize {
+        self.exited.len()
+    }
+
     /// A job process exec'd: its interpreter, if any, is no longer the
     /// one located. Forgotten after the next drain (which names what it
     /// took before), and located anew at once, so that its first stacks

@@ -22,6 +22,12 @@ use crate::record::samplers::procfs::guard::Readers;
 
 /// How often the growth stacks are drained at most.
 const STACKS_EVERY: Duration = Duration::from_millis(100);
+/// Exits that bring the next drain forward (their keys are deleted after
+/// it): a node where a thousand processes exit a second drains on its
+/// pace, and the kernel's map (16,384 keys) never fills with the dead.
+const EXITS_DUE: usize = 1024;
+/// Forks, execs and exits held for the next [`Msg::Tick`] at most.
+const MAX_QUEUED: usize = 4096;
 
 /// What the draining thread tells the stacks' thread.
 pub enum Msg {
@@ -52,6 +58,10 @@ pub enum Msg {
     /// job's: their interpreters are located now, so that their first
     /// stacks carry Python frames. Answered when done.
     Attach(Vec<u32>, std::sync::mpsc::Sender<()>),
+    /// Forks, execs and exits held since the last message, in order, and
+    /// the message that follows them: one hand-off (and one wake of the
+    /// thread) per read of the rings, not one per process.
+    Batch(Vec<Msg>),
 }
 
 enum Out {
@@ -65,6 +75,9 @@ pub struct Stacks {
     /// the messages are few per kernel record, and the thread never waits
     /// longer than a read's deadline.
     tx: Option<Sender<Msg>>,
+    /// Forks, execs and exits not sent yet: they go with the next message,
+    /// the tick that follows each read of the rings.
+    queued: Vec<Msg>,
     /// `EXEC_HOLD`, until the root is named to it (`hold_root`).
     exec_hold: Option<aya::maps::HashMap<aya::maps::MapData, u32, trainbpf_common::ExecHold>>,
     /// Stacks at death, on a channel of their own: the process is on its
@@ -100,6 +113,7 @@ impl Stacks {
             });
         Stacks {
             tx: spawned.ok().map(|_| tx),
+            queued: Vec::new(),
             exec_hold,
             deaths,
             rx,
@@ -151,12 +165,31 @@ impl Stacks {
         }
     }
 
-    /// Never waits.
+    /// Never waits. What was queued goes first, with it.
     pub fn send(&mut self, m: Msg) {
+        let m = if self.queued.is_empty() {
+            m
+        } else {
+            let mut batch = std::mem::take(&mut self.queued);
+            batch.push(m);
+            Msg::Batch(batch)
+        };
         if let Some(tx) = &self.tx
             && tx.send(m).is_err()
         {
             self.tx = None;
+        }
+    }
+
+    /// A fork, an exec or an exit: sent with the next message.
+    fn queue(&mut self, m: Msg) {
+        if self.tx.is_none() {
+            return;
+        }
+        self.queued.push(m);
+        if self.queued.len() >= MAX_QUEUED {
+            let batch = std::mem::take(&mut self.queued);
+            self.send(Msg::Batch(batch));
         }
     }
 
@@ -215,7 +248,11 @@ fn run(mut c: StackCollector, msgs: &Receiver<Msg>, out: &Sender<Out>) {
         c.poll_hold();
         let mut tick = false;
         // Everything queued, in order, before the drain.
-        for m in std::iter::once(first).chain(std::iter::from_fn(|| msgs.try_recv().ok())) {
+        let queued = std::iter::once(first).chain(std::iter::from_fn(|| msgs.try_recv().ok()));
+        for m in queued.flat_map(|m| match m {
+            Msg::Batch(v) => v,
+            m => vec![m],
+        }) {
             match m {
                 Msg::Fork { child, parent } => c.on_fork(child, parent),
                 Msg::Exec(p, ts, held) => {
@@ -223,9 +260,12 @@ fn run(mut c: StackCollector, msgs: &Receiver<Msg>, out: &Sender<Out>) {
                     due = true;
                 }
                 Msg::Root(r) => c.set_root(r),
+                // Its keys go after the next drain, at its pace: draining
+                // at each exit read the whole map a thousand times a
+                // second on a busy node.
                 Msg::Exit(p) => {
                     c.on_exit(p);
-                    due = true;
+                    due |= c.exits_waiting() >= EXITS_DUE;
                 }
                 Msg::Due => due = true,
                 Msg::Tick => tick = true,
@@ -239,6 +279,8 @@ fn run(mut c: StackCollector, msgs: &Receiver<Msg>, out: &Sender<Out>) {
                     let _ = out.send(Out::Finished);
                     return;
                 }
+                // Flattened above; none is sent inside another.
+                Msg::Batch(_) => {}
             }
         }
         if tick && (due || last.elapsed() >= every) {
@@ -272,15 +314,15 @@ impl crate::record::observe::Observe for Stacks {
     fn observe(&mut self, t: &trainbpf_report::decode::Timed) {
         use trainbpf_report::decode::Event;
         match &t.event {
-            Event::Fork { child, parent, .. } => self.send(Msg::Fork {
+            Event::Fork { child, parent, .. } => self.queue(Msg::Fork {
                 child: *child,
                 parent: *parent,
             }),
             // A stack taken before an exec resolves only against the old
-            // program: the thread drains at once, to narrow the window in
-            // which one is read against the new one.
-            Event::Exec { proc, held, .. } => self.send(Msg::Exec(*proc, t.ts_ns, *held)),
-            Event::Exit { proc, .. } => self.send(Msg::Exit(*proc)),
+            // program: the thread drains at the tick that follows, to
+            // narrow the window in which one is read against the new one.
+            Event::Exec { proc, held, .. } => self.queue(Msg::Exec(*proc, t.ts_ns, *held)),
+            Event::Exit { proc, .. } => self.queue(Msg::Exit(*proc)),
             Event::Oom(_) => self.send(Msg::Due),
             _ => {}
         }
