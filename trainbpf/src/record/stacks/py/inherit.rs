@@ -57,14 +57,38 @@ impl Pythons {
     /// interpreter, opened on the child's memory now, while it lives (a
     /// worker may be gone before the next drain). Whatever happens, the
     /// child is tracked, so that its exit removes the kernel's entry.
+    ///
+    /// A parent whose program was found to hold no interpreter, and is
+    /// not tried again, passes that on too: the child runs the same
+    /// program, and is not looked up afresh at its first stacks (a node
+    /// forking a thousand C processes a second paid a look-up each).
     pub fn inherit(
         &mut self,
         child: ProcKey,
         parent: ProcKey,
         map: &mut BpfHashMap<MapData, ProcId, PyProc>,
     ) {
-        if !matches!(self.procs.get(&parent), Some(State::Found(_))) {
-            return;
+        match self.procs.get(&parent) {
+            Some(State::Found(_)) => {}
+            Some(State::Failed {
+                error,
+                not_python: true,
+                tries,
+                last,
+            }) if *tries >= MAX_TRIES => {
+                if !self.procs.contains_key(&child) && self.procs.len() < self.max {
+                    let state = State::Failed {
+                        error: error.clone(),
+                        not_python: true,
+                        tries: *tries,
+                        last: *last,
+                    };
+                    self.procs.insert(child, state);
+                    self.since.insert(child, crate::util::clock::mono_ns());
+                }
+                return;
+            }
+            _ => return,
         }
         if self.procs.contains_key(&child) {
             // Its stacks came before its fork was read, and it was looked
