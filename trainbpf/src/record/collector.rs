@@ -357,9 +357,10 @@ impl Collector {
         if self.last_procfs.elapsed() < self.procfs_every {
             return;
         }
-        // Forget processes that are gone without an exit record (lost).
+        // Forget processes that are gone without an exit record (lost): a
+        // zombie stays until it is reaped, and its read comes back empty.
         self.job
-            .retain(|&t| crate::record::samplers::procfs::alive(t));
+            .retain(|&t| crate::record::samplers::procfs::exists(t));
         let pids = self.job.iter().take(MAX_SMAPS_PER_ROUND).copied().collect();
         if self.sampler.request(pids) {
             self.last_procfs = Instant::now();
