@@ -136,6 +136,9 @@ pub struct GpuProbes {
     nvml: Option<Nvml>,
     nvml_failed: bool,
     scan_from: usize,
+    /// Where the late probe is on the file faults: the job's processes at
+    /// the first scan, not scanned yet ([`probe`]'s `scan_maps`).
+    to_scan: Option<Vec<u32>>,
     attached_files: usize,
     /// The late-library probe; `None` where the uprobes did not load.
     late: Option<late::Late>,
@@ -223,6 +226,7 @@ impl GpuProbes {
             nvml: None,
             nvml_failed: false,
             scan_from: 0,
+            to_scan: None,
             attached_files: 0,
             late: None,
             late_lost: GpuLost::default(),

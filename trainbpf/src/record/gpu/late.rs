@@ -90,6 +90,10 @@ pub(super) struct Late {
     counts_calls: bool,
     /// What the probe is attached to, once it is.
     point: Option<String>,
+    /// Whether it is on the file fault tracepoints, which see every process
+    /// that touches an unprobed library's pages, a fork of a process that
+    /// mapped it before included (a fork copies no file page tables).
+    on_faults: bool,
 }
 
 /// `tp_btf:mm_filemap_fault,mm_filemap_map_pages`'s list.
@@ -184,6 +188,7 @@ impl Late {
             watchdog: None,
             counts_calls: false,
             point: None,
+            on_faults: false,
         };
         let r = (|| -> Result<String, String> {
             let (Some(held), Some(windows), Some(_)) = (&l.held, &l.windows, &l.seen) else {
@@ -198,7 +203,10 @@ impl Late {
             // are counted, at the price of a system call tracepoint.
             let count = count_windows || l.forced.is_some();
             let (point, why_not) = match faults.and_then(|()| attach_faults(ebpf, links)) {
-                Ok(()) => (format!("tp_btf:{}", faults_named()), None),
+                Ok(()) => {
+                    l.on_faults = true;
+                    (format!("tp_btf:{}", faults_named()), None)
+                }
                 Err(e) => {
                     attach_syscall(ebpf, links, "late_mmap", "sys_enter_mmap")?;
                     ("syscalls:sys_enter_mmap".to_string(), Some(e))
@@ -240,6 +248,14 @@ impl Late {
             }),
         };
         (l, r)
+    }
+
+    /// Whether the probe is on the file fault tracepoints: a process that
+    /// touches an unprobed library's pages after it was attached is caught
+    /// there, so the maps scan is needed only for the processes that
+    /// predate it, once each.
+    pub fn on_faults(&self) -> bool {
+        self.on_faults && self.point.is_some()
     }
 
     /// What the probe is attached to, and why not the fault tracepoints
@@ -396,6 +412,16 @@ impl Late {
             };
             let _ = m.insert(ev.hdr.tgid, w, BPF_NOEXIST);
         }
+    }
+
+    /// The processes with an uncovered window open: the kernel opens one
+    /// for a process whose mapping's record it could not send, and adds
+    /// nothing more for that process and file; a maps scan finds them.
+    pub fn window_pids(&self) -> Vec<u32> {
+        self.windows
+            .as_ref()
+            .map(|m| m.keys().filter_map(Result::ok).collect())
+            .unwrap_or_default()
     }
 
     /// Closes the uncovered windows on file (`dev`, `ino`) (kernel dev_t),

@@ -224,9 +224,10 @@ impl GpuProbes {
         Some(a)
     }
 
-    /// Once a second: libraries in the job's maps not tried yet, the
-    /// safety net for a mapping whose record was lost. Stops at the cap:
-    /// nothing more would be probed.
+    /// Once a second: libraries in the job's maps not tried yet, found in
+    /// processes that predate the late probe, or whose mapping's record was
+    /// lost ([`Self::pids_to_scan`]). Stops at the cap: nothing more would
+    /// be probed.
     pub(super) fn scan_maps(
         &mut self,
         ebpf: &mut Ebpf,
@@ -234,14 +235,7 @@ impl GpuProbes {
         now: u64,
         out: &mut Records,
     ) {
-        let mut pids: Vec<u32> = job.keys().filter_map(Result::ok).collect();
-        pids.sort_unstable();
-        // Round-robin when there are more than a scan's worth.
-        let n = pids.len();
-        let start = if n > MAX_SCAN { self.scan_from % n } else { 0 };
-        self.scan_from = start + MAX_SCAN;
-        for i in 0..n.min(MAX_SCAN) {
-            let pid = pids[(start + i) % n];
+        for pid in self.pids_to_scan(job) {
             for m in super::maps::mapped_libcuda(pid) {
                 if self.at_cap() {
                     return;
@@ -252,6 +246,10 @@ impl GpuProbes {
                 // The file mapped, not what its path names now; one that
                 // cannot be pinned is tried again next scan.
                 let Ok(file) = Pinned::mapped(pid, m.range, m.dev, m.ino) else {
+                    if let Some(rest) = &mut self.to_scan {
+                        rest.push(pid);
+                        break;
+                    }
                     continue;
                 };
                 if let Some(a) = self.attach_library(ebpf, &file, &m.name, "maps", Some(pid)) {
@@ -262,5 +260,42 @@ impl GpuProbes {
                 }
             }
         }
+    }
+
+    /// The job processes whose maps this scan reads. Where the late probe
+    /// is on the file faults, it catches every process that touches an
+    /// unprobed library from then on, so only the processes already there
+    /// need a look, once each: the job's processes at the first scan, a
+    /// scan's worth at a time. A `record --all` node that forks a thousand
+    /// processes a second read 512 of their maps every second, for
+    /// nothing. Elsewhere (the `mmap` tracepoint misses what a fork
+    /// inherits), every process in turn, every scan.
+    fn pids_to_scan(&mut self, job: &BpfHashMap<MapData, u32, u32>) -> Vec<u32> {
+        let once = self.late.as_ref().is_some_and(|l| l.on_faults());
+        if once {
+            let rest = self.to_scan.get_or_insert_with(|| {
+                let mut pids: Vec<u32> = job.keys().filter_map(Result::ok).collect();
+                // Scanned from the end: lowest pids first, as elsewhere.
+                pids.sort_unstable_by(|a, b| b.cmp(a));
+                pids
+            });
+            let keep = rest.len().saturating_sub(MAX_SCAN);
+            let mut pids = rest.split_off(keep);
+            // And, every scan, the processes whose mapping's record was
+            // lost: their windows are the sign, and nothing else sees them.
+            if let Some(l) = &self.late {
+                pids.extend(l.window_pids());
+            }
+            return pids;
+        }
+        let mut pids: Vec<u32> = job.keys().filter_map(Result::ok).collect();
+        pids.sort_unstable();
+        // Round-robin when there are more than a scan's worth.
+        let n = pids.len();
+        let start = if n > MAX_SCAN { self.scan_from % n } else { 0 };
+        self.scan_from = start + MAX_SCAN;
+        (0..n.min(MAX_SCAN))
+            .map(|i| pids[(start + i) % n])
+            .collect()
     }
 }
