@@ -343,9 +343,10 @@ impl Collector {
     pub(super) fn poll_procfs(&mut self) {
         if let Some(done) = self.sampler.poll() {
             // smaps_rollup walks page tables: about 50 ms per resident GiB.
-            // Keep it to 1% of a core by sampling less often as the job
-            // grows.
-            self.procfs_every = PROCFS_EVERY.max(done.cost * 100);
+            // Keep it to a quarter of 1% of a core by sampling less often as
+            // the job grows, as the shared-memory looks are: the recorder's
+            // whole budget on a busy node is 1%.
+            self.procfs_every = PROCFS_EVERY.max(done.cost * SMAPS_COST_TIMES);
             if !done.procs.is_empty() {
                 let cost_us = done.cost.as_micros() as u64;
                 self.user(UserBody::Smaps(decode::SmapsSample {
@@ -500,6 +501,8 @@ const MAX_NAMED_CGROUPS: usize = 256;
 pub(super) const FLUSH_BYTES: usize = 256 << 10;
 /// How often USS/PSS and shared memory are sampled.
 const PROCFS_EVERY: Duration = Duration::from_secs(5);
+/// The USS/PSS rounds' interval, in times what the last one cost.
+const SMAPS_COST_TIMES: u32 = 400;
 /// Bounds on the collector's own bookkeeping of the job's processes.
 const MAX_JOB_PROCS: usize = 65536;
 const MAX_SMAPS_PER_ROUND: usize = 512;

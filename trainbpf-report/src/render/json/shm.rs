@@ -51,7 +51,7 @@ impl ShmFilesystem {
 }
 
 /// What looking at shared memory cost: the recorder looks on a timer whose
-/// interval is at least 1 s and at least 100 times a look's cost, and
+/// interval is at least 1 s and at least 400 times a look's cost, and
 /// also when a kill or a fatal signal is seen.
 #[derive(Debug, Serialize, JsonSchema)]
 pub(crate) struct ShmSampling {
