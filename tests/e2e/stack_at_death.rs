@@ -247,3 +247,74 @@ fn many_threads_never_push_out_the_kill() {
         r["deaths"]
     );
 }
+
+const FORKS_C: &str = r#"#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+__attribute__((noinline)) void wait_here(void) { pause(); }
+
+__attribute__((noinline)) void child_loop(void) {
+    for (;;)
+        wait_here();
+}
+
+int main(void) {
+    pid_t kids[4];
+    for (int i = 0; i < 4; i++)
+        if ((kids[i] = fork()) == 0)
+            child_loop();
+    usleep(300000);
+    for (int i = 0; i < 4; i++) {
+        kill(kids[i], SIGKILL);
+        waitpid(kids[i], NULL, 0);
+        usleep(100000);
+    }
+    return 0;
+}
+"#;
+
+/// Forked workers killed by their parent, none exec'd: each is gone by
+/// the time its stack at death is named, and never had a stack of its own
+/// named. Their code is their parent's, at the same addresses: each one's
+/// frames are named, the first through the parent's files, the others
+/// from what that named, with no read of their own.
+#[test]
+fn forked_workers_killed_are_named_through_their_parent() {
+    require_root();
+    let _g = serial();
+    let dir = TempDir::new("forks-death");
+    let src = dir.path("forks.c");
+    std::fs::write(&src, FORKS_C).unwrap();
+    let exe = dir.path("forks");
+    let cc = Command::new("/usr/bin/cc")
+        .args(["-O0", "-g", "-fno-omit-frame-pointer", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(
+        cc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let rec = dir.path("f.rec");
+    let out = record(&rec, &["-q"], &[exe.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0));
+    let r = report_json(&rec);
+    let killed: Vec<&Value> = r["deaths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["signal"] == 9)
+        .collect();
+    assert_eq!(killed.len(), 4, "{:#}", r["deaths"]);
+    for d in killed {
+        let s = &d["stack_at_death"];
+        let f = names(&s["frames"]);
+        assert!(
+            f.iter().any(|f| f == "wait_here") && f.iter().any(|f| f == "child_loop"),
+            "{f:?}: {s}"
+        );
+    }
+}

@@ -17,6 +17,7 @@ use trainbpf_report::decode::{
 mod code_files;
 mod death;
 mod delta;
+mod family;
 mod namer;
 mod py;
 pub mod python;
@@ -90,10 +91,7 @@ pub struct StackCollector {
     /// The job's root, where the recorder started it and may hold it.
     root: Option<Root>,
     /// Stacks at death waiting to be named, and where they go named.
-    deaths: Option<(
-        std::sync::mpsc::Receiver<Box<trainbpf_common::DeathStack>>,
-        death::DeathOut,
-    )>,
+    deaths: Option<(std::sync::mpsc::Receiver<death::Dying>, death::DeathOut)>,
 }
 
 /// What an errno from `bpf_get_stackid` means, for the report.

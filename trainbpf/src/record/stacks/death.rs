@@ -43,6 +43,10 @@ fn fill(frames: &mut [Frame], known: Option<&HashMap<u64, Frame>>) -> usize {
     unnamed
 }
 
+/// A thread's stacks at a fatal signal, and whose code its process runs
+/// where that is not its own (a fork that never exec'd: `family.rs`).
+pub type Dying = (Box<DeathStack>, Option<ProcKey>);
+
 /// Where the named stacks at death go, with their time.
 pub type DeathOut = Box<dyn FnMut(u64, StackAtDeath) + Send>;
 
@@ -51,7 +55,7 @@ impl StackCollector {
     /// (`thread.rs`): named between two processes of a drain too
     /// ([`StackCollector::name_deaths`]), while the dying process may still be
     /// read.
-    pub fn on_death(&mut self, rx: std::sync::mpsc::Receiver<Box<DeathStack>>, out: DeathOut) {
+    pub fn on_death(&mut self, rx: std::sync::mpsc::Receiver<Dying>, out: DeathOut) {
         self.deaths = Some((rx, out));
     }
 
@@ -60,15 +64,16 @@ impl StackCollector {
         let Some((rx, mut out)) = self.deaths.take() else {
             return;
         };
-        while let Ok(ev) = rx.try_recv() {
-            let named = self.at_death(&ev);
+        while let Ok((ev, owner)) = rx.try_recv() {
+            let named = self.at_death(&ev, owner);
             out(ev.hdr.ts_ns, named);
         }
         self.deaths = Some((rx, out));
     }
 
-    /// A thread's stacks at a fatal signal, named now.
-    pub fn at_death(&mut self, ev: &DeathStack) -> StackAtDeath {
+    /// A thread's stacks at a fatal signal, named now; `owner`: whose code
+    /// its process runs, a fork's parent's.
+    pub fn at_death(&mut self, ev: &DeathStack, owner: Option<ProcKey>) -> StackAtDeath {
         let proc = ProcKey {
             tgid: ev.hdr.tgid,
             start_ns: ev.hdr.start_ns,
@@ -82,7 +87,7 @@ impl StackCollector {
             let n = (ev.native_len as usize / 8).min(STACK_DEPTH);
             let mut ips = ev.native[..n].to_vec();
             let via_sp = super::with_leaf(&mut ips, ev.leaf_ret);
-            let mut f = self.native_at_death(proc, &ips, &mut why);
+            let mut f = self.native_at_death(proc, owner, &ips, &mut why);
             for (f, how) in f.iter_mut().zip(super::walked(ips.len(), via_sp)) {
                 f.found = Some(how.into());
             }
@@ -119,11 +124,15 @@ impl StackCollector {
 
     /// The native frames: from what this process's stacks named before
     /// where all are known (a thread pool's threads share their frames),
-    /// else from the live process, else from its held files; what is
-    /// named is remembered for its other threads.
+    /// or what its `owner`'s did (a fork runs its parent's code at the same
+    /// addresses, and its siblings died the same way), else from the live
+    /// process, else from its held files, else from its owner, live or
+    /// through its held files; what is named is remembered for its other
+    /// threads, or for the owner's other forks where the owner named it.
     fn native_at_death(
         &mut self,
         proc: ProcKey,
+        owner: Option<ProcKey>,
         ips: &[u64],
         why: &mut Option<String>,
     ) -> Vec<Frame> {
@@ -136,17 +145,48 @@ impl StackCollector {
         if fill(&mut frames, self.known.get(&proc)) == 0 {
             return frames;
         }
-        let alive =
-            !self.exited.contains(&proc) && crate::record::samplers::procfs::alive(proc.tgid);
+        if let Some(o) = owner
+            && fill(&mut frames, self.known.get(&o)) == 0
+        {
+            return frames;
+        }
+        let lives = |c: &StackCollector, p: &ProcKey| {
+            !c.exited.contains(p) && crate::record::samplers::procfs::alive(p.tgid)
+        };
         // Its files (read anew from its maps while it lives, else those
         // held since its exec), named in the namer, on a worker.
+        let (whose, refresh, note) = if lives(self, &proc) {
+            (proc, true, None)
+        } else if self.mapped.contains_key(&proc) {
+            (
+                proc,
+                false,
+                Some("the process was gone; named from the files it ran"),
+            )
+        } else if let Some(o) = owner.filter(|o| lives(self, o)) {
+            (
+                o,
+                true,
+                Some("the process was gone; named through the process it was forked from"),
+            )
+        } else if let Some(o) = owner.filter(|o| self.mapped.contains_key(o)) {
+            (
+                o,
+                false,
+                Some(
+                    "the process was gone; named from the files the process it was forked from ran",
+                ),
+            )
+        } else {
+            *why = Some("the process was gone, and no file it ran was held".into());
+            return frames;
+        };
         let stack = super::namer::StackMsg {
             ips: ips.to_vec(),
             hows: Vec::new(),
             copy: None,
         };
-        let note = (!alive).then_some("the process was gone; named from the files it ran");
-        match self.name_with(proc, alive, vec![stack], note) {
+        match self.name_with(whose, refresh, vec![stack], note) {
             Ok(mut r) if !r.is_empty() => {
                 let (f, w) = r.swap_remove(0);
                 *why = w;
@@ -159,7 +199,12 @@ impl StackCollector {
             Err(e) => *why = Some(e),
         }
         fill(&mut frames, self.known.get(&proc));
-        remember(self.known.entry(proc).or_default(), &frames);
+        if let Some(o) = owner {
+            fill(&mut frames, self.known.get(&o));
+        }
+        // What a fork's own maps named may be a library only it loaded:
+        // kept for its own threads, not handed to its siblings.
+        remember(self.known.entry(whose).or_default(), &frames);
         frames
     }
 }

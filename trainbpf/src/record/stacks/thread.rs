@@ -83,7 +83,9 @@ pub struct Stacks {
     /// Stacks at death, on a channel of their own: the process is on its
     /// way out, and the thread names them between two processes of a
     /// drain, not after it.
-    deaths: Sender<Box<DeathStack>>,
+    deaths: Sender<super::death::Dying>,
+    /// Whose code each forked job process runs, for its stack at death.
+    family: super::family::Family,
     rx: Receiver<Out>,
 }
 
@@ -96,7 +98,7 @@ impl Stacks {
         let exec_hold = maps.exec_hold.take();
         let readers = Readers::new();
         let (tx, msgs) = mpsc::channel::<Msg>();
-        let (deaths, urgent) = mpsc::channel::<Box<DeathStack>>();
+        let (deaths, urgent) = mpsc::channel::<super::death::Dying>();
         let (out, rx) = mpsc::channel::<Out>();
         let spawned = thread::Builder::new()
             .name("trainbpf-stacks".into())
@@ -116,6 +118,7 @@ impl Stacks {
             queued: Vec::new(),
             exec_hold,
             deaths,
+            family: Default::default(),
             rx,
         }
     }
@@ -123,7 +126,11 @@ impl Stacks {
     /// A job thread's stacks at a fatal signal, to name at once. Never
     /// waits.
     pub fn death(&mut self, ev: DeathStack) {
-        if self.deaths.send(Box::new(ev)).is_ok() {
+        let owner = self.family.owner_of(trainbpf_report::decode::ProcKey {
+            tgid: ev.hdr.tgid,
+            start_ns: ev.hdr.start_ns,
+        });
+        if self.deaths.send((Box::new(ev), owner)).is_ok() {
             self.send(Msg::Death);
         }
     }
@@ -314,15 +321,24 @@ impl crate::record::observe::Observe for Stacks {
     fn observe(&mut self, t: &trainbpf_report::decode::Timed) {
         use trainbpf_report::decode::Event;
         match &t.event {
-            Event::Fork { child, parent, .. } => self.queue(Msg::Fork {
-                child: *child,
-                parent: *parent,
-            }),
+            Event::Fork { child, parent, .. } => {
+                self.family.fork(*child, *parent);
+                self.queue(Msg::Fork {
+                    child: *child,
+                    parent: *parent,
+                })
+            }
             // A stack taken before an exec resolves only against the old
             // program: the thread drains at the tick that follows, to
             // narrow the window in which one is read against the new one.
-            Event::Exec { proc, held, .. } => self.queue(Msg::Exec(*proc, t.ts_ns, *held)),
-            Event::Exit { proc, .. } => self.queue(Msg::Exit(*proc)),
+            Event::Exec { proc, held, .. } => {
+                self.family.gone(*proc);
+                self.queue(Msg::Exec(*proc, t.ts_ns, *held))
+            }
+            Event::Exit { proc, .. } => {
+                self.family.gone(*proc);
+                self.queue(Msg::Exit(*proc))
+            }
             Event::Oom(_) => self.send(Msg::Due),
             _ => {}
         }
