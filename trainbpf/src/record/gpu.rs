@@ -276,13 +276,13 @@ impl GpuProbes {
             }
             let detail = if g.attached_files > 0 {
                 format!(
-                    "{} libcuda file(s) probed by {}; job processes' maps are scanned every second for others",
+                    "{} libcuda file(s) probed by {}; job processes' maps are scanned for others (once each where the late probe is on the file faults)",
                     g.attached_files,
                     g.links_kind()
                 )
             } else {
                 format!(
-                    "no libcuda.so* found at start ({ENV_LIBCUDA}, ldconfig -p, {}, /usr/local/cuda*/compat); job processes' maps are scanned every second",
+                    "no libcuda.so* found at start ({ENV_LIBCUDA}, ldconfig -p, {}, /usr/local/cuda*/compat); job processes' maps are scanned (once each where the late probe is on the file faults)",
                     LIB_DIRS.join(", ")
                 )
             };
