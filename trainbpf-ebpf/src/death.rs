@@ -98,6 +98,6 @@ pub fn signal_deliver_stack(ctx: BtfTracePointContext) -> u32 {
         let (_, state) = crate::python::read(&key, core::ptr::addr_of_mut!((*ev).py));
         (*ev).py_state = state;
     }
-    entry.submit(0);
+    entry.submit(crate::death_wake(0));
     0
 }

@@ -264,7 +264,7 @@ fn try_sched_exit(ctx: &BtfTracePointContext) -> Result<u32, u32> {
     // SAFETY: reserved slot, written above.
     let signalled = unsafe { (*ev).exit_code } & 0x7f != 0;
     entry.submit(if signalled {
-        crate::BPF_RB_FORCE_WAKEUP
+        crate::death_wake(crate::BPF_RB_FORCE_WAKEUP)
     } else {
         lazy_precious()
     });

@@ -161,6 +161,23 @@ fn lazy_precious() -> u64 {
     }
 }
 
+/// Submit flags for a record a job's error file waits on (a SIGKILL, a
+/// death by a signal, its stack), `flags` for the recorder of a job:
+/// torchelastic's agent reads the file as soon as it reaps the worker, so
+/// the collector is woken at once. `record --all` writes no error files
+/// (no job of a user's to speak for): there such records wait for the
+/// collector's next look, as routine records do, since on a node where
+/// processes die a hundred times a second a wake-up each cost the
+/// recorder a context switch per death.
+#[inline(always)]
+fn death_wake(flags: u64) -> u64 {
+    if conf!(all_processes) != 0 {
+        lazy_precious()
+    } else {
+        flags
+    }
+}
+
 /// A ring refused a record of `kind` in program `prog`: counted, and
 /// logged with `--ebpf-log`.
 #[inline(always)]

@@ -112,12 +112,12 @@ fn try_signal_generate(ctx: &BtfTracePointContext) -> Result<u32, u32> {
         (*ev).comm = rd_comm(task);
     }
     // A SIGKILL wakes the collector at once (torchelastic's error file
-    // races the victim's reaping); other signals at its next look.
-    entry.submit(if sig == 9 {
+    // races the victim's reaping); other signals when it is idle.
+    entry.submit(crate::death_wake(if sig == 9 {
         crate::BPF_RB_FORCE_WAKEUP
     } else {
         0
-    });
+    }));
     Ok(0)
 }
 
