@@ -4,3 +4,4 @@ mod late;
 mod ledger;
 mod links;
 mod probing;
+mod scan;

@@ -7,7 +7,7 @@
  * It prints how long dlopen took (a hold at the mapping is inside it) and
  * how long after dlopen's return its first call returned.
  *
- * usage: late_job LIBCUDA_PATH [fork | stop | window MS]
+ * usage: late_job LIBCUDA_PATH [fork | stop | window MS | until FILE]
  *   fork:      the calls are made by a child forked before the dlopen;
  *   stop:      as fork, and once the child is seen stopped (held at its
  *              mapping), the parent stops it too (SIGSTOP), waits 1.5 s,
@@ -15,6 +15,9 @@
  *   window MS: after the four calls, sleep MS milliseconds, then one more
  *              cuMemAlloc_v2 of 2 MiB (what a recorder that attached late
  *              sees).
+ *   until FILE: after the four calls, wait until FILE exists (30 s at
+ *              most), then one more cuMemAlloc_v2 of 2 MiB (a recorder
+ *              attached after the library was mapped and its pages touched).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -61,6 +64,9 @@ static void check(const char *what, CUresult got) {
     }
 }
 
+/* `until FILE`'s file; NULL otherwise. */
+static const char *until_path;
+
 static int run(const char *path, long window_ms) {
     long long opening = now_us();
     void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -92,6 +98,11 @@ static int run(const char *path, long window_ms) {
     fflush(stdout);
     if (window_ms > 0) {
         usleep((useconds_t)window_ms * 1000);
+        check("cuMemAlloc_v2", alloc(&d, 2 * MIB));
+    }
+    if (until_path) {
+        for (int i = 0; i < 3000 && access(until_path, F_OK) != 0; i++)
+            usleep(10000);
         check("cuMemAlloc_v2", alloc(&d, 2 * MIB));
     }
     return 0;
@@ -155,6 +166,8 @@ int main(int argc, char **argv) {
         }
         return 0;
     }
+    if (argc >= 4 && strcmp(argv[2], "until") == 0)
+        until_path = argv[3];
     long window = argc >= 4 && strcmp(argv[2], "window") == 0 ? atol(argv[3]) : 0;
     return run(argv[1], window);
 }

@@ -164,6 +164,10 @@ pub(super) async fn collect(start: Start<'_>) -> Result<(Option<ExitStatus>, Fil
     let (pid, child) = start_job(
         &mut c, &mut job, &target, &attached, &invoker, job_adj, cgroup,
     )?;
+    // The job's processes from before the probes: the only ones the GPU
+    // maps scan may need to read (none for `--all`, whose job is what is
+    // born from here on).
+    gpu.predating(c.job.iter().copied());
     startup.mark("job started");
 
     // The kernel programs submit routine records without waking us (a

@@ -419,6 +419,19 @@ impl GpuProbes {
         self.late.as_mut()?.release_agent(tgid)
     }
 
+    /// The job's processes that predate the probes (an attached job's, or
+    /// the root the recorder just started): where the late probe is on the
+    /// file faults, the maps scan reads these, once each, and no other
+    /// (`probe.rs`, `pids_to_scan`).
+    pub fn predating(&mut self, pids: impl Iterator<Item = u32>) {
+        if self.late.as_ref().is_some_and(|l| l.on_faults()) {
+            let mut pids: Vec<u32> = pids.collect();
+            // Scanned from the end: lowest pids first.
+            pids.sort_unstable_by(|a, b| b.cmp(a));
+            self.to_scan = Some(pids);
+        }
+    }
+
     /// Whether a job process can be held, its hold bounded by the
     /// watchdog (the recorder runs the job).
     pub fn holds(&self) -> bool {

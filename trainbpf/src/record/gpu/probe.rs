@@ -265,8 +265,9 @@ impl GpuProbes {
     /// The job processes whose maps this scan reads. Where the late probe
     /// is on the file faults, it catches every process that touches an
     /// unprobed library from then on, so only the processes already there
-    /// need a look, once each: the job's processes at the first scan, a
-    /// scan's worth at a time. A `record --all` node that forks a thousand
+    /// need a look, once each: those the collector named as the job's when
+    /// the probes were on (`GpuProbes::predating`; else the job's at the
+    /// first scan), a scan's worth at a time. A `record --all` node that forks a thousand
     /// processes a second read 512 of their maps every second, for
     /// nothing. Elsewhere (the `mmap` tracepoint misses what a fork
     /// inherits), every process in turn, every scan.
