@@ -139,6 +139,12 @@ pub struct GpuProbes {
     /// Where the late probe is on the file faults: the job's processes at
     /// the first scan, not scanned yet ([`probe`]'s `scan_maps`).
     to_scan: Option<Vec<u32>>,
+    /// The reads of the job's `/proc` (its maps, its mapped files), on
+    /// workers with a deadline: this runs on the thread that drains the
+    /// rings ([`probe::READ_DEADLINE`]).
+    readers: crate::record::samplers::procfs::guard::Readers,
+    /// Processes whose read for the maps scan stalled: not read again.
+    scan_stalled: HashSet<u32>,
     attached_files: usize,
     /// The late-library probe; `None` where the uprobes did not load.
     late: Option<late::Late>,
@@ -227,6 +233,8 @@ impl GpuProbes {
             nvml_failed: false,
             scan_from: 0,
             to_scan: None,
+            readers: Default::default(),
+            scan_stalled: HashSet::new(),
             attached_files: 0,
             late: None,
             late_lost: GpuLost::default(),

@@ -117,43 +117,18 @@ impl GpuProbes {
         out
     }
 
-    /// The file a thread maps, held by a descriptor: through the
-    /// thread's own descriptor, or, once that is closed (or where a fault
-    /// found the mapping), the mapping. Refused when the descriptor is not
-    /// open for reading. The path is the job's to choose: shown only,
-    /// escaped when printed.
+    /// The file a thread maps, held by a descriptor ([`open_mapped`]),
+    /// read on a worker: a job can make its `/proc` reads wait.
     fn mapped_file(&self, ev: &CudaMapEvent, name: &str) -> Result<(Pinned, String), NotOpened> {
-        let (tgid, dev) = (ev.hdr.tgid, user_dev(ev.dev));
-        let fdinfo = (ev.fd >= 0)
-            .then(|| std::fs::read_to_string(format!("/proc/{}/fdinfo/{}", ev.tid, ev.fd)).ok())
-            .flatten();
-        let by_fd = match fdinfo.as_deref().and_then(not_readable) {
-            _ if ev.fd < 0 => Err(NotOpened {
-                why: format!("pid {tgid} maps it, and no mapping of it was found"),
+        let (ev, name) = (*ev, name.to_string());
+        self.read_job(ev.hdr.tgid, "the libcuda it mapped", move || {
+            open_mapped(&ev, &name)
+        })
+        .unwrap_or_else(|e| {
+            Err(NotOpened {
+                why: format!("its mapping was not read: {e}"),
                 unreadable: false,
-            }),
-            Some(how) => Err(NotOpened {
-                why: format!("descriptor {} is not open for reading ({how})", ev.fd),
-                unreadable: true,
-            }),
-            None => Pinned::descriptor(ev.tid, ev.fd, dev, ev.ino)
-                .map(|f| (f, fd_path(ev, name.to_string())))
-                .map_err(|why| NotOpened {
-                    why,
-                    unreadable: false,
-                }),
-        };
-        // A mapping of the file proves it was open for reading then.
-        by_fd.or_else(|e| {
-            let m = mapped_libcuda(tgid)
-                .into_iter()
-                .find(|m| (m.dev, m.ino) == (dev, ev.ino))
-                .ok_or(e)?;
-            let f = Pinned::mapped(tgid, m.range, m.dev, m.ino).map_err(|why| NotOpened {
-                why,
-                unreadable: false,
-            })?;
-            Ok((f, m.name.display().to_string()))
+            })
         })
     }
 
@@ -167,7 +142,13 @@ impl GpuProbes {
             // nothing of it is opened, only said.
             self.late_lost.unreadable += 1;
             let a = GpuAttach {
-                path: fd_path(ev, name),
+                path: {
+                    let (e, n) = (*ev, name.clone());
+                    self.read_job(tgid, "the path of the libcuda it mapped", move || {
+                        fd_path(&e, n)
+                    })
+                    .unwrap_or(name)
+                },
                 dev,
                 ino: ev.ino,
                 found_by: "mmap".into(),
@@ -295,6 +276,46 @@ impl GpuProbes {
             rec(out, now, GpuUserBody::GpuLate(w));
         }
     }
+}
+
+/// The file a thread maps, held by a descriptor: through the
+/// thread's own descriptor, or, once that is closed (or where a fault
+/// found the mapping), the mapping. Refused when the descriptor is not
+/// open for reading. The path is the job's to choose: shown only,
+/// escaped when printed.
+fn open_mapped(ev: &CudaMapEvent, name: &str) -> Result<(Pinned, String), NotOpened> {
+    let (tgid, dev) = (ev.hdr.tgid, user_dev(ev.dev));
+    let fdinfo = (ev.fd >= 0)
+        .then(|| std::fs::read_to_string(format!("/proc/{}/fdinfo/{}", ev.tid, ev.fd)).ok())
+        .flatten();
+    let by_fd = match fdinfo.as_deref().and_then(not_readable) {
+        _ if ev.fd < 0 => Err(NotOpened {
+            why: format!("pid {tgid} maps it, and no mapping of it was found"),
+            unreadable: false,
+        }),
+        Some(how) => Err(NotOpened {
+            why: format!("descriptor {} is not open for reading ({how})", ev.fd),
+            unreadable: true,
+        }),
+        None => Pinned::descriptor(ev.tid, ev.fd, dev, ev.ino)
+            .map(|f| (f, fd_path(ev, name.to_string())))
+            .map_err(|why| NotOpened {
+                why,
+                unreadable: false,
+            }),
+    };
+    // A mapping of the file proves it was open for reading then.
+    by_fd.or_else(|e| {
+        let m = mapped_libcuda(tgid)
+            .into_iter()
+            .find(|m| (m.dev, m.ino) == (dev, ev.ino))
+            .ok_or(e)?;
+        let f = Pinned::mapped(tgid, m.range, m.dev, m.ino).map_err(|why| NotOpened {
+            why,
+            unreadable: false,
+        })?;
+        Ok((f, m.name.display().to_string()))
+    })
 }
 
 #[cfg(test)]

@@ -8,13 +8,15 @@
 //! capped at [`MAX_LIBRARIES`]; one past the cap is not read, and each
 //! such mapping is counted (`gpu.lost.over_cap`), the first also said.
 
-use std::path::Path;
+use std::{path::Path, time::Duration};
 
 use aya::{
     Ebpf,
     maps::{HashMap as BpfHashMap, MapData},
 };
 use trainbpf_report::decode::gpu::{GpuAttach, GpuUserBody};
+
+use crate::record::samplers::procfs::guard::{STATS, Stall};
 
 use super::{
     CUDA_SYMBOLS, GpuProbes, Records,
@@ -34,6 +36,20 @@ pub(super) const MAX_LIBRARIES: usize = 16;
 /// Job processes whose maps are read per scan: bounds the work on a job
 /// with thousands of processes (the rest wait for the next scan).
 const MAX_SCAN: usize = 512;
+
+/// How long a read of the job's `/proc` for the GPU probes (a process's
+/// maps, a mapped file's descriptor) may take. They run on the thread that
+/// drains the rings, and a job can make such a read wait as long as it
+/// likes (a thread of its own holding its memory map's lock, behind a
+/// filesystem that does not answer: `procfs::guard`). A read takes
+/// milliseconds: past this it is abandoned on its worker, counted and said
+/// in the recording (`job_reads`), and for the maps scan its process is
+/// not read again. Each process stalls the rings' thread once at most, and
+/// past `guard::MAX_STUCK` stuck reads none at all.
+pub(super) const READ_DEADLINE: Duration = Duration::from_millis(500);
+
+/// Processes remembered as stalled by the maps scan, at most.
+const MAX_STALLED: usize = 4096;
 
 /// Why a mapped file could not be opened: said, and counted as unreadable
 /// when its descriptor was not open for reading.
@@ -236,7 +252,16 @@ impl GpuProbes {
         out: &mut Records,
     ) {
         for pid in self.pids_to_scan(job) {
-            for m in super::maps::mapped_libcuda(pid) {
+            if self.scan_stalled.contains(&pid) {
+                continue;
+            }
+            let maps = self.read_job(pid, "its maps, for the GPU maps scan", move || {
+                super::maps::mapped_libcuda(pid)
+            });
+            let Some(maps) = self.stalled_if_not(pid, maps) else {
+                continue;
+            };
+            for m in maps {
                 if self.at_cap() {
                     return;
                 }
@@ -245,7 +270,15 @@ impl GpuProbes {
                 }
                 // The file mapped, not what its path names now; one that
                 // cannot be pinned is tried again next scan.
-                let Ok(file) = Pinned::mapped(pid, m.range, m.dev, m.ino) else {
+                let (range, dev, ino) = (m.range, m.dev, m.ino);
+                let pinned =
+                    self.read_job(pid, "a mapped libcuda, for the GPU maps scan", move || {
+                        Pinned::mapped(pid, range, dev, ino)
+                    });
+                let Some(pinned) = self.stalled_if_not(pid, pinned) else {
+                    break;
+                };
+                let Ok(file) = pinned else {
                     if let Some(rest) = &mut self.to_scan {
                         rest.push(pid);
                         break;
@@ -298,5 +331,33 @@ impl GpuProbes {
         (0..n.min(MAX_SCAN))
             .map(|i| pids[(start + i) % n])
             .collect()
+    }
+
+    /// Runs a read of the job's `/proc` for process `pid` on a worker,
+    /// waiting [`READ_DEADLINE`] at most; a read that did not come back is
+    /// said in the recording, as `what`.
+    pub(super) fn read_job<T: Send + 'static>(
+        &self,
+        pid: u32,
+        what: &str,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, Stall> {
+        self.readers.run(READ_DEADLINE, f).inspect_err(|e| {
+            STATS.note(|| format!("pid {pid}: {what}: {e}"));
+        })
+    }
+
+    /// The read's value; where it timed out, its process is not read by
+    /// the scan again.
+    fn stalled_if_not<T>(&mut self, pid: u32, r: Result<T, Stall>) -> Option<T> {
+        match r {
+            Ok(v) => Some(v),
+            Err(e) => {
+                if matches!(e, Stall::TimedOut(_)) && self.scan_stalled.len() < MAX_STALLED {
+                    self.scan_stalled.insert(pid);
+                }
+                None
+            }
+        }
     }
 }

@@ -5,9 +5,11 @@
 //! holds its memory map's lock while another waits to take it for writing
 //! (every later reader of the lock then waits behind it, the kernel's
 //! readers of `/proc/PID/cmdline`, `environ` and `mem` among them). The
-//! thread that drains the ring buffers never makes such a read;
-//! the threads that do hand each one to a worker here and
-//! wait for it at most its deadline. A read past its deadline is
+//! thread that drains the ring buffers makes no such read itself: the
+//! threads that do hand each one to a worker here and wait for it at most
+//! its deadline. (The GPU probes' few reads, a driver library's maps and
+//! descriptor, are the one wait on the draining thread: half a second at
+//! most, and the maps scan's once per process, `gpu/probe.rs`.) A read past its deadline is
 //! abandoned: its worker may stay blocked in the kernel, so at most
 //! [`MAX_STUCK`] may be at once, and past that reads are refused until
 //! one returns. Each abandoned and refused read is counted in [`STATS`]
@@ -32,9 +34,10 @@ pub const DEADLINE: Duration = Duration::from_secs(2);
 /// large library's DWARF takes seconds the first time.
 pub const FILES_DEADLINE: Duration = Duration::from_secs(15);
 /// Workers of one pool that may be blocked in an abandoned read at once
-/// (each a thread with its stack; the recorder has four pools, the
-/// identities', the stacks', the shared-memory looks' and the USS/PSS
-/// samples'): past this, the pool refuses reads until one of them returns.
+/// (each a thread with its stack; the recorder has five pools, the
+/// identities', the stacks', the shared-memory looks', the USS/PSS
+/// samples' and the GPU probes'): past this, the pool refuses reads until
+/// one of them returns.
 pub const MAX_STUCK: usize = 4;
 /// Idle workers kept for the next read.
 const MAX_IDLE: usize = 2;
