@@ -301,6 +301,9 @@ impl Session {
                         for t in attached.procs() {
                             if c.job.insert(t) {
                                 seed(job, t)?;
+                                // It may have mapped a driver library
+                                // before it was the job's.
+                                gpu.predating(std::iter::once(t));
                             }
                         }
                         c.poll_pressure();

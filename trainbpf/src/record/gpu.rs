@@ -427,16 +427,18 @@ impl GpuProbes {
         self.late.as_mut()?.release_agent(tgid)
     }
 
-    /// The job's processes that predate the probes (an attached job's, or
-    /// the root the recorder just started): where the late probe is on the
-    /// file faults, the maps scan reads these, once each, and no other
-    /// (`probe.rs`, `pids_to_scan`).
+    /// Job processes that were not the job's when the probe could see
+    /// them map a library: an attached job's at the start, the root the
+    /// recorder just started, a process moved into an attached cgroup
+    /// later. Where the late probe is on the file faults, the maps scan
+    /// reads these, once each, and no other (`probe.rs`, `pids_to_scan`).
     pub fn predating(&mut self, pids: impl Iterator<Item = u32>) {
         if self.late.as_ref().is_some_and(|l| l.on_faults()) {
-            let mut pids: Vec<u32> = pids.collect();
-            // Scanned from the end: lowest pids first.
-            pids.sort_unstable_by(|a, b| b.cmp(a));
-            self.to_scan = Some(pids);
+            let rest = self.to_scan.get_or_insert_with(Vec::new);
+            let before = rest.len();
+            rest.extend(pids);
+            // Scanned from the end: these first, lowest pid first.
+            rest[before..].sort_unstable_by(|a, b| b.cmp(a));
         }
     }
 

@@ -417,10 +417,18 @@ impl Late {
     /// The processes with an uncovered window open: the kernel opens one
     /// for a process whose mapping's record it could not send, and adds
     /// nothing more for that process and file; a maps scan finds them.
-    pub fn window_pids(&self) -> Vec<u32> {
+    /// `tried`: whether a file (`stat`'s device, inode) was tried; its
+    /// windows are left out.
+    pub fn window_pids(&self, tried: impl Fn((u64, u64)) -> bool) -> Vec<u32> {
         self.windows
             .as_ref()
-            .map(|m| m.keys().filter_map(Result::ok).collect())
+            .map(|m| {
+                m.iter()
+                    .filter_map(Result::ok)
+                    .filter(|(_, w)| !tried((user_dev(w.dev), w.ino)))
+                    .map(|(pid, _)| pid)
+                    .collect()
+            })
             .unwrap_or_default()
     }
 

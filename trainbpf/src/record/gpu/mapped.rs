@@ -16,6 +16,8 @@ use trainbpf_report::{
     units::human_ms,
 };
 
+use crate::record::samplers::procfs::guard::Stall;
+
 use super::{
     GpuProbes, Records,
     late::{ENV_FORCE_WINDOW_MS, forced_window, kernel_dev, user_dev},
@@ -118,17 +120,16 @@ impl GpuProbes {
     }
 
     /// The file a thread maps, held by a descriptor ([`open_mapped`]),
-    /// read on a worker: a job can make its `/proc` reads wait.
-    fn mapped_file(&self, ev: &CudaMapEvent, name: &str) -> Result<(Pinned, String), NotOpened> {
+    /// read on a worker: a job can make its `/proc` reads wait. `Err`: the
+    /// read did not come back, which says nothing of the file.
+    fn mapped_file(
+        &self,
+        ev: &CudaMapEvent,
+        name: &str,
+    ) -> Result<Result<(Pinned, String), NotOpened>, Stall> {
         let (ev, name) = (*ev, name.to_string());
         self.read_job(ev.hdr.tgid, "the libcuda it mapped", move || {
             open_mapped(&ev, &name)
-        })
-        .unwrap_or_else(|e| {
-            Err(NotOpened {
-                why: format!("its mapping was not read: {e}"),
-                unreadable: false,
-            })
         })
     }
 
@@ -167,12 +168,35 @@ impl GpuProbes {
             Tried::Probed => true,
             Tried::NotProbed => false,
             Tried::No if self.at_cap() => {
-                shown = fd_path(ev, name.clone());
+                // Shown in the first one's message only.
+                if !self.over_cap_said {
+                    let (e, n) = (*ev, name.clone());
+                    shown = self
+                        .read_job(tgid, "the path of the libcuda it mapped", move || {
+                            fd_path(&e, n)
+                        })
+                        .unwrap_or(shown);
+                }
                 self.over_cap(out, dev, ev.ino, &shown, tgid);
                 false
             }
             Tried::No => match self.mapped_file(ev, &name) {
-                Ok((file, path)) => {
+                // Not marked tried: the next process to map it is looked
+                // at afresh (this one's calls are a window).
+                Err(stall) => {
+                    let a = GpuAttach {
+                        path: shown.clone(),
+                        dev,
+                        ino: ev.ino,
+                        found_by: "mmap".into(),
+                        pid: Some(tgid),
+                        error: Some(format!("its mapping was not read: {stall}")),
+                        ..GpuAttach::default()
+                    };
+                    rec(out, mono_ns(), GpuUserBody::GpuAttach(a));
+                    false
+                }
+                Ok(Ok((file, path))) => {
                     shown = path;
                     self.attach_library(ebpf, &file, Path::new(&shown), "mmap", Some(tgid))
                         .is_some_and(|a| {
@@ -181,7 +205,7 @@ impl GpuProbes {
                             ok
                         })
                 }
-                Err(e) => {
+                Ok(Err(e)) => {
                     self.not_opened(out, dev, ev.ino, &shown, tgid, e);
                     false
                 }

@@ -280,7 +280,9 @@ impl GpuProbes {
                 };
                 let Ok(file) = pinned else {
                     if let Some(rest) = &mut self.to_scan {
-                        rest.push(pid);
+                        if !rest.contains(&pid) {
+                            rest.push(pid);
+                        }
                         break;
                     }
                     continue;
@@ -317,9 +319,15 @@ impl GpuProbes {
             let mut pids = rest.split_off(keep);
             // And, every scan, the processes whose mapping's record was
             // lost: their windows are the sign, and nothing else sees them.
+            // A window on a file tried already closes at its attach, or
+            // stays for the run where it could not be probed: no read
+            // would change that.
             if let Some(l) = &self.late {
-                pids.extend(l.window_pids());
+                let tried = &self.tried;
+                pids.extend(l.window_pids(|file| tried.contains(&file)));
             }
+            pids.sort_unstable();
+            pids.dedup();
             return pids;
         }
         let mut pids: Vec<u32> = job.keys().filter_map(Result::ok).collect();
