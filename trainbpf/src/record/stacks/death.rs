@@ -87,7 +87,17 @@ impl StackCollector {
             let n = (ev.native_len as usize / 8).min(STACK_DEPTH);
             let mut ips = ev.native[..n].to_vec();
             let via_sp = super::with_leaf(&mut ips, ev.leaf_ret);
-            let mut f = self.native_at_death(proc, owner, &ips, &mut why);
+            let mut through_owner = false;
+            let mut f = self.native_at_death(proc, owner, &ips, &mut why, &mut through_owner);
+            if through_owner {
+                // Its code at the fork, at the same addresses; a library
+                // it loaded since at an address the other reused would
+                // be misnamed, so it is said.
+                notes.push(
+                    "native frames named through the process it was forked from, whose code it ran (it never exec'd)"
+                        .into(),
+                );
+            }
             for (f, how) in f.iter_mut().zip(super::walked(ips.len(), via_sp)) {
                 f.found = Some(how.into());
             }
@@ -127,14 +137,16 @@ impl StackCollector {
     /// or what its `owner`'s did (a fork runs its parent's code at the same
     /// addresses, and its siblings died the same way), else from the live
     /// process, else from its held files, else from its owner, live or
-    /// through its held files; what is named is remembered for its other
-    /// threads, or for the owner's other forks where the owner named it.
+    /// through its held files. What is named is remembered for its other
+    /// threads, or, named from the owner's maps, for the owner's other
+    /// forks; `through_owner` is set where the owner named any of them.
     fn native_at_death(
         &mut self,
         proc: ProcKey,
         owner: Option<ProcKey>,
         ips: &[u64],
         why: &mut Option<String>,
+        through_owner: &mut bool,
     ) -> Vec<Frame> {
         let bare = |addr: u64| Frame {
             kind: "native".into(),
@@ -142,13 +154,16 @@ impl StackCollector {
             ..Default::default()
         };
         let mut frames: Vec<Frame> = ips.iter().take(MAX_FRAMES).map(|&a| bare(a)).collect();
-        if fill(&mut frames, self.known.get(&proc)) == 0 {
+        let left = fill(&mut frames, self.known.get(&proc));
+        if left == 0 {
             return frames;
         }
-        if let Some(o) = owner
-            && fill(&mut frames, self.known.get(&o)) == 0
-        {
-            return frames;
+        if let Some(o) = owner {
+            let still = fill(&mut frames, self.known.get(&o));
+            *through_owner = still < left;
+            if still == 0 {
+                return frames;
+            }
         }
         let lives = |c: &StackCollector, p: &ProcKey| {
             !c.exited.contains(p) && crate::record::samplers::procfs::alive(p.tgid)
@@ -164,19 +179,9 @@ impl StackCollector {
                 Some("the process was gone; named from the files it ran"),
             )
         } else if let Some(o) = owner.filter(|o| lives(self, o)) {
-            (
-                o,
-                true,
-                Some("the process was gone; named through the process it was forked from"),
-            )
+            (o, true, Some("the process was gone"))
         } else if let Some(o) = owner.filter(|o| self.mapped.contains_key(o)) {
-            (
-                o,
-                false,
-                Some(
-                    "the process was gone; named from the files the process it was forked from ran",
-                ),
-            )
+            (o, false, Some("the process was gone"))
         } else {
             *why = Some("the process was gone, and no file it ran was held".into());
             return frames;
@@ -194,17 +199,21 @@ impl StackCollector {
                 for f in &mut frames {
                     f.found = None;
                 }
+                // Only what `whose`'s own maps named is kept as its: a
+                // fork's own names may be a library only it loaded.
+                remember(self.known.entry(whose).or_default(), &frames);
+                // The owner's earlier names were replaced with these.
+                *through_owner = whose != proc && frames.iter().any(|f| f.function.is_some());
             }
             Ok(_) => {}
             Err(e) => *why = Some(e),
         }
-        fill(&mut frames, self.known.get(&proc));
-        if let Some(o) = owner {
-            fill(&mut frames, self.known.get(&o));
+        let left = fill(&mut frames, self.known.get(&proc));
+        if let Some(o) = owner
+            && fill(&mut frames, self.known.get(&o)) < left
+        {
+            *through_owner = true;
         }
-        // What a fork's own maps named may be a library only it loaded:
-        // kept for its own threads, not handed to its siblings.
-        remember(self.known.entry(whose).or_default(), &frames);
         frames
     }
 }
