@@ -521,19 +521,7 @@ impl Pythons {
         self.named.remove(&p);
         self.lost.remove(&p);
         self.since.remove(&p);
-        // One found to run no interpreter has no entry in the kernel's map
-        // (nor had its parent, for a fork that inherited that): no delete,
-        // which on a node forking a thousand such processes a second was a
-        // system call per exit for nothing.
-        if let Some(s) = self.procs.remove(&p)
-            && !matches!(
-                s,
-                State::Failed {
-                    not_python: true,
-                    ..
-                }
-            )
-        {
+        if self.procs.remove(&p).is_some() {
             let _ = map.remove(&proc_id(p));
         }
     }
