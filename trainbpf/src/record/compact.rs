@@ -7,9 +7,11 @@
 //!   USS/PSS, NVML) are folded into buckets (a minute, then ten, then an
 //!   hour, step by step as the budget requires): per process and bucket the
 //!   last sample stays, with the one of peak resident memory and the one of
-//!   peak honest growth. The counters they carry are absolute (RSS) or
-//!   cumulative (pages allocated and freed, stall time), so what stays is
-//!   exact at the bucket's resolution: the report reads it like any other.
+//!   peak honest growth; a victim's bucket ends at its kill, so that its
+//!   exit record does not take its growth's place. The counters they
+//!   carry are absolute (RSS) or cumulative (pages allocated and freed,
+//!   stall time), so what stays is exact at the bucket's resolution: the
+//!   report reads it like any other.
 //! - Everything else is kept whatever its age: kills and OOM context,
 //!   deaths and signals, forks, execs and exits, GPU calls and Xids, job
 //!   start and end, lost-event counts, names. So are all samples in the
@@ -212,13 +214,24 @@ impl Bits {
 }
 
 /// Adds sample `idx` to its bucket of `bucket` ns.
-fn fold_into(open: &mut HashMap<(Key, u64, u64), Keep>, bucket: u64, s: &SampleInfo, idx: u64) {
+/// Open buckets: the sample's key, the bucket's size and start, and
+/// whether the sample's process was killed at or before it.
+type Open = HashMap<(Key, u64, u64, bool), Keep>;
+
+/// `after_kill`: the sample's process was killed at or before it. A bucket
+/// of a victim's never spans its kill: its exit record, right after the
+/// kill and the bucket's peak and last, took the place of every sample of
+/// its growth before it, which the report's growers read (seen in the
+/// flight e2e test, at a second's buckets).
+fn fold_into(open: &mut Open, bucket: u64, s: &SampleInfo, idx: u64, after_kill: bool) {
     let start = s.ts - s.ts % bucket;
-    let k = open.entry((s.key, bucket, start)).or_insert(Keep {
-        last: (s.ts, idx),
-        peak_resident: (s.resident_kb, idx),
-        peak_net: (s.net_kb, idx),
-    });
+    let k = open
+        .entry((s.key, bucket, start, after_kill))
+        .or_insert(Keep {
+            last: (s.ts, idx),
+            peak_resident: (s.resident_kb, idx),
+            peak_net: (s.net_kb, idx),
+        });
     if s.ts >= k.last.0 {
         k.last = (s.ts, idx);
     }
@@ -230,20 +243,28 @@ fn fold_into(open: &mut HashMap<(Key, u64, u64), Keep>, bucket: u64, s: &SampleI
     }
 }
 
-/// Kill-like events that protect the samples before them.
-fn protects(kind: u16, bytes: &[u8], page_kb: u64) -> Option<u64> {
+/// Kill-like events that protect the samples before them: when, and the
+/// victim's memory samples' key.
+fn protects(kind: u16, bytes: &[u8], page_kb: u64) -> Option<(u64, Key)> {
     use trainbpf_common as common;
+    let key = |p: &decode::ProcKey| Key::Mem {
+        tgid: p.tgid,
+        start_ns: p.start_ns,
+    };
     match kind {
-        common::KIND_OOM_VICTIM | common::KIND_OOM_KILL => {
-            decode::decode(kind, bytes, page_kb).ok().map(|t| t.ts_ns)
+        common::KIND_OOM_VICTIM | common::KIND_OOM_KILL | common::KIND_SIGNAL => {
+            match decode::decode(kind, bytes, page_kb).ok()? {
+                decode::Timed {
+                    ts_ns,
+                    event: Event::Oom(o),
+                } => Some((ts_ns, key(&o.victim))),
+                decode::Timed {
+                    ts_ns,
+                    event: Event::Signal(s),
+                } if s.sig == 9 => Some((ts_ns, key(&s.target))),
+                _ => None,
+            }
         }
-        common::KIND_SIGNAL => match decode::decode(kind, bytes, page_kb).ok()? {
-            decode::Timed {
-                ts_ns,
-                event: Event::Signal(s),
-            } if s.sig == 9 => Some(ts_ns),
-            _ => None,
-        },
         _ => None,
     }
 }
@@ -271,14 +292,16 @@ pub fn compact<R1: Read, R2: Read, W: Write + Rewind>(
     // (which pass one can't place yet: a kill protects what came before).
     let mut keep = Bits::default();
     let mut keep_protected = Bits::default();
-    let mut open: HashMap<(Key, u64, u64), Keep> = HashMap::new();
-    let mut open_protected: HashMap<(Key, u64, u64), Keep> = HashMap::new();
+    let mut open: Open = HashMap::new();
+    let mut open_protected: Open = HashMap::new();
+    // Each victim's first kill, by its memory samples' key.
+    let mut killed: HashMap<Key, u64> = HashMap::new();
     let mut kills: Vec<u64> = Vec::new();
     let mut prev: Option<Compaction> = None;
     let mut newest = 0u64;
     let mut i = 0u64;
-    let close = |open: &mut HashMap<(Key, u64, u64), Keep>, keep: &mut Bits, before: u64| {
-        open.retain(|&(_, bucket, start), k| {
+    let close = |open: &mut Open, keep: &mut Bits, before: u64| {
+        open.retain(|&(_, bucket, start, _), k| {
             if start + bucket + SLACK_NS > before {
                 return true;
             }
@@ -301,8 +324,10 @@ pub fn compact<R1: Read, R2: Read, W: Write + Rewind>(
             }
             continue;
         }
-        if let Some(ts) = protects(kind, bytes, page_kb) {
+        if let Some((ts, victim)) = protects(kind, bytes, page_kb) {
             kills.push(ts);
+            let at = killed.entry(victim).or_insert(ts);
+            *at = (*at).min(ts);
             continue;
         }
         if !recording::is_sample(kind) {
@@ -319,9 +344,11 @@ pub fn compact<R1: Read, R2: Read, W: Write + Rewind>(
             keep.set(idx);
             continue;
         };
-        fold_into(&mut open, bucket, &s, idx);
+        let after_kill = killed.get(&s.key).is_some_and(|&k| s.ts >= k);
+        fold_into(&mut open, bucket, &s, idx, after_kill);
         if policy.protect_bucket_ns > 0 {
-            fold_into(&mut open_protected, policy.protect_bucket_ns, &s, idx);
+            let bucket = policy.protect_bucket_ns;
+            fold_into(&mut open_protected, bucket, &s, idx, after_kill);
         }
         if idx.is_multiple_of(4096) {
             close(&mut open, &mut keep, newest);
@@ -397,263 +424,4 @@ fn human_bytes(b: u64) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::io::Cursor;
-
-    use trainbpf_common as c;
-    use trainbpf_report::{decode::pod_bytes, fuzzing::hdr, recording::RecordingHeader};
-
-    use super::*;
-
-    /// A record with every field zero.
-    fn zeroed<T: Copy>() -> T {
-        // SAFETY: only used for trainbpf-common's records, plain integer
-        // #[repr(C)] structs, for which all-zero bytes are a valid value.
-        unsafe { std::mem::zeroed() }
-    }
-
-    const HOUR: u64 = 3600 * SEC;
-
-    fn mem(w: &mut Writer<Vec<u8>>, tgid: u32, ts: u64, anon_pages: i64, net_pages: u64) {
-        let mut m: c::MemEvent = zeroed();
-        m.hdr = hdr(c::KIND_MEM, tgid, ts);
-        m.counters[c::MM_ANONPAGES] = anon_pages;
-        m.alloc_pages = net_pages + 100;
-        m.freed_pages = 100;
-        w.record(c::KIND_MEM, &pod_bytes(&m));
-    }
-
-    /// Two hours of two processes sampled every second: 700 climbs steadily,
-    /// 701 saws up to a brief peak in the 10th second of each minute; 702
-    /// is forked at 30 min and exits at 31; at 45 min 700 is OOM-killed.
-    fn two_hours() -> Vec<u8> {
-        let header = RecordingHeader {
-            page_size: 4096,
-            ..Default::default()
-        };
-        let mut w = Writer::new(Vec::new(), &header).unwrap();
-        for s in 0..2 * 3600u64 {
-            let ts = HOUR + s * SEC;
-            mem(&mut w, 700, ts, 1000 + s as i64, 1000 + s);
-            let saw = if s % 60 == 10 { 50_000 } else { 2_000 };
-            mem(&mut w, 701, ts, saw, saw as u64);
-            let (k, b) = decode::encode_user(
-                ts,
-                UserBody::Note(format!("note {s}")), // kept whatever its age
-            );
-            w.record(k, &b);
-            if s == 1800 {
-                let mut f: c::ForkEvent = zeroed();
-                f.hdr = hdr(c::KIND_FORK, 702, ts);
-                f.parent_tgid = 700;
-                w.record(c::KIND_FORK, &pod_bytes(&f));
-            }
-            if s == 1860 {
-                let mut e: c::ExitEvent = zeroed();
-                e.hdr = hdr(c::KIND_EXIT, 702, ts);
-                w.record(c::KIND_EXIT, &pod_bytes(&e));
-            }
-            if s == 2700 {
-                let mut o: c::OomEvent = zeroed();
-                o.hdr = hdr(c::KIND_OOM_VICTIM, 700, ts);
-                o.victim_pid = 700;
-                w.record(c::KIND_OOM_VICTIM, &pod_bytes(&o));
-            }
-            w.flush().unwrap();
-        }
-        w.into_inner()
-    }
-
-    fn run(input: &[u8], policy: &Policy, now_ns: u64) -> (Vec<u8>, Stats) {
-        compact(
-            Cursor::new(input),
-            Cursor::new(input),
-            Vec::new(),
-            policy,
-            now_ns,
-            1 << 30,
-            input.len() as u64,
-            false,
-        )
-        .unwrap()
-    }
-
-    /// Every record of the output, decoded, in file order.
-    fn events(bytes: &[u8]) -> Vec<decode::Timed> {
-        let mut r = Reader::new(Cursor::new(bytes)).unwrap();
-        let v: Vec<_> = r.by_ref().collect();
-        assert!(r.stop().is_none() && r.skipped().count == 0 && r.undecodable == 0);
-        v
-    }
-
-    fn mem_samples(ev: &[decode::Timed], tgid: u32) -> Vec<(u64, u64, u64)> {
-        ev.iter()
-            .filter_map(|t| match &t.event {
-                Event::Mem(MemSample {
-                    proc,
-                    rss,
-                    alloc_kb,
-                    ..
-                }) if proc.tgid == tgid => Some((t.ts_ns, rss.anon_kb, *alloc_kb)),
-                _ => None,
-            })
-            .collect()
-    }
-
-    #[test]
-    fn the_ladder_tightens_step_by_step() {
-        let l = Policy::ladder(HOUR);
-        assert_eq!(l[0].bucket_for(HOUR - 1), None, "recent: full resolution");
-        assert_eq!(l[0].bucket_for(HOUR), Some(60 * SEC));
-        assert_eq!(l[0].bucket_for(25 * HOUR), Some(600 * SEC));
-        assert_eq!(l[0].protect_bucket_ns, 0, "kill windows whole");
-        assert_eq!(l[1].protect_bucket_ns, SEC);
-        assert_eq!(l[2].bucket_for(2 * HOUR), Some(600 * SEC));
-        assert_eq!(l[3].bucket_for(2 * HOUR), Some(3600 * SEC));
-        assert_eq!(l[4].full_span_ns(), HOUR / 2);
-        assert_eq!(l[4].protect_bucket_ns, 10 * SEC);
-        assert_eq!(l.last().unwrap().full_span_ns(), HOUR / 64);
-        for p in l.windows(2) {
-            assert!(p[1].full_span_ns() <= p[0].full_span_ns());
-        }
-    }
-
-    #[test]
-    fn older_samples_fold_to_minutes_and_the_rest_stays() {
-        let input = two_hours();
-        let now = 3 * HOUR; // the last record's time
-        let (out, st) = run(&input, &Policy::ladder(HOUR)[0], now);
-        let before = events(&input);
-        let after = events(&out);
-        assert!(
-            out.len() < input.len() * 2 / 3,
-            "{} of {}",
-            out.len(),
-            input.len()
-        );
-        // The last hour is whole.
-        let recent = |v: &[(u64, u64, u64)]| v.iter().filter(|s| s.0 >= 2 * HOUR).count();
-        assert_eq!(recent(&mem_samples(&after, 700)), 3600);
-        // The first hour: a minute's samples or so each, except the five
-        // minutes before the kill at 90 min, whole.
-        let old: Vec<_> = mem_samples(&after, 700)
-            .into_iter()
-            .filter(|s| s.0 < 2 * HOUR)
-            .collect();
-        let protected = old
-            .iter()
-            .filter(|s| (HOUR + 2400 * SEC..=HOUR + 2700 * SEC).contains(&s.0))
-            .count();
-        assert_eq!(protected, 301, "the 5 minutes before the kill");
-        // A steady climber's last, peak and peak-growth samples are one.
-        assert_eq!(
-            old.len(),
-            301 + 55,
-            "one a minute outside the kill's window"
-        );
-        // The sawtooth's peaks survive: each minute's peak of 701.
-        let peaks = mem_samples(&after, 701)
-            .iter()
-            .filter(|s| s.1 == 50_000 * 4)
-            .count();
-        assert_eq!(peaks, 120, "every minute's peak");
-        // Cumulative counters stay exact at each kept sample: the last
-        // sample of each minute still says how much 700 allocated by then.
-        for s in mem_samples(&after, 700) {
-            let secs = (s.0 - HOUR) / SEC;
-            assert_eq!(s.2, (1100 + secs) * 4, "alloc at {secs}s");
-        }
-        // Nothing but samples went: notes, fork, exit and the kill.
-        let not_mem = |v: &[decode::Timed]| {
-            v.iter()
-                .filter(|t| !matches!(t.event, Event::Mem(MemSample { .. }) | Event::Compacted(_)))
-                .map(|t| format!("{:?}", t))
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(not_mem(&before), not_mem(&after));
-        assert_eq!(
-            st.samples_folded as usize,
-            before.len() - (after.len() - 1),
-            "counted"
-        );
-        // In file order, still.
-        assert!(after.windows(2).all(|w| w[0].ts_ns <= w[1].ts_ns));
-        // And it says so.
-        let Some(Event::Compacted(cp)) = after.last().map(|t| &t.event) else {
-            panic!("no compaction record")
-        };
-        assert_eq!(cp.count, 1);
-        assert_eq!(cp.full_from_ns, 2 * HOUR);
-        assert_eq!(cp.tiers, vec![[3600, 60], [86400, 600]]);
-        assert_eq!(cp.samples_folded, st.samples_folded);
-        assert_eq!(cp.bytes_before, input.len() as u64);
-    }
-
-    #[test]
-    fn compacting_again_is_stable_and_coarser_policies_fold_more() {
-        let input = two_hours();
-        let now = 3 * HOUR;
-        let l = Policy::ladder(HOUR);
-        let (once, _) = run(&input, &l[0], now);
-        let (twice, st2) = run(&once, &l[0], now);
-        assert_eq!(
-            st2.samples_folded, 0,
-            "nothing more to fold at the same policy"
-        );
-        let a = events(&once);
-        let b = events(&twice);
-        assert_eq!(a.len(), b.len());
-        let Some(Event::Compacted(cp)) = b.last().map(|t| &t.event) else {
-            panic!()
-        };
-        assert_eq!(cp.count, 2, "one record, counting both");
-        assert_eq!(
-            b.iter()
-                .filter(|t| matches!(t.event, Event::Compacted(_)))
-                .count(),
-            1
-        );
-        let (coarser, st3) = run(&once, &l[3], now);
-        assert!(st3.samples_folded > 0);
-        assert!(coarser.len() < once.len());
-        // The kill's window survives, at a second's resolution (the
-        // fixture's own).
-        let protected = mem_samples(&events(&coarser), 700)
-            .iter()
-            .filter(|s| (HOUR + 2400 * SEC..=HOUR + 2700 * SEC).contains(&s.0))
-            .count();
-        assert_eq!(protected, 301);
-        // At ten seconds', a tenth of it, with 701's peaks.
-        let strict = l.last().unwrap();
-        assert_eq!(strict.protect_bucket_ns, 10 * SEC);
-        let (tight, _) = run(&once, strict, now);
-        let ev = events(&tight);
-        let in_window = |v: Vec<(u64, u64, u64)>| {
-            v.into_iter()
-                .filter(|s| (HOUR + 2400 * SEC..=HOUR + 2700 * SEC).contains(&s.0))
-                .collect::<Vec<_>>()
-        };
-        let w700 = in_window(mem_samples(&ev, 700));
-        assert!((30..=32).contains(&w700.len()), "{}", w700.len());
-        let w701 = in_window(mem_samples(&ev, 701));
-        assert_eq!(
-            w701.iter().filter(|s| s.1 == 50_000 * 4).count(),
-            5,
-            "one peak a minute"
-        );
-        let Some(Event::Compacted(cp)) = ev.last().map(|t| &t.event) else {
-            panic!()
-        };
-        assert_eq!(cp.kill_window_bucket_s, 10);
-    }
-
-    #[test]
-    fn a_cut_short_input_compacts_what_is_readable() {
-        let input = two_hours();
-        let cut = &input[..input.len() - 100];
-        let (out, st) = run(cut, &Policy::ladder(HOUR)[0], 3 * HOUR);
-        assert!(st.records_in > 0);
-        let ev = events(&out);
-        assert!(matches!(ev.last().unwrap().event, Event::Compacted(_)));
-    }
-}
+mod tests;
