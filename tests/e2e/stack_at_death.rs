@@ -40,6 +40,26 @@ int main(void) {
 }
 "#;
 
+/// Writes `src` as `NAME.c` in `dir` and builds it with debug info and
+/// frame pointers (and threads), as each test's program is.
+fn build(dir: &TempDir, name: &str, src: &str) -> std::path::PathBuf {
+    let c = dir.path(&format!("{name}.c"));
+    std::fs::write(&c, src).unwrap();
+    let exe = dir.path(name);
+    let cc = Command::new("/usr/bin/cc")
+        .args(["-O0", "-g", "-fno-omit-frame-pointer", "-pthread", "-o"])
+        .arg(&exe)
+        .arg(&c)
+        .output()
+        .unwrap();
+    assert!(
+        cc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    exe
+}
+
 fn names(frames: &Value) -> Vec<String> {
     frames
         .as_array()
@@ -54,20 +74,7 @@ fn each_thread_of_the_victim_is_taken_at_death() {
     require_root();
     let _g = serial();
     let dir = TempDir::new("death");
-    let src = dir.path("threads.c");
-    std::fs::write(&src, THREADS_C).unwrap();
-    let exe = dir.path("threads");
-    let cc = Command::new("/usr/bin/cc")
-        .args(["-O0", "-g", "-fno-omit-frame-pointer", "-pthread", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .output()
-        .unwrap();
-    assert!(
-        cc.status.success(),
-        "{}",
-        String::from_utf8_lossy(&cc.stderr)
-    );
+    let exe = build(&dir, "threads", THREADS_C);
     let rec = dir.path("d.rec");
     let out = record(
         &rec,
@@ -137,20 +144,7 @@ fn a_crash_has_its_stack_at_death() {
     require_root();
     let _g = serial();
     let dir = TempDir::new("crash");
-    let src = dir.path("crash.c");
-    std::fs::write(&src, CRASH_C).unwrap();
-    let exe = dir.path("crash");
-    let cc = Command::new("/usr/bin/cc")
-        .args(["-O0", "-g", "-fno-omit-frame-pointer", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .output()
-        .unwrap();
-    assert!(
-        cc.status.success(),
-        "{}",
-        String::from_utf8_lossy(&cc.stderr)
-    );
+    let exe = build(&dir, "crash", CRASH_C);
     let rec = dir.path("c.rec");
     record(&rec, &["-q"], &[exe.to_str().unwrap()]);
     let r = report_json(&rec);
@@ -204,20 +198,7 @@ fn many_threads_never_push_out_the_kill() {
     require_root();
     let _g = serial();
     let dir = TempDir::new("many");
-    let src = dir.path("many.c");
-    std::fs::write(&src, MANY_C).unwrap();
-    let exe = dir.path("many");
-    let cc = Command::new("/usr/bin/cc")
-        .args(["-O0", "-g", "-fno-omit-frame-pointer", "-pthread", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .output()
-        .unwrap();
-    assert!(
-        cc.status.success(),
-        "{}",
-        String::from_utf8_lossy(&cc.stderr)
-    );
+    let exe = build(&dir, "many", MANY_C);
     let rec = dir.path("m.rec");
     let out = record(
         &rec,
@@ -284,20 +265,7 @@ fn forked_workers_killed_are_named_through_their_parent() {
     require_root();
     let _g = serial();
     let dir = TempDir::new("forks-death");
-    let src = dir.path("forks.c");
-    std::fs::write(&src, FORKS_C).unwrap();
-    let exe = dir.path("forks");
-    let cc = Command::new("/usr/bin/cc")
-        .args(["-O0", "-g", "-fno-omit-frame-pointer", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .output()
-        .unwrap();
-    assert!(
-        cc.status.success(),
-        "{}",
-        String::from_utf8_lossy(&cc.stderr)
-    );
+    let exe = build(&dir, "forks", FORKS_C);
     let rec = dir.path("f.rec");
     let out = record(&rec, &["-q"], &[exe.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0));
