@@ -257,17 +257,46 @@ fn a_batch_that_fits_in_dev_shm_is_no_shm_full() {
 
 /// A job that plants a link to outside its root where its /dev/shm
 /// would be: it chroots into a directory whose `dev/shm` is a link to
-/// `/etc`.
+/// `/etc`, and stays there until the test has seen a look made inside
+/// that root (the test then creates `/go` in it).
 const PLANT: &str = r#"
 import os, sys, time
 os.chroot(sys.argv[1])
 os.chdir("/")
 print("chrooted", flush=True)
-time.sleep(2.5)
+deadline = time.monotonic() + 120
+while not os.path.exists("/go") and time.monotonic() < deadline:
+    time.sleep(0.05)
 "#;
+
+/// The `/dev/shm` objects of the looks in a recording, live or finished.
+fn looked_names(rec: &std::path::Path) -> Vec<String> {
+    let Ok(out) = std::process::Command::new(bin())
+        .arg("report")
+        .arg(rec)
+        .arg("--format=json")
+        .output()
+    else {
+        return Vec::new();
+    };
+    let Ok(r) = serde_json::from_slice::<Value>(&out.stdout) else {
+        return Vec::new();
+    };
+    r["shared_memory"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|o| o["name"].as_str().map(str::to_owned))
+        .collect()
+}
 
 /// The job's /dev/shm is resolved inside the job's root: the planted link
 /// leads to the job's own `/etc`, never to the recorder's.
+///
+/// The job stays in its root until the recording (flushed each second)
+/// shows a look there. A fixed stay raced the looks' timer, which is
+/// stretched to 400 times a look's cost: on a loaded machine the look
+/// after the chroot came after the job had left.
 #[test]
 fn a_link_the_job_planted_at_its_dev_shm_stays_inside_its_root() {
     require_root();
@@ -280,12 +309,32 @@ fn a_link_the_job_planted_at_its_dev_shm_stays_inside_its_root() {
     std::fs::write(root.join("etc/inside"), vec![1u8; 4096]).unwrap();
     assert!(std::path::Path::new("/etc/passwd").exists());
     let rec = dir.path("l.rec");
-    let out = record(
-        &rec,
-        &["--memory-limit", "128M"],
-        &[python(), "-c", PLANT, root.to_str().unwrap()],
+    let mut job = std::process::Command::new(bin())
+        .arg("record")
+        .arg("-o")
+        .arg(&rec)
+        .args(["--memory-limit", "128M", "--", python(), "-c", PLANT])
+        .arg(&root)
+        .env_remove("SUDO_UID")
+        .env_remove("SUDO_GID")
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .expect("starting trainbpf record");
+    let seen = poll(std::time::Duration::from_secs(60), || {
+        let names = looked_names(&rec);
+        names
+            .iter()
+            .any(|n| n == "/dev/shm/inside")
+            .then_some(names)
+    });
+    std::fs::write(root.join("go"), b"").unwrap();
+    let status = job.wait().unwrap();
+    assert!(status.success(), "{status}");
+    assert!(
+        seen.is_some(),
+        "no look inside the job's root while it ran: {:?}",
+        looked_names(&rec)
     );
-    assert!(out.status.success());
     let r = report_json(&rec);
     let names: Vec<&str> = objects(&r)
         .iter()
