@@ -123,15 +123,21 @@ impl Stacks {
         }
     }
 
-    /// A job thread's stacks at a fatal signal, to name at once. Never
-    /// waits.
+    /// A job thread's stacks at a fatal signal, to name at once (with the
+    /// tick that ends this read of the rings). Never waits.
     pub fn death(&mut self, ev: DeathStack) {
         let owner = self.family.owner_of(trainbpf_report::decode::ProcKey {
             tgid: ev.hdr.tgid,
             start_ns: ev.hdr.start_ns,
         });
+        // The stack itself goes now, on its own channel, where a thread
+        // busy draining picks it up between two processes. The wake of an
+        // idle thread rides the tick that ends this read of the rings
+        // (`Collector::poll_stacks`), microseconds later: one wake per
+        // read, not one per death (a node killing a hundred processes a
+        // second woke it a hundred times).
         if self.deaths.send((Box::new(ev), owner)).is_ok() {
-            self.send(Msg::Death);
+            self.queue(Msg::Death);
         }
     }
 
