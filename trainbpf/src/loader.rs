@@ -34,6 +34,7 @@ use kernel::KernelBtf;
 
 use crate::util::values::{MAX_HEARTBEAT_MS, MAX_RELATIVE_SHIFT, parse_ring_size, parse_size};
 
+pub mod batch;
 mod ebpf_log;
 mod features;
 mod gpu_config;

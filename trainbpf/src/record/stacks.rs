@@ -25,6 +25,7 @@ mod root;
 mod symbolize;
 mod thread;
 mod unwind;
+use crate::loader::batch;
 pub use crate::loader::stack_maps::StackMaps;
 pub use delta::Deltas;
 pub use namer::{SUBCOMMAND as NAMER_SUBCOMMAND, serve_main as namer_main, start as start_namer};
@@ -193,9 +194,8 @@ impl StackCollector {
     pub fn drain(&mut self) -> (Option<StackSample>, std::time::Duration) {
         let t = thread_cpu();
         self.pythons.begin_pass();
-        let now: Vec<(StackKey, StackVal)> = self.maps.agg.iter().filter_map(Result::ok).collect();
-        let gpu_now: Vec<(StackKey, StackVal)> =
-            self.maps.gpu_agg.iter().filter_map(Result::ok).collect();
+        let now = batch::read_or_walk(&self.maps.agg);
+        let gpu_now = batch::read_or_walk(&self.maps.gpu_agg);
         let read = thread_cpu().saturating_sub(t);
         // Each copy was sent after its key was made: those of the keys
         // just read are in the ring.
@@ -274,9 +274,16 @@ impl StackCollector {
         // One that exec'd and exited since the last drain is not looked
         // for: it would stay as a failed look-up, never forgotten.
         self.locate.retain(|p| !exited.contains(p));
+        let mut gone = Gone::default();
         for p in exited {
-            self.forget(p);
+            self.forget(p, &mut gone);
         }
+        // In a few calls, not one a key: a node's churn exits a thousand
+        // processes a second.
+        batch::delete_or_remove(&mut self.maps.agg, &gone.agg);
+        batch::delete_or_remove(&mut self.maps.gpu_agg, &gone.gpu);
+        batch::delete_or_remove(&mut self.maps.high, &gone.high);
+        batch::delete_or_remove(&mut self.maps.py_procs, &gone.py);
         for (tgid, ts) in std::mem::take(&mut self.execed) {
             self.pythons.forget_tgid(tgid, ts, &mut self.maps.py_procs);
         }
@@ -520,17 +527,13 @@ impl StackCollector {
         }
     }
 
-    /// Deletes an exited process's keys and high from the kernel's maps,
-    /// and the stacks no one else has.
-    fn forget(&mut self, p: ProcKey) {
+    /// Forgets an exited process: its keys and high go into `gone`, for
+    /// the kernel's maps, and the stacks no one else has are doomed.
+    fn forget(&mut self, p: ProcKey, gone: &mut Gone) {
         let growth = self.deltas.forget(p.tgid, p.start_ns);
         let gpu = self.gpu_deltas.forget(p.tgid, p.start_ns);
-        for k in &growth {
-            let _ = self.maps.agg.remove(k);
-        }
-        for k in &gpu {
-            let _ = self.maps.gpu_agg.remove(k);
-        }
+        gone.agg.extend_from_slice(&growth);
+        gone.gpu.extend_from_slice(&gpu);
         for (k, g) in growth
             .iter()
             .map(|k| (k, false))
@@ -541,16 +544,25 @@ impl StackCollector {
                 self.doomed.push((k.stack_id, k.py_id));
             }
         }
-        self.pythons.forget(p, &mut self.maps.py_procs);
+        self.pythons.forget(p, &mut gone.py);
         self.known.remove(&p);
         self.mapped.remove(&p);
         self.copies.retain(|(q, _), _| *q != p);
-        let _ = self.maps.high.remove(&ProcId {
+        gone.high.push(ProcId {
             tgid: p.tgid,
             _pad: 0,
             start_ns: p.start_ns,
         });
     }
+}
+
+/// Exited processes' keys, deleted from the kernel's maps together.
+#[derive(Default)]
+struct Gone {
+    agg: Vec<StackKey>,
+    gpu: Vec<StackKey>,
+    high: Vec<ProcId>,
+    py: Vec<ProcId>,
 }
 
 /// Stacks waiting for deletion at most; past it one is left in the

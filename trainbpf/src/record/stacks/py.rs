@@ -505,8 +505,9 @@ impl Pythons {
         }
     }
 
-    /// Forgets an exited process, in the kernel's map too.
-    pub fn forget(&mut self, p: ProcKey, map: &mut BpfHashMap<MapData, ProcId, PyProc>) {
+    /// Forgets an exited process; its keys in the kernel's map go into
+    /// `gone`, for the caller to delete with the others' (in one call).
+    pub fn forget(&mut self, p: ProcKey, gone: &mut Vec<ProcId>) {
         let wild = ProcKey {
             tgid: p.tgid,
             start_ns: 0,
@@ -515,14 +516,14 @@ impl Pythons {
         // entry goes with it, before the pid is another process's.
         if p.start_ns != 0 && self.procs.remove(&wild).is_some() {
             self.since.remove(&wild);
-            let _ = map.remove(&proc_id(wild));
+            gone.push(proc_id(wild));
         }
         self.parents.remove(&p);
         self.named.remove(&p);
         self.lost.remove(&p);
         self.since.remove(&p);
         if self.procs.remove(&p).is_some() {
-            let _ = map.remove(&proc_id(p));
+            gone.push(proc_id(p));
         }
     }
 
