@@ -7,7 +7,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use trainbpf_common::{PY_AT_EXEC, ProcId, StackKey, StackVal};
+use trainbpf_common::{PY_AT_EXEC, StackKey, StackVal};
 
 use trainbpf_report::decode::{
     ProcKey,
@@ -19,6 +19,7 @@ mod death;
 mod delta;
 mod family;
 mod namer;
+mod prune;
 mod py;
 pub mod python;
 mod root;
@@ -274,16 +275,7 @@ impl StackCollector {
         // One that exec'd and exited since the last drain is not looked
         // for: it would stay as a failed look-up, never forgotten.
         self.locate.retain(|p| !exited.contains(p));
-        let mut gone = Gone::default();
-        for p in exited {
-            self.forget(p, &mut gone);
-        }
-        // In a few calls, not one a key: a node's churn exits a thousand
-        // processes a second.
-        batch::delete_or_remove(&mut self.maps.agg, &gone.agg);
-        batch::delete_or_remove(&mut self.maps.gpu_agg, &gone.gpu);
-        batch::delete_or_remove(&mut self.maps.high, &gone.high);
-        batch::delete_or_remove(&mut self.maps.py_procs, &gone.py);
+        self.forget_exited(exited);
         for (tgid, ts) in std::mem::take(&mut self.execed) {
             self.pythons.forget_tgid(tgid, ts, &mut self.maps.py_procs);
         }
@@ -524,67 +516,6 @@ impl StackCollector {
                 Some(e) => bounded(&format!("{e}; {note}")),
                 None => note,
             });
-        }
-    }
-
-    /// Forgets an exited process: its keys and high go into `gone`, for
-    /// the kernel's maps, and the stacks no one else has are doomed.
-    fn forget(&mut self, p: ProcKey, gone: &mut Gone) {
-        let growth = self.deltas.forget(p.tgid, p.start_ns);
-        let gpu = self.gpu_deltas.forget(p.tgid, p.start_ns);
-        gone.agg.extend_from_slice(&growth);
-        gone.gpu.extend_from_slice(&gpu);
-        for (k, g) in growth
-            .iter()
-            .map(|k| (k, false))
-            .chain(gpu.iter().map(|k| (k, true)))
-        {
-            self.named.remove(&(p, name_of(k), g));
-            if (k.stack_id >= 0 || k.py_id != 0) && self.doomed.len() < MAX_DOOMED {
-                self.doomed.push((k.stack_id, k.py_id));
-            }
-        }
-        self.pythons.forget(p, &mut gone.py);
-        self.known.remove(&p);
-        self.mapped.remove(&p);
-        self.copies.retain(|(q, _), _| *q != p);
-        gone.high.push(ProcId {
-            tgid: p.tgid,
-            _pad: 0,
-            start_ns: p.start_ns,
-        });
-    }
-}
-
-/// Exited processes' keys, deleted from the kernel's maps together.
-#[derive(Default)]
-struct Gone {
-    agg: Vec<StackKey>,
-    gpu: Vec<StackKey>,
-    high: Vec<ProcId>,
-    py: Vec<ProcId>,
-}
-
-/// Stacks waiting for deletion at most; past it one is left in the
-/// kernel's table (which the kernel bounds).
-const MAX_DOOMED: usize = 65_536;
-
-impl StackCollector {
-    /// Deletes the stacks of forgotten processes that no key read in this
-    /// drain uses: both maps name stacks in the same tables, and one goes
-    /// when neither has it. Right after the read, so that a key the
-    /// kernel makes meanwhile is read first or comes later than this (a
-    /// stack taken anew is put back in the table).
-    fn delete_doomed(&mut self) {
-        for (id, py) in std::mem::take(&mut self.doomed) {
-            let in_use = |id| self.deltas.in_use(id) || self.gpu_deltas.in_use(id);
-            if id >= 0 && !in_use(id) {
-                let _ = self.maps.stacks.remove(&(id as u32));
-            }
-            let py_in_use = |id| self.deltas.py_in_use(id) || self.gpu_deltas.py_in_use(id);
-            if py != 0 && !py_in_use(py) {
-                let _ = self.maps.py_stacks.remove(&py);
-            }
         }
     }
 }
