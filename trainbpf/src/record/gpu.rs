@@ -144,7 +144,7 @@ pub struct GpuProbes {
     /// rings ([`probe::READ_DEADLINE`]).
     readers: crate::record::samplers::procfs::guard::Readers,
     /// Processes whose read for the maps scan stalled: not read again.
-    scan_stalled: HashSet<u32>,
+    scan_stalled: crate::record::samplers::procfs::guard::Stalled<u32>,
     attached_files: usize,
     /// The late-library probe; `None` where the uprobes did not load.
     late: Option<late::Late>,
@@ -234,7 +234,7 @@ impl GpuProbes {
             scan_from: 0,
             to_scan: None,
             readers: Default::default(),
-            scan_stalled: HashSet::new(),
+            scan_stalled: Default::default(),
             attached_files: 0,
             late: None,
             late_lost: GpuLost::default(),

@@ -48,9 +48,6 @@ const MAX_SCAN: usize = 512;
 /// past `guard::MAX_STUCK` stuck reads none at all.
 pub(super) const READ_DEADLINE: Duration = Duration::from_millis(500);
 
-/// Processes remembered as stalled by the maps scan, at most.
-const MAX_STALLED: usize = 4096;
-
 /// Why a mapped file could not be opened: said, and counted as unreadable
 /// when its descriptor was not open for reading.
 pub(super) struct NotOpened {
@@ -358,14 +355,6 @@ impl GpuProbes {
     /// The read's value; where it timed out, its process is not read by
     /// the scan again.
     fn stalled_if_not<T>(&mut self, pid: u32, r: Result<T, Stall>) -> Option<T> {
-        match r {
-            Ok(v) => Some(v),
-            Err(e) => {
-                if matches!(e, Stall::TimedOut(_)) && self.scan_stalled.len() < MAX_STALLED {
-                    self.scan_stalled.insert(pid);
-                }
-                None
-            }
-        }
+        self.scan_stalled.note(pid, r).ok()
     }
 }

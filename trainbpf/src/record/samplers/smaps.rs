@@ -12,7 +12,6 @@
 //! of the others.
 
 use std::{
-    collections::HashSet,
     sync::mpsc::{self, Receiver, SyncSender, TryRecvError},
     thread,
     time::{Duration, Instant},
@@ -20,10 +19,7 @@ use std::{
 
 use trainbpf_report::decode::samples::Smaps;
 
-use crate::record::samplers::procfs::guard::{DEADLINE, Readers, STATS, Stall};
-
-/// Processes remembered as stalled.
-const MAX_STALLED: usize = 4096;
+use crate::record::samplers::procfs::guard::{DEADLINE, Readers, STATS, Stall, Stalled};
 
 /// One round's answer.
 pub struct Sampled {
@@ -47,7 +43,7 @@ impl Sampler {
         let spawned = thread::Builder::new()
             .name("trainbpf-procfs".into())
             .spawn(move || {
-                let (readers, mut stalled) = (Readers::new(), HashSet::new());
+                let (readers, mut stalled) = (Readers::new(), Stalled::default());
                 // Ends when the collector drops its sender.
                 while let Ok(pids) = req_rx.recv() {
                     if res_tx.send(sample(&pids, &readers, &mut stalled)).is_err() {
@@ -95,7 +91,7 @@ impl Sampler {
     }
 }
 
-fn sample(pids: &[u32], readers: &Readers, stalled: &mut HashSet<u32>) -> Sampled {
+fn sample(pids: &[u32], readers: &Readers, stalled: &mut Stalled<u32>) -> Sampled {
     let started = Instant::now();
     let mut waited = Duration::ZERO;
     let mut procs = Vec::new();
@@ -104,14 +100,12 @@ fn sample(pids: &[u32], readers: &Readers, stalled: &mut HashSet<u32>) -> Sample
             continue;
         }
         let asked = Instant::now();
-        match readers.run(DEADLINE, move || crate::record::samplers::procfs::smaps(t)) {
+        let read = readers.run(DEADLINE, move || crate::record::samplers::procfs::smaps(t));
+        match stalled.note(t, read) {
             Ok(s) => procs.extend(s),
             Err(e) => {
                 if matches!(e, Stall::TimedOut(_)) {
                     waited += asked.elapsed();
-                    if stalled.len() < MAX_STALLED {
-                        stalled.insert(t);
-                    }
                 }
                 STATS.note(|| format!("pid {t}: its USS and PSS (smaps_rollup): {e}"));
             }

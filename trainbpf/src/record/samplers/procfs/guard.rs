@@ -62,6 +62,36 @@ pub enum Stall {
     Failed,
 }
 
+/// Processes (or places) remembered as stalled, at most.
+const MAX_STALLED: usize = 4096;
+
+/// What a read timed out on once (a process, a directory), not read
+/// again: a wedged process costs one abandoned read, not one a round.
+/// Bounded; past the bound a stalled one is read again, at one more
+/// abandoned read each time.
+pub struct Stalled<K>(std::collections::HashSet<K>);
+
+impl<K> Default for Stalled<K> {
+    fn default() -> Self {
+        Stalled(std::collections::HashSet::new())
+    }
+}
+
+impl<K: std::hash::Hash + Eq> Stalled<K> {
+    pub fn contains(&self, k: &K) -> bool {
+        self.0.contains(k)
+    }
+
+    /// `r`, after remembering `k` where it timed out (a refusal says
+    /// nothing about `k`).
+    pub fn note<T>(&mut self, k: K, r: Result<T, Stall>) -> Result<T, Stall> {
+        if matches!(r, Err(Stall::TimedOut(_))) && self.0.len() < MAX_STALLED {
+            self.0.insert(k);
+        }
+        r
+    }
+}
+
 /// Counts of what reading the job cost and skipped, for the recording.
 pub struct Stats {
     stalled: AtomicU64,

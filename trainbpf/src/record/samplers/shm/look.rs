@@ -29,14 +29,12 @@ use trainbpf_report::decode::samples::{ShmFs, ShmObject};
 
 use super::read::{self, Fs, Key};
 use crate::record::samplers::procfs::{
-    guard::{DEADLINE, Readers, STATS, Stall},
+    guard::{DEADLINE, Readers, STATS, Stall, Stalled},
     parse_sysvipc,
 };
 
 /// Mount namespaces and roots followed at once: a job has one or a few.
 const MAX_NAMESPACES: usize = 16;
-/// Processes and directories remembered as stalled.
-const MAX_STALLED: usize = 4096;
 
 /// Remembers owners across looks, so an object keeps the first process
 /// seen with it after that process exits, and the job's /dev/shm
@@ -52,8 +50,8 @@ pub struct ShmLooker {
     /// identities or the stacks theirs.
     readers: Readers,
     /// Processes whose maps, and places whose /dev/shm, stalled a read.
-    stalled: HashSet<u32>,
-    stalled_dirs: HashSet<View>,
+    stalled: Stalled<u32>,
+    stalled_dirs: Stalled<View>,
     /// What the last look spent waiting on reads it abandoned: not its
     /// cost (which paces the looks).
     pub waited: Duration,
@@ -93,11 +91,8 @@ impl ShmLooker {
             }
             let known = known.clone();
             let what = || format!("pid {pid}: its maps and descriptors");
-            let Ok((seen, found)) = self.guarded(what, move || read::mapped_or_held(pid, &known))
-            else {
-                if self.stalled.len() < MAX_STALLED {
-                    self.stalled.insert(pid);
-                }
+            let r = self.guarded(what, move || read::mapped_or_held(pid, &known));
+            let Ok((seen, found)) = self.stalled.note(pid, r) else {
                 continue;
             };
             for (key, o) in found {
@@ -168,7 +163,7 @@ impl ShmLooker {
                     now.push((ns, job));
                 }
                 Ok(None) => {}
-                Err(_) => self.stall_dir(ns),
+                Err(e) => self.stall_dir(ns, e),
             }
         }
         let mut out: Vec<ShmFs> = Vec::new();
@@ -197,7 +192,7 @@ impl ShmLooker {
                     objs.extend(found);
                 }
                 Ok(None) => {}
-                Err(_) => self.stall_dir(ns),
+                Err(e) => self.stall_dir(ns, e),
             }
         }
         for ns in gone {
@@ -206,13 +201,11 @@ impl ShmLooker {
         out
     }
 
-    /// A place whose /dev/shm stalled a read: not opened again, and its
-    /// directory let go.
-    fn stall_dir(&mut self, ns: View) {
+    /// A place whose /dev/shm failed a read: its directory let go, and
+    /// where the read stalled, not opened again.
+    fn stall_dir(&mut self, ns: View, e: Stall) {
         self.dirs.remove(&ns);
-        if self.stalled_dirs.len() < MAX_STALLED {
-            self.stalled_dirs.insert(ns);
-        }
+        let _ = self.stalled_dirs.note(ns, Err::<(), _>(e));
     }
 }
 

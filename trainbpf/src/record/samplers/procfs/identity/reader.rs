@@ -9,7 +9,6 @@
 //! the model takes a late one, `model/identity.rs`).
 
 use std::{
-    collections::HashSet,
     sync::{
         Arc,
         mpsc::{self, Receiver, SyncSender, TryRecvError, TrySendError},
@@ -20,12 +19,10 @@ use std::{
 
 use trainbpf_report::decode::{ProcIdentity, ProcInfo};
 
-use crate::record::samplers::procfs::guard::{Count, DEADLINE, Readers, STATS, Stall};
+use crate::record::samplers::procfs::guard::{Count, DEADLINE, Readers, STATS, Stalled};
 
 /// Requests waiting to be read; past this a request is dropped, counted.
 const MAX_QUEUED: usize = 4096;
-/// Processes remembered as stalled, not read again.
-const MAX_STALLED: usize = 4096;
 
 /// What to read of a process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,7 +71,7 @@ impl Reader {
         let spawned = thread::Builder::new()
             .name("trainbpf-identity".into())
             .spawn(move || {
-                let mut stalled = HashSet::new();
+                let mut stalled = Stalled::default();
                 // Ends when the collector drops its sender.
                 while let Ok(req) = req_rx.recv() {
                     let done = read_guarded(&readers, req, &mut stalled, &done_tx, &wake);
@@ -162,7 +159,7 @@ fn send(done_tx: &SyncSender<Done>, done: Done, wake: &tokio::sync::Notify) -> b
 fn read_guarded(
     readers: &Readers,
     req: Request,
-    stalled: &mut HashSet<u32>,
+    stalled: &mut Stalled<u32>,
     done: &SyncSender<Done>,
     wake: &Arc<tokio::sync::Notify>,
 ) -> Done {
@@ -189,18 +186,16 @@ fn read_guarded(
     // A read that was slow rather than stuck is still recorded, when it
     // comes (under the process and time it names).
     let (late, late_wake) = (done.clone(), wake.clone());
-    match readers.run_or_late(
+    let r = readers.run_or_late(
         DEADLINE,
         move || read(req),
         move |d| {
             send(&late, d, &late_wake);
         },
-    ) {
+    );
+    match stalled.note(req.tgid, r) {
         Ok(d) => d,
         Err(e) => {
-            if matches!(e, Stall::TimedOut(_)) && stalled.len() < MAX_STALLED {
-                stalled.insert(req.tgid);
-            }
             STATS.note(|| format!("pid {}: its {what}: {e}", req.tgid));
             nothing
         }
