@@ -490,7 +490,8 @@ pub struct Compaction {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SmapsSample {
     pub procs: Vec<Smaps>,
-    /// Wall time the reads took, µs: the price of USS/PSS.
+    /// CPU time the round took, its reads' included, µs: the price of
+    /// USS/PSS (wall time in recordings before 2026-12-08).
     pub cost_us: u64,
 }
 

@@ -175,9 +175,10 @@ pub struct ShmLook {
     pub objects: Vec<ShmObject>,
     pub fs: Vec<ShmFs>,
     pub trigger: ShmTrigger,
-    /// Wall time the look took, µs.
+    /// CPU time the look took, its reads' included, µs (wall time in
+    /// recordings before 2026-12-08).
     pub cost_us: u64,
-    /// The interval the timer keeps after this look, ms: at least 100
+    /// The interval the timer keeps after this look, ms: at least 400
     /// times the look's cost.
     pub interval_ms: u64,
 }

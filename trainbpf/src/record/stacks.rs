@@ -28,6 +28,7 @@ mod thread;
 mod unwind;
 use crate::loader::batch;
 pub use crate::loader::stack_maps::StackMaps;
+use crate::util::clock::thread_cpu;
 pub use delta::Deltas;
 pub use namer::{SUBCOMMAND as NAMER_SUBCOMMAND, serve_main as namer_main, start as start_namer};
 pub use py::Pythons;
@@ -543,21 +544,6 @@ fn walked(n: usize, via_sp: bool) -> Vec<&'static str> {
             _ => FOUND_FP,
         })
         .collect()
-}
-
-/// This thread's CPU time so far.
-fn thread_cpu() -> std::time::Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes the timespec it is given; the clock id
-    // is valid on every Linux.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    if rc != 0 {
-        return std::time::Duration::ZERO;
-    }
-    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 #[cfg(test)]

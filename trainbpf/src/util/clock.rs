@@ -18,3 +18,10 @@ pub(crate) fn mono_ns() -> u64 {
 pub(crate) fn realtime_ns() -> u64 {
     now(ClockId::CLOCK_REALTIME)
 }
+
+/// The CPU time the calling thread has used, in user space and in the
+/// kernel: what a paced sampler costs the machine, which a busy machine's
+/// wait for a CPU does not stretch as it stretches wall time.
+pub(crate) fn thread_cpu() -> std::time::Duration {
+    std::time::Duration::from_nanos(now(ClockId::CLOCK_THREAD_CPUTIME_ID))
+}

@@ -5,8 +5,9 @@
 //! The thread that drains the ring buffers only pokes this one through a
 //! channel and picks the answer up later; it never waits for a look. The
 //! timer's interval is [`EVERY`], stretched to [`COST_TIMES`] times what the
-//! last look cost (a job with thousands of processes and files takes
-//! longer to look at), so that looking on the timer costs at most a quarter
+//! last look cost in CPU time, its reads' included (a job with thousands of
+//! processes and files takes longer to look at; a busy machine that makes
+//! a look wait for a CPU does not), so that looking on the timer costs at most a quarter
 //! of 1% of a core: the whole recorder's target on a crowded node is 1%. A
 //! kill or a signal brings the next look forward, but never closer than 10
 //! times a look's cost to the one before. Those early looks are paid from
@@ -32,6 +33,7 @@ use std::{
 
 use trainbpf_report::decode::samples::{ShmLook, ShmTrigger};
 
+use crate::util::clock::thread_cpu;
 use look::ShmLooker;
 
 /// The timer's interval while looks are cheap: an object that lives a few
@@ -90,11 +92,15 @@ impl ShmSampler {
                 // Ends when the collector drops its sender.
                 while let Ok(req) = req_rx.recv() {
                     let ts_ns = crate::util::clock::mono_ns();
-                    let started = Instant::now();
+                    let started = thread_cpu();
                     let (objects, fs) = looker.look(&req.pids.job, &req.pids.scan);
-                    // Reads abandoned past their deadline are no cost to
-                    // pace the looks by: a wedged job would stop them.
-                    let cost = started.elapsed().saturating_sub(looker.waited);
+                    // CPU time, this thread's and its reads' on their
+                    // workers: what the look cost the machine. A read
+                    // abandoned past its deadline costs nothing (a wedged
+                    // job would stop the looks), and a busy machine's wait
+                    // for a CPU stretches nothing (it pushed the next look
+                    // seconds away, past objects that live a few seconds).
+                    let cost = thread_cpu().saturating_sub(started) + looker.read_cpu;
                     let look = ShmLook {
                         objects,
                         fs,

@@ -14,18 +14,21 @@
 use std::{
     sync::mpsc::{self, Receiver, SyncSender, TryRecvError},
     thread,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use trainbpf_report::decode::samples::Smaps;
 
-use crate::record::samplers::procfs::guard::{DEADLINE, Readers, STATS, Stall, Stalled};
+use crate::record::samplers::procfs::guard::{DEADLINE, Readers, STATS, Stalled};
+use crate::util::clock::thread_cpu;
 
 /// One round's answer.
 pub struct Sampled {
     pub procs: Vec<Smaps>,
-    /// Wall time the `smaps_rollup` reads took, less the reads abandoned
-    /// past their deadline (no cost to pace the rounds by).
+    /// CPU time the round took, its `smaps_rollup` reads' included (the
+    /// kernel's walk of the page tables is most of it). A read abandoned
+    /// past its deadline costs nothing here, and a busy machine's wait
+    /// for a CPU stretches nothing: the rounds are paced by it.
     pub cost: Duration,
 }
 
@@ -92,33 +95,36 @@ impl Sampler {
 }
 
 fn sample(pids: &[u32], readers: &Readers, stalled: &mut Stalled<u32>) -> Sampled {
-    let started = Instant::now();
-    let mut waited = Duration::ZERO;
+    // CPU time, this thread's and the reads' on their workers: what the
+    // round costs the machine, which paces the rounds.
+    let started = thread_cpu();
+    let mut read_cpu = Duration::ZERO;
     let mut procs = Vec::new();
     for &t in pids {
         if stalled.contains(&t) {
             continue;
         }
-        let asked = Instant::now();
-        let read = readers.run(DEADLINE, move || crate::record::samplers::procfs::smaps(t));
+        let read = readers.run_timed(DEADLINE, move || crate::record::samplers::procfs::smaps(t));
         match stalled.note(t, read) {
-            Ok(s) => procs.extend(s),
+            Ok((s, cpu)) => {
+                read_cpu += cpu;
+                procs.extend(s);
+            }
             Err(e) => {
-                if matches!(e, Stall::TimedOut(_)) {
-                    waited += asked.elapsed();
-                }
                 STATS.note(|| format!("pid {t}: its USS and PSS (smaps_rollup): {e}"));
             }
         }
     }
     Sampled {
         procs,
-        cost: started.elapsed().saturating_sub(waited),
+        cost: thread_cpu().saturating_sub(started) + read_cpu,
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Instant;
+
     use super::*;
 
     /// The round runs on the sampler's thread: asking never waits for it,

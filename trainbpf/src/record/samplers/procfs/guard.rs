@@ -299,6 +299,22 @@ impl Readers {
         self.run_or_late(deadline, f, drop)
     }
 
+    /// [`Readers::run`], with the CPU time `f` took on its worker: what a
+    /// paced sampler's read costs, not how long a busy machine made the
+    /// caller wait for it. A read abandoned past its deadline costs
+    /// nothing here.
+    pub fn run_timed<T: Send + 'static>(
+        &self,
+        deadline: Duration,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<(T, Duration), Stall> {
+        self.run(deadline, move || {
+            let t = crate::util::clock::thread_cpu();
+            let v = f();
+            (v, crate::util::clock::thread_cpu().saturating_sub(t))
+        })
+    }
+
     /// [`Readers::run`], and where the caller gave up but `f` does end
     /// (a read that was slow, not stuck), its result goes to `late`, on
     /// the worker, instead of being lost.
@@ -396,6 +412,34 @@ mod tests {
     use std::{sync::mpsc, time::Instant};
 
     use super::*;
+
+    /// A read's cost is the CPU it used on its worker: a read that waits
+    /// (a sleep, as a read waiting on a busy machine) costs little, one
+    /// that works costs what it worked.
+    #[test]
+    fn a_timed_read_costs_its_cpu_not_its_wait() {
+        let r = Readers::new();
+        let (v, waited) = r
+            .run_timed(Duration::from_secs(60), || {
+                thread::sleep(Duration::from_millis(300));
+                1
+            })
+            .unwrap();
+        assert_eq!(v, 1);
+        assert!(waited < Duration::from_millis(100), "{waited:?}");
+        let (_, worked) = r
+            .run_timed(Duration::from_secs(60), || {
+                // Until it has had 100 ms of CPU, however long that takes.
+                let t = crate::util::clock::thread_cpu();
+                let mut x = 0u64;
+                while crate::util::clock::thread_cpu() - t < Duration::from_millis(100) {
+                    x = std::hint::black_box(x.wrapping_add(1));
+                }
+                x
+            })
+            .unwrap();
+        assert!(worked >= Duration::from_millis(100), "{worked:?}");
+    }
 
     #[test]
     fn a_read_comes_back_and_its_worker_is_kept() {

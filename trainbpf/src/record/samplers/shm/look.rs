@@ -22,7 +22,7 @@ use std::{
     fs,
     os::fd::OwnedFd,
     sync::Arc,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use trainbpf_report::decode::samples::{ShmFs, ShmObject};
@@ -52,9 +52,9 @@ pub struct ShmLooker {
     /// Processes whose maps, and places whose /dev/shm, stalled a read.
     stalled: Stalled<u32>,
     stalled_dirs: Stalled<View>,
-    /// What the last look spent waiting on reads it abandoned: not its
-    /// cost (which paces the looks).
-    pub waited: Duration,
+    /// CPU time the last look's reads took on their workers: with the
+    /// looking thread's own, the look's cost, which paces the looks.
+    pub read_cpu: Duration,
 }
 
 impl ShmLooker {
@@ -63,7 +63,7 @@ impl ShmLooker {
     /// and descriptors read are those of `scan` (`pick.rs`: all of a small
     /// job, a slice of a big one).
     pub fn look(&mut self, job: &[u32], scan: &[u32]) -> (Vec<ShmObject>, Vec<ShmFs>) {
-        self.waited = Duration::ZERO;
+        self.read_cpu = Duration::ZERO;
         let mut objs: HashMap<Key, ShmObject> = HashMap::new();
         let mut pids: Vec<u32> = job.to_vec();
         pids.sort_unstable();
@@ -127,13 +127,16 @@ impl ShmLooker {
         what: impl FnOnce() -> String,
         f: impl FnOnce() -> T + Send + 'static,
     ) -> Result<T, Stall> {
-        let t = Instant::now();
-        self.readers.run(DEADLINE, f).inspect_err(|e| {
-            if matches!(e, Stall::TimedOut(_)) {
-                self.waited += t.elapsed();
+        match self.readers.run_timed(DEADLINE, f) {
+            Ok((v, cpu)) => {
+                self.read_cpu += cpu;
+                Ok(v)
             }
-            STATS.note(|| format!("{}, for shared memory: {e}", what()));
-        })
+            Err(e) => {
+                STATS.note(|| format!("{}, for shared memory: {e}", what()));
+                Err(e)
+            }
+        }
     }
 
     /// Lists each /dev/shm once (by device) into `objs`, and says what
