@@ -113,7 +113,9 @@ pub fn record(rec: &Path, extra: &[&str], cmd: &[&str]) -> Output {
 /// Starts `trainbpf ARGS` with stderr piped, and returns once a stderr line
 /// contains `marker` (e.g. the start-up line: the probes are loaded), with
 /// the rest of stderr copied to the test's. Loading can take seconds on a
-/// busy machine: a fixed sleep would race it.
+/// busy machine: a fixed sleep would race it. A marker that does not come
+/// within two minutes fails the test (its recorder killed), rather than
+/// hanging it.
 pub fn spawn_until(args: &[&std::ffi::OsStr], marker: &str) -> std::process::Child {
     use std::io::BufRead;
     let mut child = Command::new(bin())
@@ -123,18 +125,45 @@ pub fn spawn_until(args: &[&std::ffi::OsStr], marker: &str) -> std::process::Chi
         .spawn()
         .expect("starting trainbpf");
     let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let marker_owned = marker.to_owned();
+    // Lines up to the marker go through the channel, the rest straight on.
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let mut seen = false;
+        loop {
+            line.clear();
+            match err.read_line(&mut line) {
+                Ok(n) if n > 0 => {}
+                _ => return,
+            }
+            if seen {
+                eprint!("{line}");
+                continue;
+            }
+            seen = line.contains(&marker_owned);
+            if tx.send(line.clone()).is_err() {
+                return;
+            }
+        }
+    });
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(120);
     loop {
-        line.clear();
-        let n = err.read_line(&mut line).expect("reading trainbpf's stderr");
-        assert!(n > 0, "trainbpf ended before saying {marker:?}");
-        eprint!("{line}");
-        if line.contains(marker) {
-            break;
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => {
+                eprint!("{line}");
+                if line.contains(marker) {
+                    return child;
+                }
+            }
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("trainbpf did not say {marker:?} ({e:?}: ended, or not within 120 s)");
+            }
         }
     }
-    std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::stderr()));
-    child
 }
 
 pub fn report_json(rec: &Path) -> Value {
