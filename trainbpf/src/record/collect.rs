@@ -165,9 +165,20 @@ pub(super) async fn collect(start: Start<'_>) -> Result<(Option<ExitStatus>, Fil
         &mut c, &mut job, &target, &attached, &invoker, job_adj, cgroup,
     )?;
     // The job's processes from before the probes: the only ones the GPU
-    // maps scan may need to read (none for `--all`, whose job is what is
-    // born from here on).
-    gpu.predating(c.job.iter().copied());
+    // maps scan may need to read. For `--all`, every process on the node
+    // now: a DaemonSet's recorder restarted beside running trainers must
+    // find the driver they mapped before it, which no fault will show
+    // again. Read a scan's worth a second, once each.
+    if matches!(target, Target::All) {
+        let me = std::process::id();
+        gpu.predating(
+            crate::record::samplers::procfs::pids()
+                .into_iter()
+                .filter(|&p| p != me),
+        );
+    } else {
+        gpu.predating(c.job.iter().copied());
+    }
     startup.mark("job started");
 
     // The kernel programs submit routine records without waking us (a

@@ -430,16 +430,15 @@ impl GpuProbes {
     /// Job processes that were not the job's when the probe could see
     /// them map a library: an attached job's at the start, the root the
     /// recorder just started, a process moved into an attached cgroup
-    /// later. Where the late probe is on the file faults, the maps scan
-    /// reads these, once each, and no other (`probe.rs`, `pids_to_scan`).
+    /// later; for `record --all`, the node's processes at the start. The
+    /// maps scan reads these, once each (`probe.rs`, `pids_to_scan`):
+    /// where the late probe is on the file faults, no other.
     pub fn predating(&mut self, pids: impl Iterator<Item = u32>) {
-        if self.late.as_ref().is_some_and(|l| l.on_faults()) {
-            let rest = self.to_scan.get_or_insert_with(Vec::new);
-            let before = rest.len();
-            rest.extend(pids);
-            // Scanned from the end: these first, lowest pid first.
-            rest[before..].sort_unstable_by(|a, b| b.cmp(a));
-        }
+        let rest = self.to_scan.get_or_insert_with(Vec::new);
+        let before = rest.len();
+        rest.extend(pids);
+        // Scanned from the end: these first, lowest pid first.
+        rest[before..].sort_unstable_by(|a, b| b.cmp(a));
     }
 
     /// Whether a job process can be held, its hold bounded by the

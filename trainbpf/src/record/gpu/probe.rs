@@ -302,7 +302,8 @@ impl GpuProbes {
     /// first scan), a scan's worth at a time. A `record --all` node that forks a thousand
     /// processes a second read 512 of their maps every second, for
     /// nothing. Elsewhere (the `mmap` tracepoint misses what a fork
-    /// inherits), every process in turn, every scan.
+    /// inherits), every job process in turn, every scan, and the
+    /// processes from before the probes once each.
     fn pids_to_scan(&mut self, job: &BpfHashMap<MapData, u32, u32>) -> Vec<u32> {
         let once = self.late.as_ref().is_some_and(|l| l.on_faults());
         if once {
@@ -333,9 +334,18 @@ impl GpuProbes {
         let n = pids.len();
         let start = if n > MAX_SCAN { self.scan_from % n } else { 0 };
         self.scan_from = start + MAX_SCAN;
-        (0..n.min(MAX_SCAN))
+        let mut scan: Vec<u32> = (0..n.min(MAX_SCAN))
             .map(|i| pids[(start + i) % n])
-            .collect()
+            .collect();
+        // And a scan's worth of the processes from before the probes that
+        // the job map does not hold (`record --all`'s node), once each.
+        if let Some(rest) = &mut self.to_scan {
+            let keep = rest.len().saturating_sub(MAX_SCAN);
+            scan.extend(rest.split_off(keep));
+            scan.sort_unstable();
+            scan.dedup();
+        }
+        scan
     }
 
     /// Runs a read of the job's `/proc` for process `pid` on a worker,

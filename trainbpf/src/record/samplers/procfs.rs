@@ -171,6 +171,16 @@ pub fn maps_line(line: &str) -> Option<MapsLine<'_>> {
     })
 }
 
+/// Every process on the machine now (as this pid namespace sees it).
+pub fn pids() -> Vec<u32> {
+    let Ok(rd) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .collect()
+}
+
 /// `pid` and every process descending from it, from the parent links in
 /// /proc/*/stat.
 pub fn descendants(pid: u32) -> Vec<u32> {
